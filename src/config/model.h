@@ -1,0 +1,198 @@
+// heft's configuration model: plain values the Heftfile parser and the JSON
+// adapter produce and the proxy consumes.
+//
+// Everything here is a value type: copy it, compare it with ==, hand it to
+// another thread. Nothing in this header does I/O. Durations are
+// std::chrono::milliseconds. Defaults below are the documented defaults
+// (docs/heftfile.md).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "heft/balance/policy.h"
+
+namespace heft::config {
+
+using std::chrono::milliseconds;
+
+// Largest weight a backend may have (0 drains it).
+inline constexpr uint32_t kMaxWeight = 1'000'000;
+
+// One backend of a pool (one `to` address).
+struct UpstreamConfig {
+  std::string dial;                   // "host:port" as written
+  std::string host;                   // host part of dial (no brackets for IPv6)
+  uint16_t port = 0;                  // port part of dial
+  std::vector<std::string> resolved;  // "ip:port" after resolve(); empty before
+  uint32_t weight = 1;                // 0..kMaxWeight; 0 = no new requests
+  uint32_t max_fails = 1;             // nginx: failures within fail_timeout that mark it down; 0 = never
+  milliseconds fail_timeout{10000};   // nginx: failure window and how long it stays down
+  bool backup = false;                // used only when every non-backup backend is unavailable
+  bool down = false;                  // administratively down: never picked
+  std::optional<milliseconds> slow_start;  // per-backend override of PoolConfig::slow_start
+
+  bool operator==(const UpstreamConfig&) const = default;
+};
+
+// A header edit applied to requests (header_up) or responses (header_down).
+struct HeaderOp {
+  enum Op { set, add, remove };
+  Op op = set;
+  std::string name;
+  std::string value;  // empty for remove
+
+  bool operator==(const HeaderOp&) const = default;
+};
+
+// The key a hash policy hashes.
+struct HashKey {
+  enum Kind { none, client_ip, header, cookie, uri };
+  Kind kind = none;
+  std::string name;  // header or cookie name; empty otherwise
+
+  bool operator==(const HashKey&) const = default;
+};
+
+// When a failed attempt may be retried on another backend (nginx's
+// proxy_next_upstream). `off` disables retries altogether.
+struct NextUpstream {
+  bool error = true;
+  bool timeout = true;
+  bool http_500 = false;
+  bool http_502 = false;
+  bool http_503 = false;
+  bool http_504 = false;
+  bool non_idempotent = false;  // also retry POST, PATCH, ... (not only idempotent methods)
+  bool off = false;
+
+  bool operator==(const NextUpstream&) const = default;
+};
+
+// Weight adaptation from observed latency and errors (used by the adaptive
+// controller; parsed and validated here).
+struct AdaptiveConfig {
+  bool enabled = false;
+  milliseconds interval{30000};
+  milliseconds latency_threshold{0};  // 0 = use median_factor x pool median
+  double median_factor = 2.0;
+  double error_threshold = 0.05;      // fraction 0..1 (Heftfile accepts "5%")
+  double cut = 0.25;                  // fraction of weight removed per interval
+  double min_weight_ratio = 0.1;      // never below this fraction of the configured weight
+
+  bool operator==(const AdaptiveConfig&) const = default;
+};
+
+// One reverse_proxy: a pool of backends and how requests are spread and retried.
+struct PoolConfig {
+  std::vector<UpstreamConfig> upstreams;
+  balance::PolicyKind policy = balance::PolicyKind::weighted_round_robin;
+  HashKey hash_key;  // set iff policy == hash
+  balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
+  uint32_t keepalive = 32;  // idle connections kept per backend
+  NextUpstream next_upstream;
+  uint32_t next_upstream_tries = 0;      // 0 = unlimited (every backend once)
+  milliseconds next_upstream_timeout{0};  // 0 = no limit on the time spent retrying
+  milliseconds connect_timeout{5000};
+  milliseconds read_timeout{60000};
+  milliseconds send_timeout{60000};
+  size_t retry_body_limit = 65536;  // request bodies larger than this are not retried
+  std::vector<HeaderOp> header_up;
+  std::vector<HeaderOp> header_down;
+  std::optional<milliseconds> slow_start;  // ramp a recovered backend's weight over this time
+
+  // Active health checks; off while health_uri is empty.
+  std::string health_uri;
+  uint16_t health_port = 0;  // 0 = the backend's own port
+  milliseconds health_interval{5000};
+  milliseconds health_timeout{2000};
+  std::string health_status;  // "2xx", "200", ...; empty = any 2xx
+  std::string health_body;    // ECMAScript regex the body must match; empty = any
+  std::vector<std::pair<std::string, std::string>> health_headers;
+  uint32_t health_passes = 1;  // consecutive passes to become healthy
+  uint32_t health_fails = 1;   // consecutive failures to become unhealthy
+
+  AdaptiveConfig adaptive;
+
+  bool operator==(const PoolConfig&) const = default;
+};
+
+struct LogConfig {
+  bool enabled = false;
+  std::string output;  // file path, or "stderr"
+
+  bool operator==(const LogConfig&) const = default;
+};
+
+// One site block: the hosts and port it answers, and its proxy.
+struct SiteConfig {
+  std::vector<std::string> hosts;  // empty = any host
+  uint16_t port = 80;
+  bool is_default = false;  // answers requests no other site on its port matches
+  PoolConfig proxy;
+  LogConfig log;
+  std::string file;  // where the site was declared (diagnostics); not in JSON
+  int line = 0;
+
+  // Compares what the site means, not where it was written.
+  bool operator==(const SiteConfig& other) const {
+    return hosts == other.hosts && port == other.port && is_default == other.is_default &&
+           proxy == other.proxy && log == other.log;
+  }
+};
+
+struct AdminConfig {
+  bool enabled = true;
+  std::string address = "127.0.0.1:2019";
+  std::string token;  // bearer token required by the admin API; empty = none
+
+  bool operator==(const AdminConfig&) const = default;
+};
+
+struct Config {
+  AdminConfig admin;
+  unsigned workers = 0;  // 0 = one per hardware core
+  milliseconds grace_period{10000};
+  milliseconds idle_timeout{60000};
+  milliseconds header_timeout{10000};
+  uint32_t max_connections = 10000;
+  std::vector<SiteConfig> sites;
+
+  bool operator==(const Config&) const = default;
+};
+
+// A problem found in a configuration. For Heftfiles, file/line/column name the
+// token; for JSON, `path` names the field (file empty, line 0).
+struct Diagnostic {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string path;  // JSON path, e.g. "apps.http.servers.srv0.listen[0]"
+  std::string message;
+
+  // "FILE:LINE:COL: message" or "PATH: message".
+  std::string to_string() const;
+
+  bool operator==(const Diagnostic&) const = default;
+};
+
+// A value or every problem found while producing it (never both).
+template <typename T>
+struct Result {
+  std::optional<T> value;
+  std::vector<Diagnostic> errors;
+
+  bool ok() const { return value.has_value() && errors.empty(); }
+  explicit operator bool() const { return ok(); }
+  T& operator*() { return *value; }
+  const T& operator*() const { return *value; }
+  T* operator->() { return &*value; }
+  const T* operator->() const { return &*value; }
+};
+
+}  // namespace heft::config
