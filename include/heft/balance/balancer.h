@@ -1,0 +1,70 @@
+// A pool's balancer: the policy over its primary backends, the same policy over
+// its backups (picked only when no primary is eligible), and the live
+// per-backend state both read. This is what the proxy, the simulator and
+// embedding applications call.
+//
+// A Balancer is one immutable snapshot of the pool's membership and weights.
+// A change builds a new Balancer from the old one (`previous`): backends that
+// stayed (same name) keep their live state (active counts, availability) and
+// their smooth-WRR current and effective weights, so nothing resets.
+//
+// Thread safety: after construction every method may be called from any number
+// of threads at once.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "heft/balance/policy.h"
+
+namespace heft::balance {
+
+struct BackendSpec {
+  std::string name;        // identity, e.g. "10.0.0.1:8080"
+  uint32_t weight = 1;     // 0 = drained: listed, never picked
+  bool backup = false;     // picked only when no primary is eligible
+  bool down = false;       // administratively down: never picked
+  uint32_t max_fails = 1;  // nginx: a failure costs weight / max_fails of effective weight
+};
+
+class Balancer {
+ public:
+  explicit Balancer(PolicyOptions options, std::vector<BackendSpec> backends,
+                    const Balancer* previous = nullptr);
+
+  // Chooses a backend for one attempt: a primary if any is eligible, else a
+  // backup. nullopt when nothing is eligible.
+  std::optional<uint32_t> pick(const PickContext& ctx = {});
+
+  // Marks a backend available or not (health checks, passive failure).
+  void set_available(uint32_t index, bool available);
+
+  // An attempt at the backend failed: lowers its effective weight (nginx rule).
+  void report_failure(uint32_t index);
+
+  size_t size() const { return backends_.size(); }
+  const BackendSpec& backend(uint32_t index) const { return backends_[index]; }
+  BackendLive& live(uint32_t index) const { return *live_[index]; }
+  std::shared_ptr<BackendLive> live_handle(uint32_t index) const { return live_[index]; }
+  uint32_t effective_weight(uint32_t index) const;
+  std::optional<uint32_t> find(std::string_view name) const;
+  const PolicyOptions& options() const { return options_; }
+
+  // State to carry into a rebuilt snapshot (done by the constructor; exposed for tools).
+  CarriedState carried_state() const;
+
+ private:
+  PolicyOptions options_;
+  std::vector<BackendSpec> backends_;
+  std::unordered_map<std::string, uint32_t> by_name_;
+  std::vector<std::shared_ptr<BackendLive>> live_;
+  std::vector<BackendLive*> live_ptrs_;
+  std::unique_ptr<Policy> primary_;
+  std::unique_ptr<Policy> backup_;
+};
+
+}  // namespace heft::balance

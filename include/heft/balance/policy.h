@@ -1,0 +1,134 @@
+// heft's balancing core: the policy interface.
+//
+// A policy chooses one backend of a pool for one attempt of one request. It is
+// built once from the pool's members when membership or weights change (a
+// snapshot) and then picks many times. Policies are pure: no I/O, no clock and
+// no threads of their own. Randomness and keys come in through PickContext, so
+// the proxy and the simulator drive the very same code.
+//
+// Thread safety: pick(), availability_changed() and attempt_failed() may be
+// called from any number of threads at once. Construction is single-threaded.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace heft::balance {
+
+enum class PolicyKind {
+  round_robin,
+  weighted_round_robin,
+  least_conn,
+  hash,  // consistent hashing of a key (ip_hash is this with the client address as key)
+  random,
+  p2c,
+  first,
+};
+
+enum class HashStrategy { ring, maglev };
+
+// Parses and names policies ("weighted_round_robin", "ip_hash" -> hash, ...).
+std::optional<PolicyKind> parse_policy(std::string_view name);
+std::string_view policy_name(PolicyKind kind);
+std::optional<HashStrategy> parse_hash_strategy(std::string_view name);
+std::string_view hash_strategy_name(HashStrategy strategy);
+
+// Live, shared per-backend state that policies read. Owned by the pool, it
+// outlives snapshots: a backend that stays across a rebuild keeps its object.
+struct alignas(64) BackendLive {
+  std::atomic<uint32_t> active{0};     // requests in flight to this backend
+  std::atomic<bool> available{true};   // false when unhealthy or failed (passive)
+};
+
+// One backend as a policy sees it.
+struct Member {
+  uint32_t index = 0;   // position in the pool: what pick() returns
+  uint32_t weight = 1;  // weight to balance by, > 0 (drained and down backends are not members)
+  uint64_t id = 0;      // stable identity (hash of the backend's name): hashing and carry-over
+};
+
+// The set of backends a request has already tried (never the same one twice).
+class TriedSet {
+ public:
+  bool empty() const { return count_ == 0; }
+  bool contains(uint32_t index) const {
+    size_t word = index / 64;
+    return word < bits_.size() && (bits_[word] >> (index % 64) & 1u);
+  }
+  void add(uint32_t index) {
+    size_t word = index / 64;
+    if (word >= bits_.size()) bits_.resize(word + 1, 0);
+    if (!contains(index)) ++count_;
+    bits_[word] |= uint64_t{1} << (index % 64);
+  }
+  size_t size() const { return count_; }
+
+ private:
+  std::vector<uint64_t> bits_;
+  size_t count_ = 0;
+};
+
+struct PickContext {
+  uint64_t key_hash = 0;             // hash policies: hash_key() of the request's key
+  uint64_t random = 0;               // random and p2c: 64 random bits from the caller
+  const TriedSet* tried = nullptr;   // backends to skip for this attempt
+};
+
+// Balancing state carried from one snapshot to the next, keyed by Member::id.
+struct CarriedState {
+  struct Entry {
+    int64_t current_weight = 0;
+    uint32_t effective_weight = 0;
+  };
+  std::unordered_map<uint64_t, Entry> entries;
+  const Entry* find(uint64_t id) const {
+    auto it = entries.find(id);
+    return it == entries.end() ? nullptr : &it->second;
+  }
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual PolicyKind kind() const = 0;
+
+  // Chooses a member for one attempt. Returns its pool index, or nullopt when
+  // no member is available (and not already tried). Never returns a member
+  // that is unavailable or tried.
+  virtual std::optional<uint32_t> pick(const PickContext& ctx) = 0;
+
+  // The `available` flag of a member's BackendLive changed. Policies whose
+  // sequence depends on the eligible set (smooth WRR) re-synchronise here.
+  virtual void availability_changed(uint32_t index) {}
+
+  // An attempt at a member failed. nginx semantics: its effective weight drops
+  // by weight / max_fails (integer division), not below 0, and recovers by 1
+  // on every pick in which it is eligible.
+  virtual void attempt_failed(uint32_t index, uint32_t max_fails) {}
+
+  // The weight this member is currently balanced with (nginx's effective weight).
+  virtual uint32_t effective_weight(uint32_t index) const = 0;
+
+  // Appends the state to carry to a rebuilt snapshot.
+  virtual void export_state(CarriedState& out) const {}
+};
+
+struct PolicyOptions {
+  PolicyKind kind = PolicyKind::weighted_round_robin;
+  HashStrategy hash_strategy = HashStrategy::ring;
+};
+
+// Builds a policy over `members`. `live` is indexed by Member::index and must
+// outlive the policy. `previous` (may be null) carries smooth-WRR state.
+std::unique_ptr<Policy> make_policy(const PolicyOptions& options, std::vector<Member> members,
+                                    std::span<BackendLive* const> live,
+                                    const CarriedState* previous = nullptr);
+
+}  // namespace heft::balance

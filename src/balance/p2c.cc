@@ -1,0 +1,48 @@
+// Power of two choices, weighted: two weighted-random candidates (distinct when
+// the pool has two eligible members), and the one with the lower active / weight
+// wins (compared by cross-multiplication). On a tie the heavier one wins, then
+// the first drawn. O(1) when the draws land on eligible members.
+// Thread-safe; reads active counts without locking (a count may move under the
+// comparison; that only makes the choice as stale as the count).
+#include "balance/random_common.h"
+
+namespace heft::balance {
+namespace {
+
+class PowerOfTwoChoices final : public Policy {
+ public:
+  PowerOfTwoChoices(std::vector<Member> members, std::span<BackendLive* const> live)
+      : pool_(std::move(members), live) {}
+  PolicyKind kind() const override { return PolicyKind::p2c; }
+
+  std::optional<uint32_t> pick(const PickContext& ctx) override {
+    auto a = pool_.draw_eligible(ctx, ctx.random);
+    if (!a) return std::nullopt;
+    uint64_t r = mix64(ctx.random ^ 0x5851f42d4c957f2dULL);
+    std::optional<uint32_t> b;
+    for (int attempt = 0; attempt < 4 && (!b || *b == *a); ++attempt) {
+      b = pool_.draw_eligible(ctx, r);
+      r = mix64(r + 1);
+    }
+    if (!b || *b == *a) return pool_.members[*a].index;
+    uint64_t active_a = pool_.live[*a]->active.load(std::memory_order_relaxed);
+    uint64_t active_b = pool_.live[*b]->active.load(std::memory_order_relaxed);
+    uint64_t wa = pool_.members[*a].weight, wb = pool_.members[*b].weight;
+    uint64_t load_a = active_a * wb, load_b = active_b * wa;  // a/wa vs b/wb
+    bool take_b = load_b < load_a || (load_b == load_a && wb > wa);
+    return pool_.members[take_b ? *b : *a].index;
+  }
+
+  uint32_t effective_weight(uint32_t index) const override { return pool_.weight_of(index); }
+
+ private:
+  SampledMembers pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_p2c(std::vector<Member> members, std::span<BackendLive* const> live) {
+  return std::make_unique<PowerOfTwoChoices>(std::move(members), live);
+}
+
+}  // namespace heft::balance

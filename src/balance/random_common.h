@@ -1,0 +1,62 @@
+// Internal: the weighted draw shared by `random` and `p2c`.
+#pragma once
+
+#include <optional>
+
+#include "balance/factories.h"
+#include "balance/weighted_sampler.h"
+#include "heft/balance/hash.h"
+
+namespace heft::balance {
+
+struct SampledMembers {
+  std::vector<Member> members;
+  std::vector<BackendLive*> live;  // by position
+  WeightedSampler sampler;
+
+  SampledMembers(std::vector<Member> m, std::span<BackendLive* const> all_live)
+      : members(std::move(m)), sampler(weights_of(members)) {
+    for (const Member& x : members) live.push_back(all_live[x.index]);
+  }
+
+  static std::vector<uint32_t> weights_of(const std::vector<Member>& members) {
+    std::vector<uint32_t> w;
+    for (const Member& m : members) w.push_back(m.weight);
+    return w;
+  }
+
+  bool eligible_at(uint32_t pos, const PickContext& ctx) const {
+    return eligible(live[pos], members[pos].index, ctx);
+  }
+
+  // A weighted draw among eligible members. A few cheap redraws first; then an
+  // exact weighted draw over the eligible members only.
+  std::optional<uint32_t> draw_eligible(const PickContext& ctx, uint64_t random) const {
+    if (members.empty()) return std::nullopt;
+    uint64_t r = random;
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      uint32_t pos = sampler.sample(r);
+      if (eligible_at(pos, ctx)) return pos;
+      r = mix64(r + 0x9e3779b97f4a7c15ULL);
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < members.size(); ++i)
+      if (eligible_at(i, ctx)) total += members[i].weight;
+    if (total == 0) return std::nullopt;
+    uint64_t target = static_cast<uint64_t>((static_cast<unsigned __int128>(r) * total) >> 64);
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      if (!eligible_at(i, ctx)) continue;
+      if (target < members[i].weight) return i;
+      target -= members[i].weight;
+    }
+    return std::nullopt;
+  }
+
+  uint32_t weight_of(uint32_t index) const {
+    for (const Member& m : members)
+      if (m.index == index) return m.weight;
+    return 0;
+  }
+};
+
+}  // namespace heft::balance

@@ -1,0 +1,47 @@
+// Plain round robin: members in turn, ignoring weights (a member of weight 3 is
+// one member like any other). One shared atomic counter, so the rotation is
+// global across threads. Unavailable or tried members are skipped by scanning
+// forward from the counter's position: O(1) when all are available, O(n) worst.
+// Thread-safe.
+#include "balance/factories.h"
+
+namespace heft::balance {
+namespace {
+
+class RoundRobin final : public Policy {
+ public:
+  RoundRobin(std::vector<Member> members, std::span<BackendLive* const> live) : members_(std::move(members)) {
+    for (const Member& m : members_) live_.push_back(live[m.index]);
+  }
+  PolicyKind kind() const override { return PolicyKind::round_robin; }
+
+  std::optional<uint32_t> pick(const PickContext& ctx) override {
+    size_t n = members_.size();
+    if (n == 0) return std::nullopt;
+    size_t start = next_.fetch_add(1, std::memory_order_relaxed) % n;
+    for (size_t k = 0; k < n; ++k) {
+      size_t i = start + k < n ? start + k : start + k - n;
+      if (eligible(live_[i], members_[i].index, ctx)) return members_[i].index;
+    }
+    return std::nullopt;
+  }
+
+  uint32_t effective_weight(uint32_t index) const override {
+    for (const Member& m : members_)
+      if (m.index == index) return m.weight;
+    return 0;
+  }
+
+ private:
+  std::vector<Member> members_;
+  std::vector<BackendLive*> live_;
+  std::atomic<uint64_t> next_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_round_robin(std::vector<Member> members, std::span<BackendLive* const> live) {
+  return std::make_unique<RoundRobin>(std::move(members), live);
+}
+
+}  // namespace heft::balance

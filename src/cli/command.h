@@ -1,0 +1,29 @@
+// The `heft` command's subcommand registry.
+//
+// Each subcommand lives in its own file and registers a setup function with a
+// static `const bool registered = heft::cli::add_command(...)`. The setup adds a
+// CLI11 subcommand and a callback that stores the exit code with set_exit_code().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace heft::cli {
+
+using SetupFn = void (*)(CLI::App& root);
+
+// Registers a subcommand; `order` sorts the help listing. Returns true.
+bool add_command(int order, SetupFn setup);
+
+// The process exit code a subcommand's callback chose (default 0).
+void set_exit_code(int code);
+
+// Exit code for bad arguments, for every subcommand.
+inline constexpr int kBadArguments = 2;
+
+// Thrown by a subcommand callback on a bad argument found after parsing:
+// main prints "heft: <what>" on one line and exits with kBadArguments.
+struct BadArguments : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace heft::cli

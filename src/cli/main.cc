@@ -1,0 +1,51 @@
+// Entry point of the `heft` command: collects the registered subcommands and runs one.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+
+namespace heft::cli {
+namespace {
+std::vector<std::pair<int, SetupFn>>& registry() {
+  static std::vector<std::pair<int, SetupFn>> commands;
+  return commands;
+}
+int g_exit_code = 0;
+}  // namespace
+
+bool add_command(int order, SetupFn setup) {
+  registry().emplace_back(order, setup);
+  return true;
+}
+
+void set_exit_code(int code) { g_exit_code = code; }
+
+}  // namespace heft::cli
+
+int main(int argc, char** argv) {
+  using namespace heft::cli;
+  CLI::App app{"heft: a weighted load balancer and HTTP reverse proxy", "heft"};
+  app.require_subcommand(1);
+  auto commands = registry();
+  std::stable_sort(commands.begin(), commands.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [order, setup] : commands) setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::fprintf(stderr, "heft: %s (see heft --help)\n", what.c_str());
+    return kBadArguments;
+  } catch (const BadArguments& e) {
+    std::fprintf(stderr, "heft: %s\n", e.what());
+    return kBadArguments;
+  }
+  return g_exit_code;
+}

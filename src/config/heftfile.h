@@ -1,0 +1,42 @@
+// The Heftfile: heft's Caddyfile-style configuration format (docs/heftfile.md).
+//
+// parse_heftfile() turns text into a Config, collecting every error as a
+// Diagnostic "FILE:LINE:COL: message" rather than stopping at the first.
+// Nothing here throws on bad input. resolve() is the only function that does
+// network I/O (DNS); call it at load and at every reload.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/model.h"
+
+namespace heft::config {
+
+// Parses a Heftfile. `file` names it in diagnostics. On success the sites are
+// grouped by port in order of each port's first appearance (stable otherwise),
+// which is the order the JSON form keeps. Hostnames are not resolved.
+Result<Config> parse_heftfile(std::string_view text, std::string_view file = "Heftfile");
+
+// Reads `path` and parses it; a file that cannot be read is one diagnostic.
+Result<Config> load_heftfile(const std::string& path);
+
+// Reads a configuration file of either format: JSON (Caddy-shaped, see json.h)
+// when the path ends in ".json", a Heftfile otherwise.
+Result<Config> load_config_file(const std::string& path);
+
+// The file normalised (see syntax::format): tab indentation, one directive per
+// line, canonical spacing. Only syntax errors are reported, not meaning.
+Result<std::string> format_heftfile(std::string_view text, std::string_view file = "Heftfile");
+
+// Fills UpstreamConfig::resolved for every upstream: IP literals directly,
+// names through getaddrinfo (every address, deduplicated, in resolver order).
+// Returns one diagnostic per name that did not resolve, placed at its site.
+std::vector<Diagnostic> resolve(Config& config);
+
+// Names of the options the parser knows, per block ("global", "site",
+// "reverse_proxy", "to", "adaptive", "log", "health_headers"). For docs and tests.
+std::vector<std::string_view> known_options(std::string_view block);
+
+}  // namespace heft::config

@@ -1,0 +1,237 @@
+// The Heftfile's generic syntax: see syntax.h.
+#include "config/syntax.h"
+
+#include <fmt/format.h>
+
+namespace heft::config::syntax {
+namespace {
+
+enum class Kind { word, open, close, newline, comment, end };
+
+struct Lexeme {
+  Kind kind;
+  Token token;
+};
+
+class Lexer {
+ public:
+  Lexer(std::string_view text, std::string_view file, std::vector<Diagnostic>& errors)
+      : text_(text), file_(file), errors_(errors) {}
+
+  std::vector<Lexeme> run() {
+    std::vector<Lexeme> out;
+    while (pos_ < text_.size()) {
+      char c = text_[pos_];
+      if (c == ' ' || c == '\t' || c == '\r') {
+        advance();
+      } else if (c == '\n') {
+        out.push_back({Kind::newline, {"", line_, column_, false}});
+        advance();
+      } else if (c == '#') {
+        Token t{"", line_, column_, false};
+        while (pos_ < text_.size() && text_[pos_] != '\n') t.text += advance();
+        while (!t.text.empty() && (t.text.back() == '\r' || t.text.back() == ' ' || t.text.back() == '\t'))
+          t.text.pop_back();
+        out.push_back({Kind::comment, t});
+      } else if (c == '"') {
+        out.push_back({Kind::word, quoted()});
+      } else {
+        Token t{"", line_, column_, false};
+        while (pos_ < text_.size() && !is_space(text_[pos_])) t.text += advance();
+        Kind kind = t.text == "{" ? Kind::open : t.text == "}" ? Kind::close : Kind::word;
+        out.push_back({kind, t});
+      }
+    }
+    out.push_back({Kind::end, {"", line_, column_, false}});
+    return out;
+  }
+
+ private:
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+  char advance() {
+    char c = text_[pos_++];
+    if (c == '\n') {
+      ++line_;
+      column_ = 1;
+    } else {
+      ++column_;
+    }
+    return c;
+  }
+
+  Token quoted() {
+    Token t{"", line_, column_, true};
+    advance();  // opening quote
+    while (pos_ < text_.size()) {
+      char c = advance();
+      if (c == '"') return t;
+      if (c == '\\' && pos_ < text_.size() && (text_[pos_] == '"' || text_[pos_] == '\\')) c = advance();
+      t.text += c;
+    }
+    errors_.push_back({std::string(file_), t.line, t.column, "", "unterminated quoted string"});
+    return t;
+  }
+
+  std::string_view text_;
+  std::string_view file_;
+  std::vector<Diagnostic>& errors_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  int column_ = 1;
+};
+
+class Grouper {
+ public:
+  Grouper(std::vector<Lexeme> lexemes, std::string_view file, std::vector<Diagnostic>& errors)
+      : lexemes_(std::move(lexemes)), file_(file), errors_(errors) {}
+
+  std::vector<Directive> block(const Token* open) {
+    std::vector<Directive> out;
+    int newlines = 0;
+    for (;;) {
+      const Lexeme& lx = lexemes_[pos_];
+      switch (lx.kind) {
+        case Kind::newline:
+          ++newlines;
+          ++pos_;
+          break;
+        case Kind::end:
+          if (open)
+            error(open->line, open->column, "missing '}' to close this block");
+          return out;
+        case Kind::close:
+          if (open) {
+            ++pos_;
+            return out;
+          }
+          error(lx.token.line, lx.token.column, "unexpected '}' without an open block");
+          ++pos_;
+          break;
+        case Kind::comment: {
+          Directive d;
+          d.is_comment = true;
+          d.name = lx.token;
+          d.blank_line_before = newlines >= 2;
+          newlines = 0;
+          out.push_back(std::move(d));
+          ++pos_;
+          break;
+        }
+        case Kind::open:
+        case Kind::word: {
+          Directive d = directive();
+          d.blank_line_before = newlines >= 2;
+          newlines = 0;
+          out.push_back(std::move(d));
+          break;
+        }
+      }
+    }
+  }
+
+ private:
+  Directive directive() {
+    Directive d;
+    const Lexeme& first = lexemes_[pos_];
+    if (first.kind == Kind::word) {
+      d.name = first.token;
+      ++pos_;
+    } else {
+      d.name = Token{"", first.token.line, first.token.column, false};
+    }
+    for (;;) {
+      const Lexeme& lx = lexemes_[pos_];
+      if (lx.kind == Kind::word) {
+        d.args.push_back(lx.token);
+        ++pos_;
+      } else if (lx.kind == Kind::open) {
+        d.has_block = true;
+        d.open_brace = lx.token;
+        ++pos_;
+        d.block = block(&d.open_brace);
+        if (lexemes_[pos_].kind == Kind::comment) d.trailing_comment = lexemes_[pos_++].token.text;
+        return d;
+      } else if (lx.kind == Kind::comment) {
+        d.trailing_comment = lx.token.text;
+        ++pos_;
+        return d;
+      } else {
+        return d;  // newline, `}` or end: the parent consumes it
+      }
+    }
+  }
+
+  void error(int line, int column, std::string message) {
+    errors_.push_back({std::string(file_), line, column, "", std::move(message)});
+  }
+
+  std::vector<Lexeme> lexemes_;
+  size_t pos_ = 0;
+  std::string_view file_;
+  std::vector<Diagnostic>& errors_;
+};
+
+void print(const std::vector<Directive>& directives, int depth, std::string& out) {
+  std::string indent(depth, '\t');
+  for (size_t i = 0; i < directives.size(); ++i) {
+    const Directive& d = directives[i];
+    bool after_block = i > 0 && directives[i - 1].has_block && depth == 0;
+    if (i > 0 && (d.blank_line_before || after_block)) out += '\n';
+    out += indent;
+    if (d.is_comment) {
+      out += d.name.text;
+    } else {
+      std::string line = d.name.text.empty() && d.has_block ? "" : quote_if_needed(d.name.text);
+      for (const Token& arg : d.args) {
+        if (!line.empty()) line += ' ';
+        line += quote_if_needed(arg.text);
+      }
+      if (d.has_block) line += line.empty() ? "{" : " {";
+      out += line;
+    }
+    if (!d.has_block && !d.trailing_comment.empty()) out += " " + d.trailing_comment;
+    out += '\n';
+    if (d.has_block) {
+      print(d.block, depth + 1, out);
+      out += indent + "}";
+      if (!d.trailing_comment.empty()) out += " " + d.trailing_comment;
+      out += '\n';
+    }
+  }
+}
+
+}  // namespace
+
+std::string quote_if_needed(std::string_view text) {
+  bool needs = text.empty() || text == "{" || text == "}" || text.front() == '#' || text.front() == '"';
+  for (char c : text)
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') needs = true;
+  if (!needs) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+Result<Tree> parse(std::string_view text, std::string_view file) {
+  Result<Tree> result;
+  Lexer lexer(text, file, result.errors);
+  std::vector<Lexeme> lexemes = lexer.run();
+  Grouper grouper(std::move(lexemes), file, result.errors);
+  Tree tree;
+  tree.top = grouper.block(nullptr);
+  result.value = std::move(tree);
+  return result;
+}
+
+std::string format(const Tree& tree) {
+  std::string out;
+  print(tree.top, 0, out);
+  return out;
+}
+
+}  // namespace heft::config::syntax

@@ -1,0 +1,259 @@
+// Scalar value syntax: see values.h.
+#include "config/values.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "config/model.h"
+
+namespace heft::config {
+
+std::string Diagnostic::to_string() const {
+  if (!path.empty() && file.empty()) return fmt::format("{}: {}", path, message);
+  if (line <= 0) return fmt::format("{}: {}", file, message);
+  if (column <= 0) return fmt::format("{}:{}: {}", file, line, message);
+  return fmt::format("{}:{}:{}: {}", file, line, column, message);
+}
+
+namespace {
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return lower(x) == lower(y); });
+}
+
+}  // namespace
+
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  if (text == "0") return std::chrono::milliseconds{0};
+  if (text.empty()) return std::nullopt;
+  // Sum of <decimal><unit> terms, like Go's time.ParseDuration plus "d".
+  // Computed in microseconds so that "1.5ms" is detected as sub-millisecond.
+  long double total_ms = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t start = i;
+    while (i < text.size() && (is_digit(text[i]) || text[i] == '.')) ++i;
+    if (i == start) return std::nullopt;
+    std::string number(text.substr(start, i - start));
+    if (std::count(number.begin(), number.end(), '.') > 1 || number.front() == '.' ||
+        number.back() == '.')
+      return std::nullopt;
+    size_t unit_start = i;
+    while (i < text.size() && !is_digit(text[i]) && text[i] != '.') ++i;
+    std::string_view unit = text.substr(unit_start, i - unit_start);
+    long double scale;
+    if (unit == "ms") scale = 1;
+    else if (unit == "s") scale = 1000;
+    else if (unit == "m") scale = 60'000;
+    else if (unit == "h") scale = 3'600'000;
+    else if (unit == "d") scale = 86'400'000;
+    else return std::nullopt;
+    total_ms += std::strtold(number.c_str(), nullptr) * scale;
+  }
+  if (total_ms > 1e15L) return std::nullopt;
+  long double whole = std::round(total_ms);
+  if (std::fabs(whole - total_ms) > 1e-6L) return std::nullopt;
+  return std::chrono::milliseconds{static_cast<int64_t>(whole)};
+}
+
+std::string format_duration(std::chrono::milliseconds duration) {
+  int64_t ms = duration.count();
+  if (ms == 0) return "0s";
+  std::string out;
+  if (ms < 0) {
+    out = "-";
+    ms = -ms;
+  }
+  if (ms % 1000 != 0 && ms >= 1000 && ms % 100 == 0 && ms < 60'000)
+    return out + fmt::format("{}.{}s", ms / 1000, (ms % 1000) / 100);  // "1.5s"
+  if (ms % 1000 != 0) return out + fmt::format("{}ms", ms);
+  int64_t s = ms / 1000;
+  int64_t h = s / 3600, m = s / 60 % 60, sec = s % 60;
+  if (h) out += fmt::format("{}h", h);
+  if (m) out += fmt::format("{}m", m);
+  if (sec) out += fmt::format("{}s", sec);
+  return out;
+}
+
+std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value > max) return std::nullopt;
+  return value;
+}
+
+std::optional<uint64_t> parse_size(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && is_digit(text[digits])) ++digits;
+  if (digits == 0) return std::nullopt;
+  auto number = parse_uint(text.substr(0, digits), UINT64_MAX / 2);
+  if (!number) return std::nullopt;
+  std::string_view unit = text.substr(digits);
+  struct Unit {
+    std::string_view name;
+    uint64_t factor;
+  };
+  static constexpr Unit kUnits[] = {
+      {"", 1},          {"b", 1},
+      {"kb", 1000},     {"kib", 1024},
+      {"mb", 1000'000}, {"mib", 1024 * 1024},
+      {"gb", 1000'000'000}, {"gib", 1024ull * 1024 * 1024},
+  };
+  for (const auto& u : kUnits) {
+    if (iequals(unit, u.name)) {
+      if (*number > UINT64_MAX / u.factor) return std::nullopt;
+      return *number * u.factor;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  std::string copy(text);
+  char* end = nullptr;
+  double value = std::strtod(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size() || !std::isfinite(value)) return std::nullopt;
+  if (copy.find_first_of("xXnN") != std::string::npos) return std::nullopt;  // hex, nan, inf
+  return value;
+}
+
+std::optional<double> parse_fraction(std::string_view text) {
+  if (!text.empty() && text.back() == '%') {
+    auto percent = parse_number(text.substr(0, text.size() - 1));
+    if (!percent) return std::nullopt;
+    return *percent / 100.0;
+  }
+  return parse_number(text);
+}
+
+std::string format_fraction(double fraction) { return fmt::format("{}%", fraction * 100.0); }
+
+HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
+  HostPortResult result;
+  if (text.empty()) {
+    result.error = "empty address";
+    return result;
+  }
+  std::string_view host = text;
+  std::string_view port_text;
+  if (text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) {
+      result.error = "missing ']' in IPv6 address";
+      return result;
+    }
+    host = text.substr(1, close - 1);
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') {
+        result.error = "expected ':' after ']'";
+        return result;
+      }
+      port_text = rest.substr(1);
+      if (port_text.empty()) {
+        result.error = "missing port after ':'";
+        return result;
+      }
+    }
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon != std::string_view::npos) {
+      if (text.find(':') != colon) {
+        result.error = "IPv6 addresses must be written in brackets, e.g. [::1]:8080";
+        return result;
+      }
+      host = text.substr(0, colon);
+      port_text = text.substr(colon + 1);
+      if (port_text.empty()) {
+        result.error = "missing port after ':'";
+        return result;
+      }
+    }
+  }
+  for (char c : host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' ||
+              c == '.' || c == '_' || c == ':' || c == '*' || c == '%';
+    if (!ok) {
+      result.error = fmt::format("invalid character '{}' in host", c);
+      return result;
+    }
+  }
+  uint16_t port = default_port;
+  if (!port_text.empty()) {
+    auto parsed = parse_uint(port_text, 65535);
+    if (!parsed || *parsed == 0) {
+      result.error = fmt::format("invalid port \"{}\" (1..65535)", port_text);
+      return result;
+    }
+    port = static_cast<uint16_t>(*parsed);
+  }
+  result.value = HostPort{std::string(host), port};
+  return result;
+}
+
+std::string join_host_port(std::string_view host, uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+namespace {
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      size_t substitute = diagonal + (lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1);
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+      // Adjacent transposition ("wieght") counts as one edit.
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+bool is_transposition(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  size_t first = a.size();
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      first = i;
+      break;
+    }
+  if (first + 1 >= a.size()) return false;
+  return a[first] == b[first + 1] && a[first + 1] == b[first] &&
+         a.substr(first + 2) == b.substr(first + 2);
+}
+}  // namespace
+
+std::string closest_match(std::string_view word, std::span<const std::string_view> candidates) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (std::string_view candidate : candidates) {
+    size_t distance = is_transposition(word, candidate) ? 1 : edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = std::string(candidate);
+    }
+  }
+  // Close enough to be a typo: at most a third of the word, and at least 1 edit allowed.
+  size_t allowed = std::max<size_t>(1, std::min<size_t>(3, word.size() / 3));
+  if (best_distance > allowed) return {};
+  return best;
+}
+
+}  // namespace heft::config

@@ -1,0 +1,59 @@
+// Scalar value syntax shared by the Heftfile parser and the JSON adapter:
+// durations, sizes, fractions, addresses, and "did you mean" suggestions.
+//
+// Pure functions; each returns nullopt (or an error string) instead of throwing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace heft::config {
+
+// "250ms", "30s", "5m", "1h", "1d", "1.5s", "1m30s", or "0". Units are required
+// (except for 0) and the result must be a whole number of milliseconds.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
+
+// The shortest canonical spelling parse_duration reads back: "250ms", "30s", "1m30s".
+std::string format_duration(std::chrono::milliseconds duration);
+
+// "1024", "64KiB", "1MiB", "1GiB", "64KB", "1MB" (KB = 1000, KiB = 1024; case-insensitive units).
+std::optional<uint64_t> parse_size(std::string_view text);
+
+// Unsigned decimal integer no larger than `max`.
+std::optional<uint64_t> parse_uint(std::string_view text, uint64_t max);
+
+// A finite decimal number ("2", "0.5", "1e-2").
+std::optional<double> parse_number(std::string_view text);
+
+// "5%" -> 0.05, or a plain number ("0.05").
+std::optional<double> parse_fraction(std::string_view text);
+
+// A fraction in its canonical Heftfile spelling ("5%").
+std::string format_fraction(double fraction);
+
+// A "host:port" backend or listen address. `host` has no brackets for IPv6.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Splits "host:port", "[v6]:port", "host" (then port = default_port) or
+// ":port" (host empty). Returns an error message on failure.
+struct HostPortResult {
+  std::optional<HostPort> value;
+  std::string error;
+};
+HostPortResult split_host_port(std::string_view text, uint16_t default_port);
+
+// "host:port" with brackets around an IPv6 host.
+std::string join_host_port(std::string_view host, uint16_t port);
+
+// The candidate closest to `word` by edit distance, if it is close enough to
+// be a likely typo; empty otherwise.
+std::string closest_match(std::string_view word, std::span<const std::string_view> candidates);
+
+}  // namespace heft::config
