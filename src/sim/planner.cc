@@ -225,12 +225,9 @@ std::string format_plan_text(const Plan& plan) {
                            format_rps(plan.peak_rps), in.planned_peak, traffic);
   }
   std::string weights;
-  for (const auto& count : plan.servers) {
-    weights += fmt::format("{}{} {}", weights.empty() ? "" : ", ", size_label(plan, count.size),
-                           format_size(count.size));
-  }
+  for (const auto& count : plan.servers) weights += (weights.empty() ? "" : ", ") + format_size(count.size);
   step(4, "With the weight matching the size",
-       fmt::format("{}weight = size ({}): every server at traffic now / total capacity\n"
+       fmt::format("{}weights = sizes ({}): every server at traffic now / total capacity\n"
                    "   = {} / ({} groups x {} x {} = {} req/s) = {}",
                    now_line, weights, traffic, with_thousands(plan.groups), format_size(plan.group_capacity),
                    format_rps(in.server_rps), format_rps(plan.total_capacity_rps),
@@ -240,8 +237,10 @@ std::string format_plan_text(const Plan& plan) {
   for (size_t i = 0; i < plan.utilisation_unweighted.size(); ++i) {
     const auto& u = plan.utilisation_unweighted[i];
     const bool plural = plan.servers[i].per_group > 1;
-    per_size += fmt::format("\n   {} server{} ({}x): {} / ({} x {}) = {}", size_label(plan, u.size),
-                            plural ? "s" : "", format_size(u.size), format_rps(u.share_rps), format_size(u.size),
+    const std::string label = size_label(plan, u.size);
+    const std::string size_note = label.back() == 'x' ? "" : " (" + format_size(u.size) + "x)";
+    per_size += fmt::format("\n   {} server{}{}: {} / ({} x {}) = {}", label, plural ? "s" : "", size_note,
+                            format_rps(u.share_rps), format_size(u.size),
                             format_rps(in.server_rps), format_percent(u.busy_percent));
   }
   step(5, "Without the weight",
@@ -253,12 +252,12 @@ std::string format_plan_text(const Plan& plan) {
   const double reduced_group = plan.reduced_capacity_rps / (static_cast<double>(plan.groups) * in.server_rps);
   step(6, fmt::format("If the {} server{} slow{} to half speed", big, plan.servers.front().per_group > 1 ? "s" : "",
                       plan.servers.front().per_group > 1 ? "" : "s"),
-       fmt::format("a fixed share (weighted round robin) asks each for traffic now x {} / ({} x {})\n"
+       fmt::format("a fixed share (weighted round robin) asks {} for traffic now x {} / ({} x {})\n"
                    "   = {} req/s of its {} x {} x 0.5 = {} req/s = {}\n"
                    "   least connections moves work off it; a perfect split puts every server at\n"
                    "   traffic now / reduced capacity = {} / ({} x {} x {} = {} req/s) = {}",
-                   format_size(plan.largest_size), with_thousands(plan.groups), format_size(plan.group_capacity),
-                   format_rps(plan.fixed_share_big_rps), format_size(plan.largest_size), format_rps(in.server_rps),
+                   plan.servers.front().per_group > 1 ? "each" : "it", format_size(plan.largest_size),
+                   with_thousands(plan.groups), format_size(plan.group_capacity), format_rps(plan.fixed_share_big_rps), format_size(plan.largest_size), format_rps(in.server_rps),
                    format_rps(plan.slow_server_capacity_rps), format_percent(plan.fixed_share_big_percent), traffic,
                    with_thousands(plan.groups), format_size(reduced_group), format_rps(in.server_rps),
                    format_rps(plan.reduced_capacity_rps), format_percent(plan.perfect_split_percent)));
