@@ -276,7 +276,9 @@ class WeightedRoundRobin final : public Policy {
         complete_.store(true, std::memory_order_release);
         return true;
       }
-      leave_fast();
+      // The caller's ticket (and any later one) gets no table entry: the exact
+      // state resumes right before it.
+      leave_fast(ticket);
       return false;
     }
     return true;
@@ -299,10 +301,11 @@ class WeightedRoundRobin final : public Policy {
   }
 
   // Caller holds mu_. Turns the fast-mode ticket count into exact current weights.
-  void leave_fast() {
+  // Tickets from `first_unserved` on were never answered from the table.
+  void leave_fast(uint64_t first_unserved = UINT64_MAX) {
     uint64_t word = ticket_.fetch_and(~kFastBit, std::memory_order_acq_rel);
     if (!(word & kFastBit)) return;
-    uint64_t count = word & kTicketMask;
+    uint64_t count = std::min(word & kTicketMask, first_unserved);
     // Tickets past the generated frontier (readers still on their way to the
     // lock) never got an entry; the sequence resumes at the frontier.
     if (!complete_.load(std::memory_order_relaxed))
