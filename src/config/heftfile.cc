@@ -1,0 +1,1003 @@
+// The Heftfile parser: gives meaning to the generic syntax tree (syntax.h).
+// See heftfile.h for the contract and docs/heftfile.md for the language.
+#include "config/heftfile.h"
+
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <span>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "config/json.h"
+#include "config/syntax.h"
+#include "config/values.h"
+
+namespace heft::config {
+namespace {
+
+using syntax::Directive;
+using syntax::Token;
+
+constexpr std::string_view kGlobalOptions[] = {
+    "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
+    "max_connections"};
+constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default"};
+constexpr std::string_view kProxyOptions[] = {
+    "to", "lb_policy", "hash_strategy", "keepalive", "next_upstream", "next_upstream_tries",
+    "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
+    "retry_body_limit", "header_up", "header_down", "slow_start", "max_fails", "fail_timeout",
+    "health_uri", "health_port", "health_interval", "health_timeout", "health_status",
+    "health_body", "health_headers", "health_passes", "health_fails", "adaptive"};
+constexpr std::string_view kUpstreamOptions[] = {"weight", "max_fails", "fail_timeout",
+                                                 "backup", "down", "slow_start"};
+constexpr std::string_view kAdaptiveOptions[] = {"interval", "latency_threshold",
+                                                 "median_factor", "error_threshold",
+                                                 "cut", "min_weight_ratio"};
+constexpr std::string_view kLogOptions[] = {"output"};
+constexpr std::string_view kNextUpstreamConditions[] = {
+    "error", "timeout", "http_500", "http_502", "http_503", "http_504", "non_idempotent", "off"};
+constexpr std::string_view kPolicyNames[] = {
+    "round_robin", "weighted_round_robin", "least_conn", "random", "p2c", "first", "ip_hash",
+    "hash", "header", "cookie", "uri_hash", "client_ip_hash"};
+constexpr std::string_view kHashKeys[] = {"client_ip", "uri", "header", "cookie"};
+
+template <size_t N>
+bool contains(const std::string_view (&list)[N], std::string_view word) {
+  return std::find(std::begin(list), std::end(list), word) != std::end(list);
+}
+
+std::string lowercase(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return out;
+}
+
+// A backend address plus the options written for it, before pool defaults apply.
+struct PendingUpstream {
+  UpstreamConfig upstream;
+  Token at;
+  bool explicit_max_fails = false;
+  bool explicit_fail_timeout = false;
+};
+
+// Where a site's address and `default` were written, for cross-site errors.
+struct SitePlaces {
+  std::vector<Token> addresses;  // one per host (or one for "any host")
+  std::optional<Token> default_marker;
+};
+
+class Parser {
+ public:
+  Parser(std::string_view file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
+
+  Config parse(const syntax::Tree& tree) {
+    Config config;
+    std::vector<const Directive*> top;
+    for (const Directive& d : tree.top)
+      if (!d.is_comment) top.push_back(&d);
+    size_t i = 0;
+    if (!top.empty() && top[0]->name.text.empty() && !top[0]->name.quoted) {
+      global(*top[0], config);
+      i = 1;
+    }
+    std::vector<SitePlaces> places;
+    for (; i < top.size(); ++i) {
+      const Directive& d = *top[i];
+      if (d.name.text.empty() && !d.name.quoted) {
+        error(d.name, "the global options block must come first in the file");
+        continue;
+      }
+      SiteConfig site;
+      SitePlaces place;
+      if (!d.has_block) {
+        if (!config.sites.empty()) {
+          error(d.name, fmt::format("expected '{{' after site address \"{}\"", d.name.text));
+          continue;
+        }
+        // A single site may omit its braces: everything after its address line is its body.
+        std::vector<const Directive*> body(top.begin() + i + 1, top.end());
+        site_block(d, body, site, place);
+        config.sites.push_back(std::move(site));
+        places.push_back(std::move(place));
+        break;
+      }
+      std::vector<const Directive*> body;
+      for (const Directive& child : d.block)
+        if (!child.is_comment) body.push_back(&child);
+      site_block(d, body, site, place);
+      config.sites.push_back(std::move(site));
+      places.push_back(std::move(place));
+    }
+    if (config.sites.empty() && errors_.empty())
+      errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
+    check_sites(config, places);
+    group_by_port(config);
+    return config;
+  }
+
+ private:
+  // ---- diagnostics -------------------------------------------------------
+
+  void error(const Token& at, std::string message) {
+    errors_.push_back({file_, at.line, at.column, "", std::move(message)});
+  }
+
+  void error_at(int line, int column, std::string message) {
+    errors_.push_back({file_, line, column, "", std::move(message)});
+  }
+
+  template <size_t N>
+  void unknown(const Token& at, const std::string_view (&known)[N], std::string_view what) {
+    std::string suggestion = closest_match(at.text, std::span<const std::string_view>(known, N));
+    if (suggestion.empty())
+      error(at, fmt::format("unknown {} \"{}\"", what, at.text));
+    else
+      error(at, fmt::format("unknown {} \"{}\" (did you mean \"{}\"?)", what, at.text, suggestion));
+  }
+
+  // ---- argument shapes ---------------------------------------------------
+
+  bool no_block(const Directive& d) {
+    if (!d.has_block) return true;
+    error(d.open_brace, fmt::format("\"{}\" takes no block", d.name.text));
+    return false;
+  }
+
+  // Exactly one argument and no block; nullptr after reporting otherwise.
+  const Token* single(const Directive& d) {
+    if (!no_block(d)) return nullptr;
+    if (d.args.empty()) {
+      error(d.name, fmt::format("missing value for \"{}\"", d.name.text));
+      return nullptr;
+    }
+    if (d.args.size() > 1) {
+      error(d.args[1], fmt::format("unexpected argument \"{}\" for \"{}\"", d.args[1].text, d.name.text));
+      return nullptr;
+    }
+    return &d.args[0];
+  }
+
+  bool no_args(const Directive& d) {
+    if (d.args.empty()) return true;
+    error(d.args[0], fmt::format("\"{}\" takes no arguments", d.name.text));
+    return false;
+  }
+
+  // Options that may be given once per block.
+  bool first_time(std::map<std::string, Token>& seen, const Directive& d) {
+    auto [it, inserted] = seen.emplace(d.name.text, d.name);
+    if (inserted) return true;
+    error(d.name, fmt::format("duplicate option \"{}\" (first set at {}:{})", d.name.text,
+                              it->second.line, it->second.column));
+    return false;
+  }
+
+  // ---- values --------------------------------------------------------------
+
+  std::optional<milliseconds> duration(const Token& t, bool positive) {
+    auto value = parse_duration(t.text);
+    if (!value) {
+      error(t, fmt::format("invalid duration \"{}\" (use e.g. 250ms, 30s, 5m, 1h)", t.text));
+      return std::nullopt;
+    }
+    if (positive && value->count() == 0) {
+      error(t, fmt::format("duration must be greater than 0, got \"{}\"", t.text));
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  std::optional<uint64_t> integer(const Token& t, uint64_t min, uint64_t max, std::string_view what) {
+    auto value = parse_uint(t.text, max);
+    if (!value || *value < min) {
+      error(t, fmt::format("{} must be an integer {}..{}, got \"{}\"", what, min, max, t.text));
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  std::optional<double> fraction(const Token& t, double min, double max, std::string_view what) {
+    auto value = parse_fraction(t.text);
+    if (!value || *value < min || *value > max) {
+      error(t, fmt::format("{} must be a fraction {}..{} (e.g. \"{}\"), got \"{}\"", what,
+                           format_fraction(min), format_fraction(max), format_fraction(max / 2),
+                           t.text));
+      return std::nullopt;
+    }
+    return value;
+  }
+
+  // ---- global options ------------------------------------------------------
+
+  void global(const Directive& block, Config& config) {
+    if (!block.args.empty()) error(block.args[0], "the global options block takes no arguments");
+    std::map<std::string, Token> seen;
+    for (const Directive& d : block.block) {
+      if (d.is_comment) continue;
+      const std::string& name = d.name.text;
+      if (!contains(kGlobalOptions, name)) {
+        unknown(d.name, kGlobalOptions, "global option");
+        continue;
+      }
+      if (!first_time(seen, d)) continue;
+      const Token* arg = single(d);
+      if (!arg) continue;
+      if (name == "admin") {
+        if (arg->text == "off") {
+          config.admin.enabled = false;
+        } else {
+          auto split = split_host_port(arg->text, 0);
+          if (!split.value || split.value->port == 0)
+            error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text,
+                                    split.value ? "missing port" : split.error));
+          else
+            config.admin.address = arg->text;
+        }
+      } else if (name == "admin_token") {
+        config.admin.token = arg->text;
+      } else if (name == "workers") {
+        if (auto n = integer(*arg, 0, 1024, "workers")) config.workers = unsigned(*n);
+      } else if (name == "grace_period") {
+        if (auto v = duration(*arg, false)) config.grace_period = *v;
+      } else if (name == "idle_timeout") {
+        if (auto v = duration(*arg, true)) config.idle_timeout = *v;
+      } else if (name == "header_timeout") {
+        if (auto v = duration(*arg, true)) config.header_timeout = *v;
+      } else if (name == "max_connections") {
+        if (auto n = integer(*arg, 1, 10'000'000, "max_connections")) config.max_connections = uint32_t(*n);
+      }
+    }
+  }
+
+  // ---- sites ---------------------------------------------------------------
+
+  void site_addresses(const Directive& d, SiteConfig& site, SitePlaces& place) {
+    std::vector<Token> addresses;
+    std::vector<Token> words{d.name};
+    words.insert(words.end(), d.args.begin(), d.args.end());
+    for (const Token& word : words) {
+      size_t start = 0;
+      while (start <= word.text.size()) {
+        size_t comma = word.text.find(',', start);
+        if (comma == std::string::npos) comma = word.text.size();
+        if (comma > start) {
+          Token part = word;
+          part.text = word.text.substr(start, comma - start);
+          part.column = word.column + int(start) + (word.quoted ? 1 : 0);
+          addresses.push_back(part);
+        }
+        start = comma + 1;
+      }
+    }
+    std::optional<Token> first_port_at;
+    bool any_host = false;
+    for (const Token& address : addresses) {
+      std::string_view text = address.text;
+      if (text.starts_with("https://")) {
+        error(address, fmt::format("\"{}\": https is not supported; heft serves plain HTTP", text));
+        continue;
+      }
+      if (text.starts_with("http://")) text.remove_prefix(7);
+      if (text.find('/') != std::string_view::npos) {
+        error(address, fmt::format("\"{}\": paths are not supported in site addresses", address.text));
+        continue;
+      }
+      auto split = split_host_port(text, 80);
+      if (!split.value) {
+        error(address, fmt::format("invalid site address \"{}\": {}", address.text, split.error));
+        continue;
+      }
+      if (first_port_at && split.value->port != site.port) {
+        error(address, fmt::format("all addresses of a site must share one port (\"{}\" uses {})",
+                                   first_port_at->text, site.port));
+        continue;
+      }
+      if (!first_port_at) {
+        first_port_at = address;
+        site.port = split.value->port;
+      }
+      if (split.value->host.empty()) {
+        if (!site.hosts.empty() || any_host)
+          error(address, fmt::format("\"{}\" answers every host: write it alone", address.text));
+        any_host = true;
+        place.addresses.push_back(address);
+        continue;
+      }
+      if (any_host) {
+        error(address, fmt::format("\"{}\" answers every host: write it alone", first_port_at->text));
+        continue;
+      }
+      std::string host = lowercase(split.value->host);
+      if (std::find(site.hosts.begin(), site.hosts.end(), host) != site.hosts.end()) {
+        error(address, fmt::format("duplicate address \"{}\" in this site", address.text));
+        continue;
+      }
+      site.hosts.push_back(host);
+      Token placed = address;
+      placed.text = host;
+      place.addresses.push_back(placed);
+    }
+  }
+
+  void site_block(const Directive& head, const std::vector<const Directive*>& body, SiteConfig& site,
+                  SitePlaces& place) {
+    site.file = file_;
+    site.line = head.name.line;
+    site_addresses(head, site, place);
+    const Directive* proxy = nullptr;
+    std::map<std::string, Token> seen;
+    for (const Directive* d : body) {
+      const std::string& name = d->name.text;
+      if (!contains(kSiteOptions, name)) {
+        unknown(d->name, kSiteOptions, "directive");
+        continue;
+      }
+      if (name == "reverse_proxy") {
+        if (proxy) {
+          error(d->name, fmt::format("only one reverse_proxy per site (first at {}:{})",
+                                     proxy->name.line, proxy->name.column));
+          continue;
+        }
+        proxy = d;
+        pool(*d, site.proxy);
+      } else if (name == "log") {
+        if (first_time(seen, *d)) log(*d, site.log);
+      } else if (name == "default") {
+        if (first_time(seen, *d) && no_args(*d) && no_block(*d)) {
+          site.is_default = true;
+          place.default_marker = d->name;
+        }
+      }
+    }
+    if (!proxy) error(head.name, "site has no reverse_proxy");
+  }
+
+  void log(const Directive& d, LogConfig& log) {
+    log.enabled = true;
+    log.output = "stderr";
+    if (!no_args(d)) return;
+    std::map<std::string, Token> seen;
+    for (const Directive& option : d.block) {
+      if (option.is_comment) continue;
+      if (!contains(kLogOptions, option.name.text)) {
+        unknown(option.name, kLogOptions, "log option");
+        continue;
+      }
+      if (!first_time(seen, option) || !no_block(option)) continue;
+      // output stderr | output file PATH
+      if (option.args.empty()) {
+        error(option.name, "missing value for \"output\" (stderr or file PATH)");
+      } else if (option.args[0].text == "stderr") {
+        if (option.args.size() > 1) error(option.args[1], "unexpected argument after \"stderr\"");
+        log.output = "stderr";
+      } else if (option.args[0].text == "file") {
+        if (option.args.size() < 2)
+          error(option.args[0], "missing path after \"file\"");
+        else if (option.args.size() > 2)
+          error(option.args[2], "unexpected argument after the log file path");
+        else if (option.args[1].text.empty() || option.args[1].text == "stderr")
+          error(option.args[1], "invalid log file path");
+        else
+          log.output = option.args[1].text;
+      } else {
+        error(option.args[0],
+              fmt::format("unknown log output \"{}\" (stderr or file PATH)", option.args[0].text));
+      }
+    }
+  }
+
+  // ---- reverse_proxy -------------------------------------------------------
+
+  void pool(const Directive& d, PoolConfig& pool) {
+    std::vector<PendingUpstream> pending;
+    for (const Token& arg : d.args) upstream_address(arg, pending);
+    std::optional<uint32_t> pool_max_fails;
+    std::optional<milliseconds> pool_fail_timeout;
+    std::optional<Token> policy_at;
+    std::map<std::string, Token> seen;
+    for (const Directive& option : d.block) {
+      if (option.is_comment) continue;
+      const std::string& name = option.name.text;
+      if (!contains(kProxyOptions, name)) {
+        unknown(option.name, kProxyOptions, "option");
+        continue;
+      }
+      if (name == "to") {
+        to_line(option, pending);
+        continue;
+      }
+      if (name == "header_up" || name == "header_down") {
+        if (no_block(option)) header_op(option, name == "header_up" ? pool.header_up : pool.header_down);
+        continue;
+      }
+      if (!first_time(seen, option)) continue;
+      if (name == "health_headers") {
+        health_headers(option, pool);
+        continue;
+      }
+      if (name == "adaptive") {
+        adaptive(option, pool.adaptive);
+        continue;
+      }
+      if (name == "lb_policy") {
+        if (no_block(option)) lb_policy(option, pool);
+        policy_at = option.name;
+        continue;
+      }
+      if (name == "next_upstream") {
+        if (no_block(option)) next_upstream(option, pool.next_upstream);
+        continue;
+      }
+      const Token* arg = single(option);
+      if (!arg) continue;
+      if (name == "hash_strategy") {
+        if (auto strategy = balance::parse_hash_strategy(arg->text))
+          pool.hash_strategy = *strategy;
+        else
+          error(*arg, fmt::format("unknown hash_strategy \"{}\" (ring or maglev)", arg->text));
+      } else if (name == "keepalive") {
+        if (auto n = integer(*arg, 0, 100'000, "keepalive")) pool.keepalive = uint32_t(*n);
+      } else if (name == "next_upstream_tries") {
+        if (auto n = integer(*arg, 0, 1000, "next_upstream_tries")) pool.next_upstream_tries = uint32_t(*n);
+      } else if (name == "next_upstream_timeout") {
+        if (auto v = duration(*arg, false)) pool.next_upstream_timeout = *v;
+      } else if (name == "connect_timeout") {
+        if (auto v = duration(*arg, true)) pool.connect_timeout = *v;
+      } else if (name == "read_timeout") {
+        if (auto v = duration(*arg, true)) pool.read_timeout = *v;
+      } else if (name == "send_timeout") {
+        if (auto v = duration(*arg, true)) pool.send_timeout = *v;
+      } else if (name == "retry_body_limit") {
+        if (auto size = parse_size(arg->text); size && *size <= (uint64_t(1) << 40))
+          pool.retry_body_limit = size_t(*size);
+        else
+          error(*arg, fmt::format("invalid size \"{}\" (use e.g. 65536, 64KiB, 1MiB)", arg->text));
+      } else if (name == "slow_start") {
+        if (auto v = duration(*arg, true)) pool.slow_start = *v;
+      } else if (name == "max_fails") {
+        if (auto n = integer(*arg, 0, 1'000'000, "max_fails")) pool_max_fails = uint32_t(*n);
+      } else if (name == "fail_timeout") {
+        if (auto v = duration(*arg, false)) pool_fail_timeout = *v;
+      } else if (name == "health_uri") {
+        if (arg->text.empty() || arg->text.front() != '/')
+          error(*arg, fmt::format("health_uri must start with '/', got \"{}\"", arg->text));
+        else
+          pool.health_uri = arg->text;
+      } else if (name == "health_port") {
+        if (auto n = integer(*arg, 1, 65535, "health_port")) pool.health_port = uint16_t(*n);
+      } else if (name == "health_interval") {
+        if (auto v = duration(*arg, true)) pool.health_interval = *v;
+      } else if (name == "health_timeout") {
+        if (auto v = duration(*arg, true)) pool.health_timeout = *v;
+      } else if (name == "health_status") {
+        static const std::regex kStatus("[1-5]([0-9][0-9]|xx)");
+        if (std::regex_match(arg->text, kStatus))
+          pool.health_status = arg->text;
+        else
+          error(*arg, fmt::format("invalid health_status \"{}\" (e.g. 200 or 2xx)", arg->text));
+      } else if (name == "health_body") {
+        try {
+          std::regex compiled(arg->text, std::regex::ECMAScript);
+          pool.health_body = arg->text;
+        } catch (const std::regex_error& e) {
+          error(*arg, fmt::format("invalid health_body regular expression \"{}\": {}", arg->text, e.what()));
+        }
+      } else if (name == "health_passes") {
+        if (auto n = integer(*arg, 1, 1000, "health_passes")) pool.health_passes = uint32_t(*n);
+      } else if (name == "health_fails") {
+        if (auto n = integer(*arg, 1, 1000, "health_fails")) pool.health_fails = uint32_t(*n);
+      }
+    }
+
+    // Pool-level max_fails / fail_timeout are defaults for backends that set none.
+    std::map<std::string, Token> dials;
+    for (PendingUpstream& p : pending) {
+      if (pool_max_fails && !p.explicit_max_fails) p.upstream.max_fails = *pool_max_fails;
+      if (pool_fail_timeout && !p.explicit_fail_timeout) p.upstream.fail_timeout = *pool_fail_timeout;
+      auto [it, inserted] = dials.emplace(p.upstream.dial, p.at);
+      if (!inserted) {
+        error(p.at, fmt::format("duplicate backend \"{}\" in this pool (first at {}:{})", p.upstream.dial,
+                                it->second.line, it->second.column));
+        continue;
+      }
+      pool.upstreams.push_back(std::move(p.upstream));
+    }
+    if (pending.empty()) error(d.name, "reverse_proxy has no upstreams (add addresses or \"to\" lines)");
+    if (pool.policy == balance::PolicyKind::hash && pool.hash_key.kind == HashKey::none && policy_at)
+      error(*policy_at, "lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
+  }
+
+  // Parses "host:port[?weight=N&...]" into a pending upstream; false on error.
+  bool upstream_address(const Token& t, std::vector<PendingUpstream>& out) {
+    std::string_view text = t.text;
+    std::string_view query;
+    if (size_t q = text.find('?'); q != std::string_view::npos) {
+      query = text.substr(q + 1);
+      text = text.substr(0, q);
+    }
+    if (text.starts_with("https://")) {
+      error(t, fmt::format("\"{}\": TLS to backends is not supported", t.text));
+      return false;
+    }
+    if (text.starts_with("http://")) text.remove_prefix(7);
+    auto split = split_host_port(text, 80);
+    if (!split.value || split.value->host.empty()) {
+      error(t, fmt::format("invalid backend address \"{}\": {}", t.text,
+                           split.value ? "missing host" : split.error));
+      return false;
+    }
+    PendingUpstream p;
+    p.at = t;
+    p.upstream.host = split.value->host;
+    p.upstream.port = split.value->port;
+    p.upstream.dial = join_host_port(p.upstream.host, p.upstream.port);
+    // Inline options: ?weight=5&max_fails=3 (Caddy's shortcut form).
+    int query_column = t.column + (t.quoted ? 1 : 0) + int(t.text.size() - query.size());
+    size_t start = 0;
+    while (!query.empty() && start <= query.size()) {
+      size_t amp = query.find('&', start);
+      if (amp == std::string_view::npos) amp = query.size();
+      std::string_view pair = query.substr(start, amp - start);
+      Token key{std::string(pair.substr(0, pair.find('='))), t.line, query_column + int(start), false};
+      Token value{"", t.line, key.column + int(key.text.size()) + 1, false};
+      bool has_value = pair.find('=') != std::string_view::npos;
+      if (has_value) value.text = std::string(pair.substr(pair.find('=') + 1));
+      if (!contains(kUpstreamOptions, key.text)) {
+        unknown(key, kUpstreamOptions, "backend option");
+      } else if (key.text == "backup" || key.text == "down") {
+        if (has_value && value.text != "true" && value.text != "false")
+          error(value, fmt::format("{} must be true or false, got \"{}\"", key.text, value.text));
+        else
+          upstream_flag(p, key.text, !has_value || value.text == "true");
+      } else if (!has_value || value.text.empty()) {
+        error(key, fmt::format("missing value for \"{}\"", key.text));
+      } else {
+        upstream_option(p, key, value);
+      }
+      start = amp + 1;
+    }
+    out.push_back(std::move(p));
+    return true;
+  }
+
+  void upstream_flag(PendingUpstream& p, std::string_view name, bool value) {
+    if (name == "backup") p.upstream.backup = value;
+    if (name == "down") p.upstream.down = value;
+  }
+
+  void upstream_option(PendingUpstream& p, const Token& name, const Token& value) {
+    if (name.text == "weight") {
+      if (auto n = integer(value, 0, kMaxWeight, "weight")) p.upstream.weight = uint32_t(*n);
+    } else if (name.text == "max_fails") {
+      if (auto n = integer(value, 0, 1'000'000, "max_fails")) {
+        p.upstream.max_fails = uint32_t(*n);
+        p.explicit_max_fails = true;
+      }
+    } else if (name.text == "fail_timeout") {
+      if (auto v = duration(value, false)) {
+        p.upstream.fail_timeout = *v;
+        p.explicit_fail_timeout = true;
+      }
+    } else if (name.text == "slow_start") {
+      if (auto v = duration(value, true)) p.upstream.slow_start = *v;
+    }
+  }
+
+  static bool looks_like_address(std::string_view word) {
+    return word.find_first_of(":.?[/") != std::string_view::npos || word == "localhost";
+  }
+
+  // to ADDR [ADDR...] [weight N] [max_fails N] [fail_timeout DUR] [backup] [down] [slow_start DUR]
+  void to_line(const Directive& d, std::vector<PendingUpstream>& pending) {
+    if (!no_block(d)) return;
+    size_t first_new = pending.size();
+    size_t i = 0;
+    for (; i < d.args.size(); ++i) {
+      const Token& arg = d.args[i];
+      if (contains(kUpstreamOptions, arg.text)) break;
+      if (!looks_like_address(arg.text) &&
+          !closest_match(arg.text, std::span<const std::string_view>(kUpstreamOptions)).empty())
+        break;  // a misspelled option, reported below
+      upstream_address(arg, pending);
+    }
+    if (i == 0) {
+      error(d.args.empty() ? d.name : d.args[0], "\"to\" needs at least one backend address");
+      return;
+    }
+    PendingUpstream applied;  // validates each option once before it is applied to every address
+    std::map<std::string, Token> seen;
+    for (; i < d.args.size(); ++i) {
+      const Token& name = d.args[i];
+      if (!contains(kUpstreamOptions, name.text)) {
+        unknown(name, kUpstreamOptions, "option");
+        return;
+      }
+      auto [it, inserted] = seen.emplace(name.text, name);
+      if (!inserted)
+        error(name, fmt::format("duplicate option \"{}\" (first set at {}:{})", name.text,
+                                it->second.line, it->second.column));
+      if (name.text == "backup" || name.text == "down") {
+        for (size_t k = first_new; k < pending.size(); ++k) upstream_flag(pending[k], name.text, true);
+        continue;
+      }
+      if (i + 1 >= d.args.size()) {
+        error(name, fmt::format("missing value for \"{}\"", name.text));
+        return;
+      }
+      const Token& value = d.args[++i];
+      size_t errors_before = errors_.size();
+      upstream_option(applied, name, value);
+      if (errors_.size() != errors_before) continue;
+      for (size_t k = first_new; k < pending.size(); ++k) upstream_option(pending[k], name, value);
+    }
+  }
+
+  void lb_policy(const Directive& d, PoolConfig& pool) {
+    if (d.args.empty()) {
+      error(d.name, "missing value for \"lb_policy\"");
+      return;
+    }
+    const Token& name = d.args[0];
+    size_t used = 1;
+    auto set_hash = [&](HashKey::Kind kind, std::string key_name) {
+      pool.policy = balance::PolicyKind::hash;
+      pool.hash_key = HashKey{kind, std::move(key_name)};
+    };
+    auto named_key = [&](const Token& after, HashKey::Kind kind) {
+      if (d.args.size() <= used) {
+        error(after, fmt::format("\"{}\" needs a name, e.g. {} {}", after.text, after.text,
+                                 kind == HashKey::header ? "X-User-ID" : "session"));
+        pool.policy = balance::PolicyKind::hash;
+        pool.hash_key = HashKey{kind, ""};
+        return;
+      }
+      set_hash(kind, d.args[used++].text);
+    };
+    if (name.text == "ip_hash" || name.text == "client_ip_hash") {
+      set_hash(HashKey::client_ip, "");
+    } else if (name.text == "uri_hash") {
+      set_hash(HashKey::uri, "");
+    } else if (name.text == "header") {
+      named_key(name, HashKey::header);
+    } else if (name.text == "cookie") {
+      named_key(name, HashKey::cookie);
+    } else if (name.text == "hash") {
+      if (d.args.size() < 2) {
+        error(name, "lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
+        pool.policy = balance::PolicyKind::hash;
+        pool.hash_key = HashKey{HashKey::client_ip, ""};  // reported; avoid a second error
+        return;
+      }
+      const Token& key = d.args[1];
+      used = 2;
+      if (key.text == "client_ip") set_hash(HashKey::client_ip, "");
+      else if (key.text == "uri") set_hash(HashKey::uri, "");
+      else if (key.text == "header") named_key(key, HashKey::header);
+      else if (key.text == "cookie") named_key(key, HashKey::cookie);
+      else {
+        unknown(key, kHashKeys, "hash key");
+        pool.policy = balance::PolicyKind::hash;
+        pool.hash_key = HashKey{HashKey::client_ip, ""};
+        return;
+      }
+    } else if (auto kind = balance::parse_policy(name.text)) {
+      pool.policy = *kind;
+    } else {
+      unknown(name, kPolicyNames, "lb_policy");
+      return;
+    }
+    if (d.args.size() > used)
+      error(d.args[used], fmt::format("unexpected argument \"{}\" for lb_policy {}", d.args[used].text, name.text));
+  }
+
+  void next_upstream(const Directive& d, NextUpstream& out) {
+    if (d.args.empty()) {
+      error(d.name, "missing value for \"next_upstream\"");
+      return;
+    }
+    NextUpstream flags{false, false, false, false, false, false, false, false};
+    for (const Token& arg : d.args) {
+      const std::string& c = arg.text;
+      if (!contains(kNextUpstreamConditions, c)) {
+        unknown(arg, kNextUpstreamConditions, "next_upstream condition");
+        return;
+      }
+      if (c == "off" && d.args.size() > 1) {
+        error(arg, "next_upstream off cannot be combined with other conditions");
+        return;
+      }
+      if (c == "error") flags.error = true;
+      if (c == "timeout") flags.timeout = true;
+      if (c == "http_500") flags.http_500 = true;
+      if (c == "http_502") flags.http_502 = true;
+      if (c == "http_503") flags.http_503 = true;
+      if (c == "http_504") flags.http_504 = true;
+      if (c == "non_idempotent") flags.non_idempotent = true;
+      if (c == "off") flags.off = true;
+    }
+    out = flags;
+  }
+
+  // header_up Name value | +Name value | -Name
+  void header_op(const Directive& d, std::vector<HeaderOp>& ops) {
+    if (d.args.empty()) {
+      error(d.name, fmt::format("missing header name for \"{}\"", d.name.text));
+      return;
+    }
+    const Token& name = d.args[0];
+    HeaderOp op;
+    op.name = name.text;
+    if (name.text.starts_with('+')) {
+      op.op = HeaderOp::add;
+      op.name.erase(0, 1);
+    } else if (name.text.starts_with('-')) {
+      op.op = HeaderOp::remove;
+      op.name.erase(0, 1);
+    }
+    if (op.name.empty() || op.name.find_first_of(" :\t") != std::string::npos) {
+      error(name, fmt::format("invalid header name \"{}\"", name.text));
+      return;
+    }
+    if (op.op == HeaderOp::remove) {
+      if (d.args.size() > 1) {
+        error(d.args[1], fmt::format("\"{}\" removes a header and takes no value", name.text));
+        return;
+      }
+    } else {
+      if (d.args.size() < 2) {
+        error(name, fmt::format("missing value for header \"{}\"", op.name));
+        return;
+      }
+      if (d.args.size() > 2) {
+        error(d.args[2], "unexpected argument (quote values that contain spaces)");
+        return;
+      }
+      op.value = d.args[1].text;
+    }
+    ops.push_back(std::move(op));
+  }
+
+  void health_headers(const Directive& d, PoolConfig& pool) {
+    if (!no_args(d)) return;
+    if (!d.has_block) {
+      error(d.name, "health_headers needs a block: health_headers { Name value }");
+      return;
+    }
+    for (const Directive& header : d.block) {
+      if (header.is_comment || !no_block(header)) continue;
+      if (header.args.size() != 1) {
+        error(header.args.empty() ? header.name : header.args[1],
+              header.args.empty() ? fmt::format("missing value for header \"{}\"", header.name.text)
+                                  : std::string("unexpected argument (quote values that contain spaces)"));
+        continue;
+      }
+      pool.health_headers.emplace_back(header.name.text, header.args[0].text);
+    }
+  }
+
+  void adaptive(const Directive& d, AdaptiveConfig& adaptive) {
+    adaptive.enabled = true;
+    if (!d.args.empty()) {
+      if (d.args[0].text == "off" && d.args.size() == 1 && !d.has_block) {
+        adaptive.enabled = false;
+        return;
+      }
+      error(d.args[0], "adaptive takes no arguments other than \"off\"");
+      return;
+    }
+    std::map<std::string, Token> seen;
+    for (const Directive& option : d.block) {
+      if (option.is_comment) continue;
+      const std::string& name = option.name.text;
+      if (!contains(kAdaptiveOptions, name)) {
+        unknown(option.name, kAdaptiveOptions, "adaptive option");
+        continue;
+      }
+      if (!first_time(seen, option)) continue;
+      const Token* arg = single(option);
+      if (!arg) continue;
+      if (name == "interval") {
+        if (auto v = duration(*arg, true)) adaptive.interval = *v;
+      } else if (name == "latency_threshold") {
+        if (auto v = duration(*arg, false)) adaptive.latency_threshold = *v;
+      } else if (name == "median_factor") {
+        auto v = parse_number(arg->text);
+        if (!v || *v < 1.0 || *v > 100.0)
+          error(*arg, fmt::format("median_factor must be a number 1..100, got \"{}\"", arg->text));
+        else
+          adaptive.median_factor = *v;
+      } else if (name == "error_threshold") {
+        if (auto v = fraction(*arg, 0.0, 1.0, "error_threshold")) adaptive.error_threshold = *v;
+      } else if (name == "cut") {
+        if (auto v = fraction(*arg, 0.0, 1.0, "cut")) {
+          if (*v == 0.0)
+            error(*arg, "cut must be greater than 0%");
+          else
+            adaptive.cut = *v;
+        }
+      } else if (name == "min_weight_ratio") {
+        if (auto v = fraction(*arg, 0.0, 1.0, "min_weight_ratio")) adaptive.min_weight_ratio = *v;
+      }
+    }
+  }
+
+  // ---- across sites --------------------------------------------------------
+
+  void check_sites(const Config& config, const std::vector<SitePlaces>& places) {
+    std::map<std::pair<uint16_t, std::string>, Token> addresses;
+    std::map<uint16_t, Token> defaults;
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      const SiteConfig& site = config.sites[s];
+      for (const Token& at : places[s].addresses) {
+        std::string host = site.hosts.empty() ? "" : at.text;
+        auto [it, inserted] = addresses.emplace(std::pair{site.port, host}, at);
+        if (inserted) continue;
+        if (host.empty())
+          error(at, fmt::format("two sites answer every host on port {} (first at {}:{})", site.port,
+                                it->second.line, it->second.column));
+        else
+          error(at, fmt::format("duplicate site \"{}\" (first at {}:{})",
+                                join_host_port(host, site.port), it->second.line, it->second.column));
+      }
+      if (places[s].default_marker) {
+        const Token& at = *places[s].default_marker;
+        auto [it, inserted] = defaults.emplace(site.port, at);
+        if (!inserted)
+          error(at, fmt::format("second default site for port {} (first at {}:{})", site.port,
+                                it->second.line, it->second.column));
+      }
+    }
+  }
+
+  // Sites sharing a port become one JSON server; keep that order here so that
+  // the JSON form round-trips exactly.
+  static void group_by_port(Config& config) {
+    std::vector<uint16_t> port_order;
+    for (const SiteConfig& site : config.sites)
+      if (std::find(port_order.begin(), port_order.end(), site.port) == port_order.end())
+        port_order.push_back(site.port);
+    std::stable_sort(config.sites.begin(), config.sites.end(), [&](const SiteConfig& a, const SiteConfig& b) {
+      return std::find(port_order.begin(), port_order.end(), a.port) <
+             std::find(port_order.begin(), port_order.end(), b.port);
+    });
+  }
+
+  std::string file_;
+  std::vector<Diagnostic>& errors_;
+};
+
+bool is_ip_literal(const std::string& host) {
+  in_addr v4;
+  in6_addr v6;
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
+std::optional<std::string> read_file(const std::string& path, std::vector<Diagnostic>& errors) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    errors.push_back({path, 0, 0, "", fmt::format("cannot read: {}", std::strerror(errno))});
+    return std::nullopt;
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+}  // namespace
+
+Result<Config> parse_heftfile(std::string_view text, std::string_view file) {
+  Result<Config> result;
+  Result<syntax::Tree> tree = syntax::parse(text, file);
+  result.errors = std::move(tree.errors);
+  Parser parser(file, result.errors);
+  Config config = parser.parse(*tree.value);
+  // Errors appear in file order whichever pass found them.
+  std::stable_sort(result.errors.begin(), result.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
+    return std::pair(a.line, a.column) < std::pair(b.line, b.column);
+  });
+  if (result.errors.empty()) result.value = std::move(config);
+  return result;
+}
+
+Result<Config> load_heftfile(const std::string& path) {
+  Result<Config> result;
+  auto text = read_file(path, result.errors);
+  if (!text) return result;
+  return parse_heftfile(*text, path);
+}
+
+Result<Config> load_config_file(const std::string& path) {
+  if (!path.ends_with(".json")) return load_heftfile(path);
+  Result<Config> result;
+  auto text = read_file(path, result.errors);
+  if (!text) return result;
+  nlohmann::json document = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (document.is_discarded()) {
+    result.errors.push_back({path, 0, 0, "", "not valid JSON"});
+    return result;
+  }
+  result = from_json(document);
+  for (Diagnostic& d : result.errors) d.message = fmt::format("{}: {}", d.path, d.message), d.file = path;
+  return result;
+}
+
+Result<std::string> format_heftfile(std::string_view text, std::string_view file) {
+  Result<std::string> result;
+  Result<syntax::Tree> tree = syntax::parse(text, file);
+  result.errors = std::move(tree.errors);
+  if (result.errors.empty()) result.value = syntax::format(*tree.value);
+  return result;
+}
+
+std::vector<Diagnostic> resolve(Config& config) {
+  std::vector<Diagnostic> errors;
+  std::map<std::string, std::vector<std::string>> cache;  // dial -> resolved, per call
+  for (SiteConfig& site : config.sites) {
+    for (UpstreamConfig& upstream : site.proxy.upstreams) {
+      upstream.resolved.clear();
+      if (is_ip_literal(upstream.host)) {
+        upstream.resolved.push_back(join_host_port(upstream.host, upstream.port));
+        continue;
+      }
+      if (auto hit = cache.find(upstream.dial); hit != cache.end()) {
+        upstream.resolved = hit->second;
+        if (upstream.resolved.empty())
+          errors.push_back({site.file, site.line, 0, "",
+                            fmt::format("cannot resolve backend \"{}\"", upstream.dial)});
+        continue;
+      }
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      std::string port = std::to_string(upstream.port);
+      int rc = getaddrinfo(upstream.host.c_str(), port.c_str(), &hints, &found);
+      if (rc != 0) {
+        errors.push_back({site.file, site.line, 0, "",
+                          fmt::format("cannot resolve backend \"{}\": {}", upstream.dial, gai_strerror(rc))});
+        cache[upstream.dial] = {};
+        continue;
+      }
+      for (addrinfo* a = found; a; a = a->ai_next) {
+        char ip[INET6_ADDRSTRLEN] = {};
+        if (a->ai_family == AF_INET)
+          inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, ip, sizeof ip);
+        else if (a->ai_family == AF_INET6)
+          inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip, sizeof ip);
+        else
+          continue;
+        std::string address = join_host_port(ip, upstream.port);
+        if (std::find(upstream.resolved.begin(), upstream.resolved.end(), address) == upstream.resolved.end())
+          upstream.resolved.push_back(address);
+      }
+      freeaddrinfo(found);
+      cache[upstream.dial] = upstream.resolved;
+    }
+  }
+  return errors;
+}
+
+std::vector<std::string_view> known_options(std::string_view block) {
+  auto list = [](const auto& array) { return std::vector<std::string_view>(std::begin(array), std::end(array)); };
+  if (block == "global") return list(kGlobalOptions);
+  if (block == "site") return list(kSiteOptions);
+  if (block == "reverse_proxy") return list(kProxyOptions);
+  if (block == "to") return list(kUpstreamOptions);
+  if (block == "adaptive") return list(kAdaptiveOptions);
+  if (block == "log") return list(kLogOptions);
+  if (block == "next_upstream") return list(kNextUpstreamConditions);
+  if (block == "lb_policy") return list(kPolicyNames);
+  return {};
+}
+
+}  // namespace heft::config
