@@ -1,7 +1,7 @@
-// Power of two choices, weighted: two weighted-random candidates (distinct when
-// the pool has two eligible members), and the one with the lower active / weight
-// wins (compared by cross-multiplication). On a tie the heavier one wins, then
-// the first drawn. O(1) when the draws land on eligible members.
+// Power of two choices, weighted: two distinct weighted-random candidates (the
+// second drawn from the others, so a heavy member cannot face itself); the one
+// with the lower active / weight wins (compared by cross-multiplication). On a
+// tie the heavier one wins, then the first drawn. O(1) when the draws land on eligible members.
 // Thread-safe; reads active counts without locking (a count may move under the
 // comparison; that only makes the choice as stale as the count).
 #include "balance/random_common.h"
@@ -18,13 +18,8 @@ class PowerOfTwoChoices final : public Policy {
   std::optional<uint32_t> pick(const PickContext& ctx) override {
     auto a = pool_.draw_eligible(ctx, ctx.random);
     if (!a) return std::nullopt;
-    uint64_t r = mix64(ctx.random ^ 0x5851f42d4c957f2dULL);
-    std::optional<uint32_t> b;
-    for (int attempt = 0; attempt < 4 && (!b || *b == *a); ++attempt) {
-      b = pool_.draw_eligible(ctx, r);
-      r = mix64(r + 1);
-    }
-    if (!b || *b == *a) return pool_.members[*a].index;
+    auto b = pool_.draw_eligible(ctx, mix64(ctx.random ^ 0x5851f42d4c957f2dULL), *a);
+    if (!b) return pool_.members[*a].index;  // the only eligible member
     uint64_t active_a = pool_.live[*a]->active.load(std::memory_order_relaxed);
     uint64_t active_b = pool_.live[*b]->active.load(std::memory_order_relaxed);
     uint64_t wa = pool_.members[*a].weight, wb = pool_.members[*b].weight;

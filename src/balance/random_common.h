@@ -25,27 +25,29 @@ struct SampledMembers {
     return w;
   }
 
-  bool eligible_at(uint32_t pos, const PickContext& ctx) const {
-    return eligible(live[pos], members[pos].index, ctx);
+  bool eligible_at(uint32_t pos, const PickContext& ctx, uint32_t exclude = UINT32_MAX) const {
+    return pos != exclude && eligible(live[pos], members[pos].index, ctx);
   }
 
-  // A weighted draw among eligible members. A few cheap redraws first; then an
-  // exact weighted draw over the eligible members only.
-  std::optional<uint32_t> draw_eligible(const PickContext& ctx, uint64_t random) const {
+  // A weighted draw among eligible members other than `exclude` (a position).
+  // A few cheap redraws first; then an exact weighted draw over the eligible
+  // members only.
+  std::optional<uint32_t> draw_eligible(const PickContext& ctx, uint64_t random,
+                                        uint32_t exclude = UINT32_MAX) const {
     if (members.empty()) return std::nullopt;
     uint64_t r = random;
     for (int attempt = 0; attempt < 4; ++attempt) {
       uint32_t pos = sampler.sample(r);
-      if (eligible_at(pos, ctx)) return pos;
+      if (eligible_at(pos, ctx, exclude)) return pos;
       r = mix64(r + 0x9e3779b97f4a7c15ULL);
     }
     uint64_t total = 0;
     for (uint32_t i = 0; i < members.size(); ++i)
-      if (eligible_at(i, ctx)) total += members[i].weight;
+      if (eligible_at(i, ctx, exclude)) total += members[i].weight;
     if (total == 0) return std::nullopt;
     uint64_t target = static_cast<uint64_t>((static_cast<unsigned __int128>(r) * total) >> 64);
     for (uint32_t i = 0; i < members.size(); ++i) {
-      if (!eligible_at(i, ctx)) continue;
+      if (!eligible_at(i, ctx, exclude)) continue;
       if (target < members[i].weight) return i;
       target -= members[i].weight;
     }

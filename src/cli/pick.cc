@@ -1,0 +1,215 @@
+// `heft pick`: explains a policy by running the balancing core on a model pool.
+//
+//   heft pick --policy weighted_round_robin --weights 5,1,1 --count 7 --trace
+//   heft pick --policy least_conn --weights 2,5 --active 10,15
+//   heft pick --policy hash --weights 5,3,2 --keys alice,bob --json
+#include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/command.h"
+#include "heft/balance/balancer.h"
+#include "heft/balance/hash.h"
+
+namespace heft::cli {
+namespace {
+
+struct PickOptions {
+  std::string policy = "weighted_round_robin";
+  std::string hash_strategy = "ring";
+  std::string weights;
+  std::string names;
+  std::string active;
+  std::string keys;
+  int count = 0;
+  uint64_t seed = 1;
+  bool trace = false;
+  bool json = false;
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<uint32_t> parse_numbers(const std::string& text, const char* what, uint32_t max) {
+  std::vector<uint32_t> out;
+  for (const std::string& item : split(text)) {
+    uint32_t value = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value > max)
+      throw BadArguments(fmt::format("--{}: \"{}\" is not an integer 0..{}", what, item, max));
+    out.push_back(value);
+  }
+  return out;
+}
+
+std::string default_name(size_t i) {
+  std::string name;
+  for (size_t n = i + 1; n > 0; n = (n - 1) / 26) name.insert(name.begin(), char('A' + (n - 1) % 26));
+  return name;
+}
+
+int run_pick(const PickOptions& o) {
+  using namespace heft::balance;
+  auto kind = parse_policy(o.policy);
+  if (!kind) throw BadArguments(fmt::format("--policy: unknown policy \"{}\"", o.policy));
+  auto strategy = parse_hash_strategy(o.hash_strategy);
+  if (!strategy) throw BadArguments(fmt::format("--hash-strategy: \"{}\" is not ring or maglev", o.hash_strategy));
+  if (o.weights.empty()) throw BadArguments("--weights is required, e.g. --weights 5,1,1");
+  std::vector<uint32_t> weights = parse_numbers(o.weights, "weights", 1'000'000);
+  std::vector<std::string> names;
+  if (!o.names.empty()) {
+    names = split(o.names);
+    if (names.size() != weights.size())
+      throw BadArguments(fmt::format("--names has {} names for {} weights", names.size(), weights.size()));
+  } else {
+    for (size_t i = 0; i < weights.size(); ++i) names.push_back(default_name(i));
+  }
+  std::vector<BackendSpec> specs;
+  for (size_t i = 0; i < weights.size(); ++i) specs.push_back({.name = names[i], .weight = weights[i]});
+  Balancer balancer({*kind, *strategy}, specs);
+
+  std::vector<uint32_t> active;
+  if (!o.active.empty()) {
+    active = parse_numbers(o.active, "active", UINT32_MAX);
+    if (active.size() != weights.size())
+      throw BadArguments(fmt::format("--active has {} counts for {} weights", active.size(), weights.size()));
+    for (size_t i = 0; i < active.size(); ++i) balancer.live(i).active = active[i];
+  }
+  std::vector<std::string> keys = o.keys.empty() ? std::vector<std::string>{} : split(o.keys);
+  uint64_t total = 0;
+  for (uint32_t w : weights) total += w;
+  int count = o.count;
+  if (count <= 0) count = !keys.empty() ? static_cast<int>(keys.size()) : (!active.empty() ? 1 : static_cast<int>(std::min<uint64_t>(total, 100)));
+  if (count > 1'000'000) throw BadArguments("--count: at most 1000000");
+
+  auto current_weights = [&] {
+    std::vector<int64_t> cw(names.size(), 0);
+    CarriedState state = balancer.carried_state();
+    for (size_t i = 0; i < names.size(); ++i)
+      if (const auto* e = state.find(hash_key(names[i]))) cw[i] = e->current_weight;
+    return cw;
+  };
+  bool has_current = *kind == PolicyKind::weighted_round_robin || *kind == PolicyKind::least_conn;
+  std::mt19937_64 rng(o.seed);
+  nlohmann::json sequence = nlohmann::json::array();
+  nlohmann::json trace = nlohmann::json::array();
+  std::vector<std::string> table;
+  for (int step = 0; step < count; ++step) {
+    PickContext ctx;
+    ctx.random = rng();
+    if (!keys.empty()) ctx.key_hash = hash_key(keys[step % keys.size()]);
+    std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
+    auto choice = balancer.pick(ctx);
+    std::string chosen = choice ? names[*choice] : "-";
+    sequence.push_back(chosen);
+    if (o.trace) {
+      nlohmann::json row = {{"pick", step + 1}, {"chosen", chosen}};
+      if (has_current) {
+        std::vector<int64_t> after = current_weights();
+        row["before"] = before;
+        row["after"] = after;
+      }
+      if (!keys.empty()) row["key"] = keys[step % keys.size()];
+      trace.push_back(row);
+    }
+  }
+
+  nlohmann::json out = {{"policy", policy_name(*kind)}, {"names", names}, {"weights", weights},
+                        {"sequence", sequence}};
+  if (*kind == PolicyKind::hash) out["hash_strategy"] = hash_strategy_name(*strategy);
+  if (!active.empty()) {
+    nlohmann::json ratios = nlohmann::json::array();
+    for (size_t i = 0; i < names.size(); ++i)
+      ratios.push_back(weights[i] ? nlohmann::json(double(active[i]) / weights[i]) : nlohmann::json(nullptr));
+    out["active"] = active;
+    out["load_ratio"] = ratios;
+    out["choice"] = sequence.front();
+  }
+  if (o.trace) out["trace"] = trace;
+  if (o.json) {
+    fmt::print("{}\n", out.dump());
+    return 0;
+  }
+
+  fmt::print("policy {}: {}\n", policy_name(*kind), [&] {
+    std::string s;
+    for (size_t i = 0; i < names.size(); ++i) s += fmt::format("{}{}={}", i ? " " : "", names[i], weights[i]);
+    return s;
+  }());
+  if (!active.empty()) {
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (weights[i] == 0)
+        fmt::print("  {:<8} active {:>6} / weight {:>4} = drained\n", names[i], active[i], weights[i]);
+      else
+        fmt::print("  {:<8} active {:>6} / weight {:>4} = {:.2f}\n", names[i], active[i], weights[i],
+                   double(active[i]) / weights[i]);
+    }
+    fmt::print("choice: {}\n", sequence.front().get<std::string>());
+    if (count == 1) return 0;
+  }
+  if (o.trace) {
+    size_t width = 8;
+    for (const auto& n : names) width = std::max(width, n.size() + 2);
+    if (has_current) {
+      std::string header = fmt::format("{:>5}  {:<{}}", "pick", "chosen", width);
+      for (const auto& n : names) header += fmt::format("{:>{}}", n, width);
+      fmt::print("current weights before -> after each pick\n{}\n", header);
+      for (const auto& row : trace) {
+        std::string line = fmt::format("{:>5}  {:<{}}", row["pick"].get<int>(), row["chosen"].get<std::string>(), width);
+        for (size_t i = 0; i < names.size(); ++i)
+          line += fmt::format("{:>{}}", fmt::format("{}->{}", row["before"][i].get<int64_t>(), row["after"][i].get<int64_t>()), width);
+        fmt::print("{}\n", line);
+      }
+    } else {
+      for (const auto& row : trace)
+        fmt::print("{:>5}  {}{}\n", row["pick"].get<int>(), row["chosen"].get<std::string>(),
+                   row.contains("key") ? "  (key " + row["key"].get<std::string>() + ")" : "");
+    }
+  }
+  std::string line;
+  std::map<std::string, int> counts;
+  for (const auto& s : sequence) {
+    line += (line.empty() ? "" : " ") + s.get<std::string>();
+    counts[s.get<std::string>()]++;
+  }
+  fmt::print("sequence: {}\n", line);
+  std::string summary;
+  for (const auto& n : names) summary += fmt::format("{}{}={}", summary.empty() ? "" : " ", n, counts[n]);
+  fmt::print("counts: {}\n", summary);
+  return 0;
+}
+
+void setup(CLI::App& root) {
+  auto options = std::make_shared<PickOptions>();
+  CLI::App* cmd = root.add_subcommand("pick", "Explain a policy: the backends it picks for a model pool");
+  cmd->add_option("--policy", options->policy,
+                  "round_robin, weighted_round_robin, least_conn, hash (ip_hash), random, p2c, first")
+      ->capture_default_str();
+  cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1")->required();
+  cmd->add_option("--names", options->names, "comma-separated names (default A,B,C...)");
+  cmd->add_option("--count", options->count, "number of picks (default: one cycle, at most 100)");
+  cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
+  cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy)");
+  cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "random seed (random, p2c)")->capture_default_str();
+  cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");
+  cmd->add_flag("--json", options->json, "machine-readable output");
+  cmd->callback([options] { set_exit_code(run_pick(*options)); });
+}
+
+const bool registered = add_command(20, &setup);
+
+}  // namespace
+}  // namespace heft::cli
