@@ -336,6 +336,7 @@ class Parser {
     site_addresses(head, site, place);
     const Directive* proxy = nullptr;
     std::map<std::string, Token> seen;
+    size_t errors_before = errors_.size();
     for (const Directive* d : body) {
       const std::string& name = d->name.text;
       if (!contains(kSiteOptions, name)) {
@@ -359,7 +360,8 @@ class Parser {
         }
       }
     }
-    if (!proxy) error(head.name, "site has no reverse_proxy");
+    // A misspelled reverse_proxy was reported already; don't add a second error for it.
+    if (!proxy && errors_.size() == errors_before) error(head.name, "site has no reverse_proxy");
   }
 
   void log(const Directive& d, LogConfig& log) {
@@ -400,7 +402,8 @@ class Parser {
 
   void pool(const Directive& d, PoolConfig& pool) {
     std::vector<PendingUpstream> pending;
-    for (const Token& arg : d.args) upstream_address(arg, pending);
+    bool bad_address = false;
+    for (const Token& arg : d.args) bad_address |= !upstream_address(arg, pending);
     std::optional<uint32_t> pool_max_fails;
     std::optional<milliseconds> pool_fail_timeout;
     std::optional<Token> policy_at;
@@ -413,7 +416,7 @@ class Parser {
         continue;
       }
       if (name == "to") {
-        to_line(option, pending);
+        bad_address |= !to_line(option, pending);
         continue;
       }
       if (name == "header_up" || name == "header_down") {
@@ -512,7 +515,7 @@ class Parser {
       }
       pool.upstreams.push_back(std::move(p.upstream));
     }
-    if (pending.empty()) error(d.name, "reverse_proxy has no upstreams (add addresses or \"to\" lines)");
+    if (pending.empty() && !bad_address) error(d.name, "reverse_proxy has no upstreams (add addresses or \"to\" lines)");
     if (pool.policy == balance::PolicyKind::hash && pool.hash_key.kind == HashKey::none && policy_at)
       error(*policy_at, "lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
   }
@@ -598,8 +601,10 @@ class Parser {
   }
 
   // to ADDR [ADDR...] [weight N] [max_fails N] [fail_timeout DUR] [backup] [down] [slow_start DUR]
-  void to_line(const Directive& d, std::vector<PendingUpstream>& pending) {
-    if (!no_block(d)) return;
+  // False when an address on the line was invalid.
+  bool to_line(const Directive& d, std::vector<PendingUpstream>& pending) {
+    if (!no_block(d)) return true;
+    bool addresses_ok = true;
     size_t first_new = pending.size();
     size_t i = 0;
     for (; i < d.args.size(); ++i) {
@@ -608,11 +613,11 @@ class Parser {
       if (!looks_like_address(arg.text) &&
           !closest_match(arg.text, std::span<const std::string_view>(kUpstreamOptions)).empty())
         break;  // a misspelled option, reported below
-      upstream_address(arg, pending);
+      addresses_ok &= upstream_address(arg, pending);
     }
     if (i == 0) {
       error(d.args.empty() ? d.name : d.args[0], "\"to\" needs at least one backend address");
-      return;
+      return true;
     }
     PendingUpstream applied;  // validates each option once before it is applied to every address
     std::map<std::string, Token> seen;
@@ -620,7 +625,7 @@ class Parser {
       const Token& name = d.args[i];
       if (!contains(kUpstreamOptions, name.text)) {
         unknown(name, kUpstreamOptions, "option");
-        return;
+        return addresses_ok;
       }
       auto [it, inserted] = seen.emplace(name.text, name);
       if (!inserted)
@@ -632,7 +637,7 @@ class Parser {
       }
       if (i + 1 >= d.args.size()) {
         error(name, fmt::format("missing value for \"{}\"", name.text));
-        return;
+        return addresses_ok;
       }
       const Token& value = d.args[++i];
       size_t errors_before = errors_.size();
@@ -640,6 +645,7 @@ class Parser {
       if (errors_.size() != errors_before) continue;
       for (size_t k = first_new; k < pending.size(); ++k) upstream_option(pending[k], name, value);
     }
+    return addresses_ok;
   }
 
   void lb_policy(const Directive& d, PoolConfig& pool) {

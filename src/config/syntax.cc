@@ -221,9 +221,12 @@ Result<Tree> parse(std::string_view text, std::string_view file) {
   Result<Tree> result;
   Lexer lexer(text, file, result.errors);
   std::vector<Lexeme> lexemes = lexer.run();
-  Grouper grouper(std::move(lexemes), file, result.errors);
+  // An unterminated quote swallows the rest of the file: brace errors after it are noise.
+  std::vector<Diagnostic> structure_errors;
+  Grouper grouper(std::move(lexemes), file, structure_errors);
   Tree tree;
   tree.top = grouper.block(nullptr);
+  if (result.errors.empty()) result.errors = std::move(structure_errors);
   result.value = std::move(tree);
   return result;
 }

@@ -1,0 +1,514 @@
+// Heftfile parser: the seed's examples in both syntaxes, every option, and every
+// error kind with its exact line:column.
+#include "config/heftfile.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace heft::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> errors_of(std::string_view text) {
+  Result<Config> result = parse_heftfile(text, "Heftfile");
+  EXPECT_FALSE(result.ok());
+  std::vector<std::string> out;
+  for (const Diagnostic& d : result.errors) out.push_back(d.to_string());
+  return out;
+}
+
+std::string only_error(std::string_view text) {
+  auto errors = errors_of(text);
+  EXPECT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  return errors.empty() ? "" : errors[0];
+}
+
+Config parse_ok(std::string_view text) {
+  Result<Config> result = parse_heftfile(text, "Heftfile");
+  std::string all;
+  for (const Diagnostic& d : result.errors) all += d.to_string() + "\n";
+  EXPECT_TRUE(result.ok()) << all;
+  return result.ok() ? *result : Config{};
+}
+
+// From the seed: structured syntax.
+constexpr std::string_view kStructured = R"(# Structured writing example with weights
+app.example.com {
+    reverse_proxy {
+        # Enterprise VM
+        to backend-1:3000 weight 5
+        
+        # Standard VM
+        to backend-2:3000 weight 3
+        
+        # Micro VM
+        to backend-3:3000 weight 2
+        
+        lb_policy round_robin
+    }
+}
+)";
+
+// From the seed: inline shortcut syntax.
+constexpr std::string_view kInline = R"(# Inline shortcut writing example
+app.example.com {
+    reverse_proxy backend-1:3000?weight=5 backend-2:3000?weight=3 backend-3:3000?weight=2
+}
+)";
+
+TEST(Heftfile, SeedStructuredSyntax) {
+  Config config = parse_ok(kStructured);
+  ASSERT_EQ(config.sites.size(), 1u);
+  const SiteConfig& site = config.sites[0];
+  EXPECT_EQ(site.hosts, std::vector<std::string>{"app.example.com"});
+  EXPECT_EQ(site.port, 80);
+  EXPECT_EQ(site.line, 2);
+  EXPECT_EQ(site.proxy.policy, balance::PolicyKind::round_robin);
+  ASSERT_EQ(site.proxy.upstreams.size(), 3u);
+  EXPECT_EQ(site.proxy.upstreams[0].dial, "backend-1:3000");
+  EXPECT_EQ(site.proxy.upstreams[0].host, "backend-1");
+  EXPECT_EQ(site.proxy.upstreams[0].port, 3000);
+  EXPECT_EQ(site.proxy.upstreams[0].weight, 5u);
+  EXPECT_EQ(site.proxy.upstreams[1].weight, 3u);
+  EXPECT_EQ(site.proxy.upstreams[2].weight, 2u);
+  EXPECT_TRUE(site.proxy.upstreams[0].resolved.empty());
+}
+
+TEST(Heftfile, SeedInlineSyntaxMeansTheSameAsStructured) {
+  Config structured = parse_ok(kStructured);
+  Config inline_form = parse_ok(kInline);
+  ASSERT_EQ(inline_form.sites.size(), 1u);
+  EXPECT_EQ(inline_form.sites[0].proxy.policy, balance::PolicyKind::weighted_round_robin);
+  inline_form.sites[0].proxy.policy = balance::PolicyKind::round_robin;
+  EXPECT_EQ(inline_form, structured);
+}
+
+TEST(Heftfile, SeedLeastConnCanaryAndHeterogeneous) {
+  Config config = parse_ok(R"(prod.example.com {
+    reverse_proxy {
+        # On-Premise Physical Server (Very strong)
+        to 192.168.10.50:8080 weight 10
+        to 10.0.1.15:8080 weight 3
+        to 10.0.1.16:8080 weight 3
+        lb_policy least_conn
+    }
+}
+app.example.com {
+    reverse_proxy {
+        to app-v1-node1:3000 weight 95
+        to app-v2-canary:3000 weight 5
+        lb_policy round_robin
+    }
+}
+blue.example.com {
+    reverse_proxy {
+        to blue-server:3000 weight 0
+        to green-server:3000 weight 100
+    }
+}
+)");
+  ASSERT_EQ(config.sites.size(), 3u);
+  EXPECT_EQ(config.sites[0].proxy.policy, balance::PolicyKind::least_conn);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].weight, 10u);
+  EXPECT_EQ(config.sites[1].proxy.upstreams[1].weight, 5u);
+  EXPECT_EQ(config.sites[2].proxy.upstreams[0].weight, 0u);  // drained, not an error
+}
+
+TEST(Heftfile, DefaultsWhenNothingIsSet) {
+  Config config = parse_ok(":8080 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  EXPECT_EQ(config.admin, AdminConfig{});
+  EXPECT_EQ(config.workers, 0u);
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_TRUE(config.sites[0].hosts.empty());
+  EXPECT_EQ(config.sites[0].port, 8080);
+  PoolConfig expected;
+  UpstreamConfig upstream;
+  upstream.dial = "127.0.0.1:9001";
+  upstream.host = "127.0.0.1";
+  upstream.port = 9001;
+  expected.upstreams.push_back(upstream);
+  EXPECT_EQ(config.sites[0].proxy, expected);
+}
+
+TEST(Heftfile, EveryOption) {
+  Config config = parse_ok(R"({
+	admin 127.0.0.1:2020
+	admin_token "s3cret token"
+	workers 4
+	grace_period 30s
+	idle_timeout 2m
+	header_timeout 5s
+	max_connections 500
+}
+
+api.example.com:8080, www.example.com:8080 {
+	default
+	log {
+		output file /var/log/heft/api.log
+	}
+	reverse_proxy 10.0.0.1:9000?weight=5&max_fails=2 {
+		to 10.0.0.2:9000 10.0.0.3:9000 weight 3 max_fails 0 fail_timeout 1m30s slow_start 20s
+		to 10.0.0.4:9000 backup
+		to [::1]:9000 down
+		to backend.internal
+		max_fails 7
+		fail_timeout 45s
+		lb_policy hash header X-User-ID
+		hash_strategy maglev
+		keepalive 64
+		next_upstream error timeout http_502 http_503 non_idempotent
+		next_upstream_tries 3
+		next_upstream_timeout 2s
+		connect_timeout 250ms
+		read_timeout 1.5s
+		send_timeout 1h
+		retry_body_limit 1MiB
+		header_up Host upstream.internal
+		header_up +X-Trace on
+		header_up -Cookie
+		header_down -Server
+		slow_start 30s
+		health_uri /healthz
+		health_port 9100
+		health_interval 10s
+		health_timeout 1s
+		health_status 2xx
+		health_body "^ok$"
+		health_headers {
+			Host health.internal
+			X-Probe heft
+		}
+		health_passes 2
+		health_fails 3
+		adaptive {
+			interval 10s
+			latency_threshold 300ms
+			median_factor 3
+			error_threshold 10%
+			cut 50%
+			min_weight_ratio 0.2
+		}
+	}
+}
+)");
+  EXPECT_EQ(config.admin.address, "127.0.0.1:2020");
+  EXPECT_EQ(config.admin.token, "s3cret token");
+  EXPECT_EQ(config.workers, 4u);
+  EXPECT_EQ(config.grace_period, 30s);
+  EXPECT_EQ(config.idle_timeout, 2min);
+  EXPECT_EQ(config.header_timeout, 5s);
+  EXPECT_EQ(config.max_connections, 500u);
+  ASSERT_EQ(config.sites.size(), 1u);
+  const SiteConfig& site = config.sites[0];
+  EXPECT_EQ(site.hosts, (std::vector<std::string>{"api.example.com", "www.example.com"}));
+  EXPECT_EQ(site.port, 8080);
+  EXPECT_TRUE(site.is_default);
+  EXPECT_EQ(site.log, (LogConfig{true, "/var/log/heft/api.log"}));
+  const PoolConfig& pool = site.proxy;
+  ASSERT_EQ(pool.upstreams.size(), 6u);
+  EXPECT_EQ(pool.upstreams[0].weight, 5u);
+  EXPECT_EQ(pool.upstreams[0].max_fails, 2u);      // explicit beats the pool's max_fails
+  EXPECT_EQ(pool.upstreams[0].fail_timeout, 45s);  // pool default
+  for (int i : {1, 2}) {
+    EXPECT_EQ(pool.upstreams[i].weight, 3u);
+    EXPECT_EQ(pool.upstreams[i].max_fails, 0u);
+    EXPECT_EQ(pool.upstreams[i].fail_timeout, 90s);
+    EXPECT_EQ(pool.upstreams[i].slow_start, std::optional<milliseconds>(20s));
+  }
+  EXPECT_TRUE(pool.upstreams[3].backup);
+  EXPECT_EQ(pool.upstreams[3].max_fails, 7u);
+  EXPECT_EQ(pool.upstreams[4].dial, "[::1]:9000");
+  EXPECT_EQ(pool.upstreams[4].host, "::1");
+  EXPECT_TRUE(pool.upstreams[4].down);
+  EXPECT_EQ(pool.upstreams[5].dial, "backend.internal:80");
+  EXPECT_EQ(pool.policy, balance::PolicyKind::hash);
+  EXPECT_EQ(pool.hash_key, (HashKey{HashKey::header, "X-User-ID"}));
+  EXPECT_EQ(pool.hash_strategy, balance::HashStrategy::maglev);
+  EXPECT_EQ(pool.keepalive, 64u);
+  EXPECT_EQ(pool.next_upstream, (NextUpstream{true, true, false, true, true, false, true, false}));
+  EXPECT_EQ(pool.next_upstream_tries, 3u);
+  EXPECT_EQ(pool.next_upstream_timeout, 2s);
+  EXPECT_EQ(pool.connect_timeout, 250ms);
+  EXPECT_EQ(pool.read_timeout, 1500ms);
+  EXPECT_EQ(pool.send_timeout, 1h);
+  EXPECT_EQ(pool.retry_body_limit, 1024u * 1024u);
+  EXPECT_EQ(pool.header_up, (std::vector<HeaderOp>{{HeaderOp::set, "Host", "upstream.internal"},
+                                                    {HeaderOp::add, "X-Trace", "on"},
+                                                    {HeaderOp::remove, "Cookie", ""}}));
+  EXPECT_EQ(pool.header_down, (std::vector<HeaderOp>{{HeaderOp::remove, "Server", ""}}));
+  EXPECT_EQ(pool.slow_start, std::optional<milliseconds>(30s));
+  EXPECT_EQ(pool.health_uri, "/healthz");
+  EXPECT_EQ(pool.health_port, 9100);
+  EXPECT_EQ(pool.health_interval, 10s);
+  EXPECT_EQ(pool.health_timeout, 1s);
+  EXPECT_EQ(pool.health_status, "2xx");
+  EXPECT_EQ(pool.health_body, "^ok$");
+  EXPECT_EQ(pool.health_headers.size(), 2u);
+  EXPECT_EQ(pool.health_headers[1], (std::pair<std::string, std::string>{"X-Probe", "heft"}));
+  EXPECT_EQ(pool.health_passes, 2u);
+  EXPECT_EQ(pool.health_fails, 3u);
+  EXPECT_TRUE(pool.adaptive.enabled);
+  EXPECT_EQ(pool.adaptive.interval, 10s);
+  EXPECT_EQ(pool.adaptive.latency_threshold, 300ms);
+  EXPECT_DOUBLE_EQ(pool.adaptive.median_factor, 3.0);
+  EXPECT_DOUBLE_EQ(pool.adaptive.error_threshold, 0.10);
+  EXPECT_DOUBLE_EQ(pool.adaptive.cut, 0.5);
+  EXPECT_DOUBLE_EQ(pool.adaptive.min_weight_ratio, 0.2);
+}
+
+TEST(Heftfile, PolicySpellings) {
+  auto policy_of = [](std::string_view line) {
+    Config config = parse_ok(std::string(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy ") + std::string(line) +
+                             "\n\t}\n}\n");
+    return config.sites.empty() ? PoolConfig{} : config.sites[0].proxy;
+  };
+  EXPECT_EQ(policy_of("weighted_round_robin").policy, balance::PolicyKind::weighted_round_robin);
+  EXPECT_EQ(policy_of("random").policy, balance::PolicyKind::random);
+  EXPECT_EQ(policy_of("p2c").policy, balance::PolicyKind::p2c);
+  EXPECT_EQ(policy_of("first").policy, balance::PolicyKind::first);
+  PoolConfig ip_hash = policy_of("ip_hash");
+  EXPECT_EQ(ip_hash.policy, balance::PolicyKind::hash);
+  EXPECT_EQ(ip_hash.hash_key, (HashKey{HashKey::client_ip, ""}));
+  EXPECT_EQ(policy_of("hash client_ip"), ip_hash);
+  EXPECT_EQ(policy_of("hash uri").hash_key, (HashKey{HashKey::uri, ""}));
+  EXPECT_EQ(policy_of("hash cookie session").hash_key, (HashKey{HashKey::cookie, "session"}));
+  EXPECT_EQ(policy_of("cookie session"), policy_of("hash cookie session"));  // Caddy's spelling
+}
+
+TEST(Heftfile, AddressForms) {
+  Config config = parse_ok(R"(
+example.com {
+	reverse_proxy a:1
+}
+http://Other.example.com:8080 {
+	reverse_proxy a:1
+}
+:8080 {
+	default
+	reverse_proxy a:1
+}
+a.example.com:9000,b.example.com:9000 c.example.com:9000 {
+	reverse_proxy a:1
+}
+)");
+  ASSERT_EQ(config.sites.size(), 4u);
+  EXPECT_EQ(config.sites[0].port, 80);
+  EXPECT_EQ(config.sites[1].hosts, std::vector<std::string>{"other.example.com"});
+  EXPECT_EQ(config.sites[1].port, 8080);
+  EXPECT_TRUE(config.sites[2].hosts.empty());
+  EXPECT_TRUE(config.sites[2].is_default);
+  EXPECT_EQ(config.sites[3].port, 9000);
+  EXPECT_EQ(config.sites[3].hosts.size(), 3u);
+}
+
+TEST(Heftfile, SitesAreGroupedByPortInOrderOfFirstAppearance) {
+  Config config = parse_ok(R"(a.com:80 {
+	reverse_proxy a:1
+}
+b.com:8080 {
+	reverse_proxy a:1
+}
+c.com:80 {
+	reverse_proxy a:1
+}
+)");
+  ASSERT_EQ(config.sites.size(), 3u);
+  EXPECT_EQ(config.sites[0].hosts[0], "a.com");
+  EXPECT_EQ(config.sites[1].hosts[0], "c.com");
+  EXPECT_EQ(config.sites[2].hosts[0], "b.com");
+}
+
+TEST(Heftfile, SingleSiteWithoutBraces) {
+  Config config = parse_ok("localhost:8080\nreverse_proxy 127.0.0.1:9001 127.0.0.1:9002\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
+}
+
+TEST(Heftfile, BareLogAndOneLineBlocks) {
+  Config config = parse_ok(":80 {\n\tlog\n\treverse_proxy a:1 {\n\t\tnext_upstream off\n\t\tadaptive\n\t}\n}\n"
+                           ":81 {\n\tlog { output stderr }\n\treverse_proxy a:1\n}\n");
+  EXPECT_EQ(config.sites[0].log, (LogConfig{true, "stderr"}));
+  EXPECT_TRUE(config.sites[0].proxy.next_upstream.off);
+  EXPECT_FALSE(config.sites[0].proxy.next_upstream.error);
+  EXPECT_TRUE(config.sites[0].proxy.adaptive.enabled);
+  EXPECT_EQ(config.sites[1].log, (LogConfig{true, "stderr"}));
+}
+
+// ---- errors, each at its exact place ---------------------------------------------
+
+TEST(HeftfileErrors, UnknownOptionSuggestsTheClosest) {
+  EXPECT_EQ(only_error(":80 {\n    reverse_proxy {\n        to a:1\n        wieght 5\n    }\n}\n"),
+            "Heftfile:4:9: unknown option \"wieght\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 wieght 5\n\t}\n}\n"),
+            "Heftfile:3:10: unknown option \"wieght\" (did you mean \"weight\"?)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1\n\t\tlb_polcy least_conn\n\t}\n}\n"),
+            "Heftfile:4:3: unknown option \"lb_polcy\" (did you mean \"lb_policy\"?)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_prox a:1\n}\n"),
+            "Heftfile:2:2: unknown directive \"reverse_prox\" (did you mean \"reverse_proxy\"?)");
+  EXPECT_EQ(only_error("{\n\twokers 2\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:2: unknown global option \"wokers\" (did you mean \"workers\"?)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?wieght=2\n}\n"),
+            "Heftfile:2:20: unknown backend option \"wieght\" (did you mean \"weight\"?)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy least_con\n\t}\n}\n"),
+            "Heftfile:3:13: unknown lb_policy \"least_con\" (did you mean \"least_conn\"?)");
+}
+
+TEST(HeftfileErrors, BadDurationsAndSizes) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
+            "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 fail_timeout 10\n\t}\n}\n"),
+            "Heftfile:3:23: invalid duration \"10\" (use e.g. 250ms, 30s, 5m, 1h)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 0s\n\t}\n}\n"),
+            "Heftfile:3:16: duration must be greater than 0, got \"0s\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tretry_body_limit 64XB\n\t}\n}\n"),
+            "Heftfile:3:20: invalid size \"64XB\" (use e.g. 65536, 64KiB, 1MiB)");
+}
+
+TEST(HeftfileErrors, WeightsOutOfRange) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight 1000001\n\t}\n}\n"),
+            "Heftfile:3:17: weight must be an integer 0..1000000, got \"1000001\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight -1\n\t}\n}\n"),
+            "Heftfile:3:17: weight must be an integer 0..1000000, got \"-1\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?weight=2.5\n}\n"),
+            "Heftfile:2:27: weight must be an integer 0..1000000, got \"2.5\"");
+  parse_ok(":80 {\n\treverse_proxy a:1?weight=1000000 b:1?weight=0\n}\n");
+}
+
+TEST(HeftfileErrors, MissingValues) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight\n\t}\n}\n"),
+            "Heftfile:3:10: missing value for \"weight\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive\n\t}\n}\n"),
+            "Heftfile:3:3: missing value for \"keepalive\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up +X-Foo\n\t}\n}\n"),
+            "Heftfile:3:13: missing value for header \"X-Foo\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive 1 2\n\t}\n}\n"),
+            "Heftfile:3:15: unexpected argument \"2\" for \"keepalive\"");
+}
+
+TEST(HeftfileErrors, HashWithoutKey) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash\n\t}\n}\n"),
+            "Heftfile:3:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash header\n\t}\n}\n"),
+            "Heftfile:3:18: \"header\" needs a name, e.g. header X-User-ID");
+}
+
+TEST(HeftfileErrors, PoolWithoutUpstreams) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tlb_policy first\n\t}\n}\n"),
+            "Heftfile:2:2: reverse_proxy has no upstreams (add addresses or \"to\" lines)");
+  EXPECT_EQ(only_error(":80 {\n\tlog\n}\n"), "Heftfile:1:1: site has no reverse_proxy");
+}
+
+TEST(HeftfileErrors, DuplicateBackendInAPool) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy 10.0.0.1:80 {\n\t\tto 10.0.0.2:80\n\t\tto 10.0.0.1\n\t}\n}\n"),
+            "Heftfile:4:6: duplicate backend \"10.0.0.1:80\" in this pool (first at 2:16)");
+}
+
+TEST(HeftfileErrors, DuplicateSitesAndDefaults) {
+  EXPECT_EQ(only_error("a.com:8080 {\n\treverse_proxy x:1\n}\nb.com:8080, A.com:8080 {\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:4:13: duplicate site \"a.com:8080\" (first at 1:1)");
+  EXPECT_EQ(only_error(":8080 {\n\treverse_proxy x:1\n}\n:8080 {\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:4:1: two sites answer every host on port 8080 (first at 1:1)");
+  EXPECT_EQ(only_error("a.com {\n\tdefault\n\treverse_proxy x:1\n}\nb.com {\n\treverse_proxy x:1\n\tdefault\n}\n"),
+            "Heftfile:7:2: second default site for port 80 (first at 2:2)");
+  // Same host on another port is another site.
+  parse_ok("a.com {\n\treverse_proxy x:1\n}\na.com:8080 {\n\treverse_proxy x:1\n}\n");
+}
+
+TEST(HeftfileErrors, SyntaxErrors) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tto b:1\n}\n"), "Heftfile:1:5: missing '}' to close this block");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1\n}\n}\n"), "Heftfile:4:1: unexpected '}' without an open block");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X \"unterminated\n\t}\n}\n"),
+            "Heftfile:3:15: unterminated quoted string");
+}
+
+TEST(HeftfileErrors, OtherValueErrors) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:99999\n}\n"),
+            "Heftfile:2:16: invalid backend address \"a:99999\": invalid port \"99999\" (1..65535)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tnext_upstream error http_501\n\t}\n}\n"),
+            "Heftfile:3:23: unknown next_upstream condition \"http_501\" (did you mean \"http_500\"?)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_status 2x\n\t}\n}\n"),
+            "Heftfile:3:17: invalid health_status \"2x\" (e.g. 200 or 2xx)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive 4\n\t\tkeepalive 8\n\t}\n}\n"),
+            "Heftfile:4:3: duplicate option \"keepalive\" (first set at 3:3)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\tcut 150%\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:8: cut must be a fraction 0%..100% (e.g. \"50%\"), got \"150%\"");
+  EXPECT_EQ(only_error("https://a.com {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"https://a.com\": https is not supported; heft serves plain HTTP");
+  EXPECT_EQ(only_error("a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
+}
+
+TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
+  auto errors = errors_of(R"(app.example.com {
+	reverse_proxy {
+		to backend-1:3000 weight 5
+		to backend-2:3000 wieght 3
+		to backend-3:3000 weight 2
+		lb_policy hash
+		connect_timeout 5 seconds
+	}
+}
+)");
+  EXPECT_EQ(errors, (std::vector<std::string>{
+                        "Heftfile:4:21: unknown option \"wieght\" (did you mean \"weight\"?)",
+                        "Heftfile:6:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME",
+                        "Heftfile:7:21: unexpected argument \"seconds\" for \"connect_timeout\"",
+                    }));
+}
+
+TEST(Heftfile, KnownOptionsListsEachBlock) {
+  auto proxy = known_options("reverse_proxy");
+  EXPECT_NE(std::find(proxy.begin(), proxy.end(), "next_upstream"), proxy.end());
+  EXPECT_TRUE(known_options("nonsense").empty());
+}
+
+TEST(Resolve, IpLiteralsNeedNoLookupAndFailuresNameTheSite) {
+  Config config = parse_ok(":80 {\n\treverse_proxy 127.0.0.1:9001 [::1]:9002 no-such-host.invalid:80\n}\n");
+  std::vector<Diagnostic> errors = resolve(config);
+  const auto& upstreams = config.sites[0].proxy.upstreams;
+  EXPECT_EQ(upstreams[0].resolved, std::vector<std::string>{"127.0.0.1:9001"});
+  EXPECT_EQ(upstreams[1].resolved, std::vector<std::string>{"[::1]:9002"});
+  EXPECT_TRUE(upstreams[2].resolved.empty());
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].to_string().rfind("Heftfile:1: cannot resolve backend \"no-such-host.invalid:80\"", 0), 0u)
+      << errors[0].to_string();
+}
+
+TEST(Resolve, LocalhostResolves) {
+  Config config = parse_ok(":80 {\n\treverse_proxy localhost:9001\n}\n");
+  EXPECT_TRUE(resolve(config).empty());
+  EXPECT_FALSE(config.sites[0].proxy.upstreams[0].resolved.empty());
+}
+
+TEST(Format, CanonicalLayoutKeepsCommentsAndMeaning) {
+  std::string messy = "# top\n{\n  workers   2\n}\napp.example.com   {\n    reverse_proxy  {\n"
+                      "        to a:1   weight 5  # big\n\n\n\n        header_up X-Foo \"two words\"\n"
+                      "        log_thing \"\"\n    }\n}\nb.com {\n reverse_proxy b:1\n}\n";
+  Result<std::string> formatted = format_heftfile(messy);
+  ASSERT_TRUE(formatted.ok());
+  EXPECT_EQ(*formatted,
+            "# top\n{\n\tworkers 2\n}\n\napp.example.com {\n\treverse_proxy {\n\t\tto a:1 weight 5 # big\n\n"
+            "\t\theader_up X-Foo \"two words\"\n\t\tlog_thing \"\"\n\t}\n}\n\nb.com {\n\treverse_proxy b:1\n}\n");
+  // Formatting is idempotent.
+  EXPECT_EQ(*format_heftfile(*formatted), *formatted);
+}
+
+TEST(Format, SeedExamplesFormatToTheSameConfig) {
+  for (std::string_view text : {kStructured, kInline}) {
+    Result<std::string> formatted = format_heftfile(text);
+    ASSERT_TRUE(formatted.ok());
+    EXPECT_EQ(parse_ok(*formatted), parse_ok(text));
+  }
+}
+
+TEST(Format, ReportsSyntaxErrors) {
+  Result<std::string> formatted = format_heftfile(":80 {\n\treverse_proxy a:1\n");
+  ASSERT_FALSE(formatted.ok());
+  EXPECT_EQ(formatted.errors[0].to_string(), "Heftfile:1:5: missing '}' to close this block");
+}
+
+}  // namespace
+}  // namespace heft::config
