@@ -1,0 +1,224 @@
+// The Caddy-shaped JSON form: exact round trips and strict rejection with paths.
+#include "config/json.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "config/heftfile.h"
+
+namespace heft::config {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kUpstreamsPath = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+
+Config parse_ok(std::string_view text) {
+  Result<Config> result = parse_heftfile(text);
+  EXPECT_TRUE(result.ok()) << (result.errors.empty() ? "" : result.errors[0].to_string());
+  return result.ok() ? *result : Config{};
+}
+
+constexpr std::string_view kEverything = R"({
+	admin off
+	admin_token tok
+	workers 2
+	grace_period 1m30s
+	idle_timeout 45s
+	header_timeout 1.5s
+	max_connections 77
+}
+app.example.com, www.example.com {
+	default
+	log {
+		output file /tmp/access.log
+	}
+	reverse_proxy 127.0.0.1:9001?weight=5&max_fails=3&fail_timeout=30s 127.0.0.1:9002?weight=0 {
+		to [::1]:9003 backup slow_start 20s
+		to backend:9004 down
+		lb_policy hash cookie session
+		hash_strategy maglev
+		keepalive 64
+		next_upstream error http_503 non_idempotent
+		next_upstream_tries 2
+		next_upstream_timeout 3s
+		connect_timeout 250ms
+		read_timeout 2m
+		send_timeout 1h
+		retry_body_limit 64KiB
+		header_up +X-A 1
+		header_up X-B "two words"
+		header_down -Server
+		slow_start 10s
+		health_uri /health
+		health_port 9999
+		health_status 200
+		health_body ok
+		health_headers {
+			Host h
+		}
+		health_passes 2
+		health_fails 4
+		adaptive {
+			latency_threshold 200ms
+			error_threshold 2.5%
+			cut 10%
+		}
+	}
+}
+:8080 {
+	log
+	reverse_proxy 10.0.0.1:80 10.0.0.2:80 {
+		next_upstream off
+		lb_policy ip_hash
+	}
+}
+other.example.com {
+	reverse_proxy 10.0.0.3:80
+}
+)";
+
+TEST(Json, RoundTripIsExact) {
+  Config config = parse_ok(kEverything);
+  json document = to_json(config);
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  EXPECT_EQ(*back, config);
+  EXPECT_EQ(to_json(*back), document);
+  // And through text, as `heft adapt` prints it.
+  Result<Config> reparsed = from_json(json::parse(document.dump(2)));
+  ASSERT_TRUE(reparsed.ok());
+  EXPECT_EQ(*reparsed, config);
+}
+
+TEST(Json, RoundTripOfDefaults) {
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1\n}\n");
+  EXPECT_EQ(*from_json(to_json(config)), config);
+}
+
+TEST(Json, CaddyShape) {
+  Config config = parse_ok(kEverything);
+  json document = to_json(config);
+  EXPECT_EQ(document["admin"], (json{{"listen", "127.0.0.1:2019"}, {"disabled", true}, {"token", "tok"}}));
+  const json& http = document["apps"]["http"];
+  EXPECT_EQ(http["workers"], 2);
+  EXPECT_EQ(http["grace_period"], "1m30s");
+  EXPECT_EQ(http["header_timeout"], "1.5s");
+  // Port 80 first appeared first: srv0 holds both port-80 sites, in order.
+  EXPECT_EQ(http["servers"]["srv0"]["listen"], json::array({":80"}));
+  EXPECT_EQ(http["servers"]["srv1"]["listen"], json::array({":8080"}));
+  ASSERT_EQ(http["servers"]["srv0"]["routes"].size(), 2u);
+  const json& route = http["servers"]["srv0"]["routes"][0];
+  EXPECT_EQ(route["match"], json::parse(R"([{"host":["app.example.com","www.example.com"]}])"));
+  EXPECT_EQ(route["default"], true);
+  EXPECT_EQ(route["terminal"], true);
+  EXPECT_EQ(route["log"]["output"], "/tmp/access.log");
+  EXPECT_EQ(route["handle"][0]["handler"], "subroute");
+  const json& upstreams = document.at(json::json_pointer(std::string(kUpstreamsPath)));
+  ASSERT_EQ(upstreams.size(), 4u);
+  EXPECT_EQ(upstreams[0], json::parse(R"({"dial":"127.0.0.1:9001","weight":5,"max_fails":3,
+      "fail_timeout":"30s","backup":false,"down":false})"));
+  EXPECT_EQ(upstreams[2]["dial"], "[::1]:9003");
+  EXPECT_EQ(upstreams[2]["slow_start"], "20s");
+  const json& proxy = route["handle"][0]["routes"][0]["handle"][0];
+  EXPECT_EQ(proxy["handler"], "reverse_proxy");
+  EXPECT_EQ(proxy["load_balancing"]["selection_policy"],
+            json::parse(R"({"policy":"hash","key":"cookie","name":"session"})"));
+  EXPECT_EQ(proxy["load_balancing"]["next_upstream"], json::parse(R"(["error","http_503","non_idempotent"])"));
+  EXPECT_EQ(proxy["transport"]["dial_timeout"], "250ms");
+  EXPECT_EQ(proxy["transport"]["keepalive"], 64);
+  EXPECT_EQ(proxy["headers"]["request"][0], json::parse(R"({"op":"add","name":"X-A","value":"1"})"));
+  EXPECT_EQ(proxy["headers"]["response"][0], json::parse(R"({"op":"delete","name":"Server"})"));
+  // A site without hosts has no match.
+  EXPECT_FALSE(http["servers"]["srv1"]["routes"][0].contains("match"));
+}
+
+TEST(Json, ServersAreReadInNumericOrder) {
+  std::string text;
+  for (int port = 8000; port < 8012; ++port)
+    text += ":" + std::to_string(port) + " {\n\treverse_proxy a:1\n}\n";
+  Config config = parse_ok(text);
+  Result<Config> back = from_json(to_json(config));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, config);  // srv10 and srv11 come after srv9, not after srv1
+}
+
+// Applies `edit` to the adapted seed example and returns from_json's errors.
+std::vector<std::string> errors_after(const std::function<void(json&)>& edit) {
+  json document = to_json(parse_ok(kEverything));
+  edit(document);
+  Result<Config> result = from_json(document);
+  EXPECT_FALSE(result.ok());
+  std::vector<std::string> out;
+  for (const Diagnostic& d : result.errors) out.push_back(d.to_string());
+  return out;
+}
+
+json& upstreams_of(json& document) { return document.at(json::json_pointer(std::string(kUpstreamsPath))); }
+json& proxy_of(json& document) {
+  return document["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0];
+}
+
+TEST(JsonErrors, NameThePath) {
+  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[1]["weight"] = -1; }),
+            std::vector<std::string>{up + "[1].weight: must be an integer 0..1000000"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[1]["weight"] = 1000001; }),
+            std::vector<std::string>{up + "[1].weight: must be an integer 0..1000000"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["weight"] = "5"; }),
+            std::vector<std::string>{up + "[0].weight: must be an integer 0..1000000"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
+            std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),
+            std::vector<std::string>{up + "[0].fail_timeout: must be a duration, e.g. \"250ms\" or \"30s\""});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
+            std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0].erase("dial"); }),
+            std::vector<std::string>{up + "[0].dial: required"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d) = json::array(); }),
+            std::vector<std::string>{up + ": must hold at least one upstream"});
+}
+
+TEST(JsonErrors, StructureAndSemantics) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["workers"] = "two"; }),
+            std::vector<std::string>{"apps.http.workers: must be an integer 0..1024"});
+  EXPECT_EQ(errors_after([](json& d) { d["extra"] = 1; }), std::vector<std::string>{"extra: unknown field"});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"].erase("key"); }),
+            (std::vector<std::string>{rp + ".load_balancing.selection_policy.key: required for policy \"hash\"",
+                                      rp + ".load_balancing.selection_policy.name: only header and cookie keys take a name"}));
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["policy"] = "fastest"; }),
+            (std::vector<std::string>{rp + ".load_balancing.selection_policy.policy: unknown policy \"fastest\"",
+                                      rp + ".load_balancing.selection_policy.key: only policy \"hash\" takes a key"}));
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["handler"] = "file_server"; }),
+            std::vector<std::string>{rp + ".handler: must be \"reverse_proxy\""});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv1"]["listen"][0] = ":80"; }),
+            std::vector<std::string>{"apps.http.servers.srv1.listen[0]: port 80 is also used by apps.http.servers.srv0.listen"});
+  EXPECT_EQ(errors_after([](json& d) {
+              d["apps"]["http"]["servers"]["srv0"]["routes"][1]["match"][0]["host"][0] = "www.example.com";
+            }),
+            std::vector<std::string>{"apps.http.servers.srv0.routes[1].match[0].host[0]: host \"www.example.com\" is "
+                                     "also matched at apps.http.servers.srv0.routes[0].match[0].host[1]"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1]["default"] = true; }),
+            std::vector<std::string>{"apps.http.servers.srv0.routes[1].default: a second default route (first at "
+                                     "apps.http.servers.srv0.routes[0])"});
+}
+
+TEST(JsonErrors, EveryErrorIsReported) {
+  auto errors = errors_after([](json& d) {
+    upstreams_of(d)[0]["weight"] = 2000000;
+    upstreams_of(d)[1]["backup"] = "yes";
+    proxy_of(d)["transport"]["keepalive"] = -3;
+  });
+  EXPECT_EQ(errors.size(), 3u);
+}
+
+TEST(JsonErrors, NotAnObject) {
+  Result<Config> result = from_json(json::array());
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_EQ(result.errors[0].message, "must be an object");
+}
+
+}  // namespace
+}  // namespace heft::config

@@ -1,0 +1,81 @@
+// Durations, sizes, fractions, addresses and typo suggestions.
+#include "config/values.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+
+namespace heft::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Values, Durations) {
+  EXPECT_EQ(parse_duration("250ms"), 250ms);
+  EXPECT_EQ(parse_duration("30s"), 30s);
+  EXPECT_EQ(parse_duration("5m"), 5min);
+  EXPECT_EQ(parse_duration("1h"), 1h);
+  EXPECT_EQ(parse_duration("1d"), 24h);
+  EXPECT_EQ(parse_duration("1.5s"), 1500ms);
+  EXPECT_EQ(parse_duration("1m30s"), 90s);
+  EXPECT_EQ(parse_duration("0"), 0ms);
+  for (std::string_view bad : {"", "10", "5x", "s", "-1s", "1.5ms", "1..5s", ".5s", "1s ", "1 s"})
+    EXPECT_FALSE(parse_duration(bad)) << bad;
+}
+
+TEST(Values, DurationsFormatCanonicallyAndReadBack) {
+  EXPECT_EQ(format_duration(0ms), "0s");
+  EXPECT_EQ(format_duration(250ms), "250ms");
+  EXPECT_EQ(format_duration(1500ms), "1.5s");
+  EXPECT_EQ(format_duration(90s), "1m30s");
+  EXPECT_EQ(format_duration(3h + 1s), "3h1s");
+  for (int64_t ms : {0, 1, 999, 1000, 1001, 1500, 59900, 60000, 61500, 3600000, 86400000, 90061001})
+    EXPECT_EQ(parse_duration(format_duration(std::chrono::milliseconds{ms})), std::chrono::milliseconds{ms}) << ms;
+}
+
+TEST(Values, Sizes) {
+  EXPECT_EQ(parse_size("1024"), 1024u);
+  EXPECT_EQ(parse_size("64KiB"), 65536u);
+  EXPECT_EQ(parse_size("64kib"), 65536u);
+  EXPECT_EQ(parse_size("1MiB"), 1048576u);
+  EXPECT_EQ(parse_size("1MB"), 1000000u);
+  EXPECT_EQ(parse_size("2GiB"), 2147483648u);
+  for (std::string_view bad : {"", "KiB", "1.5MiB", "-1", "1XB", "1 KiB"}) EXPECT_FALSE(parse_size(bad)) << bad;
+}
+
+TEST(Values, Fractions) {
+  EXPECT_DOUBLE_EQ(*parse_fraction("5%"), 0.05);
+  EXPECT_DOUBLE_EQ(*parse_fraction("0.25"), 0.25);
+  EXPECT_FALSE(parse_fraction("abc%"));
+  EXPECT_FALSE(parse_fraction("nan"));
+  EXPECT_EQ(format_fraction(0.05), "5%");
+}
+
+TEST(Values, HostPort) {
+  auto v4 = split_host_port("10.0.0.1:8080", 80);
+  ASSERT_TRUE(v4.value);
+  EXPECT_EQ(v4.value->host, "10.0.0.1");
+  EXPECT_EQ(v4.value->port, 8080);
+  EXPECT_EQ(split_host_port("backend", 80).value->port, 80);
+  EXPECT_EQ(split_host_port(":9000", 80).value->host, "");
+  EXPECT_EQ(split_host_port("[::1]:9000", 80).value->host, "::1");
+  EXPECT_EQ(split_host_port("[::1]", 80).value->port, 80);
+  EXPECT_FALSE(split_host_port("::1", 80).value);
+  EXPECT_FALSE(split_host_port("a:0", 80).value);
+  EXPECT_FALSE(split_host_port("a:65536", 80).value);
+  EXPECT_FALSE(split_host_port("a:", 80).value);
+  EXPECT_FALSE(split_host_port("a b:1", 80).value);
+  EXPECT_EQ(join_host_port("::1", 80), "[::1]:80");
+  EXPECT_EQ(join_host_port("a", 80), "a:80");
+}
+
+TEST(Values, ClosestMatch) {
+  constexpr std::array<std::string_view, 4> options = {"weight", "max_fails", "fail_timeout", "backup"};
+  EXPECT_EQ(closest_match("wieght", options), "weight");  // transposition
+  EXPECT_EQ(closest_match("weigt", options), "weight");
+  EXPECT_EQ(closest_match("max_fail", options), "max_fails");
+  EXPECT_EQ(closest_match("completely_different", options), "");
+}
+
+}  // namespace
+}  // namespace heft::config
