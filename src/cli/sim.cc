@@ -1,0 +1,189 @@
+// `heft sim`: the discrete-event simulator (src/sim/simulator.h) on the command
+// line. Builds a Scenario from flags, a JSON file or a built-in example, runs
+// it, and prints a table, JSON or CSV (plus an SVG report on request).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "sim/report.h"
+#include "sim/scenario.h"
+#include "sim/simulator.h"
+
+namespace heft::cli {
+namespace {
+
+struct SimFlags {
+  std::string example;
+  std::string scenario_file;
+  std::string servers;  // "3x,1x,1x"
+  uint32_t unit_workers = 1;
+  std::string service = "5ms";
+  std::string dist = "exp";
+  double sigma = 0.5;
+  std::vector<std::string> server;  // --server key=value,...
+  double rate = 0;
+  std::string duration;
+  std::string trace;
+  std::string policies;
+  std::string weights;
+  std::vector<std::string> events;
+  uint64_t seed = 1;
+  std::string bucket;
+  std::string hash_strategy;
+  bool json = false;
+  bool csv = false;
+  std::string svg;
+  // Which optional flags were given (to override a file or an example).
+  CLI::Option* seed_opt = nullptr;
+  CLI::Option* rate_opt = nullptr;
+};
+
+std::string read_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw BadArguments(std::string(what) + ": cannot read '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Flags that refine any scenario (from flags, a file or an example).
+void apply_overrides(const SimFlags& f, sim::Scenario& s) {
+  if (f.seed_opt->count()) s.seed = f.seed;
+  if (f.rate_opt->count()) s.rate = f.rate;
+  if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration);
+  if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket);
+  if (!f.policies.empty()) s.policies = sim::parse_policies(f.policies);
+  if (!f.hash_strategy.empty()) {
+    auto h = balance::parse_hash_strategy(f.hash_strategy);
+    if (!h) throw std::invalid_argument("--hash-strategy is ring or maglev");
+    s.hash_strategy = *h;
+  }
+  if (!f.weights.empty()) {
+    auto w = sim::parse_weights(f.weights);
+    if (w.size() != s.servers.size())
+      throw std::invalid_argument("--weights: " + std::to_string(w.size()) + " weights for " +
+                                  std::to_string(s.servers.size()) + " servers");
+    for (size_t i = 0; i < w.size(); ++i) s.servers[i].weight = w[i];
+  }
+  for (const std::string& e : f.events) s.events.push_back(sim::parse_event(e));
+  if (!f.trace.empty()) sim::load_trace(read_file(f.trace, "--trace"), s);
+  sim::validate(s);
+}
+
+std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
+  std::vector<sim::Scenario> out;
+  int sources = !f.example.empty() + !f.scenario_file.empty() + (!f.servers.empty() || !f.server.empty());
+  if (sources != 1)
+    throw std::invalid_argument("give exactly one of --example, --scenario, or --servers/--server");
+  if (!f.example.empty()) {
+    if (f.example != "seed") throw std::invalid_argument("--example: the only example is 'seed'");
+    out.push_back(sim::seed_example(false));
+    out.push_back(sim::seed_example(true));
+  } else if (!f.scenario_file.empty()) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(f.scenario_file, "--scenario"));
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::invalid_argument(std::string("--scenario: ") + e.what());
+    }
+    std::string trace_path;
+    sim::Scenario s = sim::scenario_from_json(j, &trace_path);
+    if (!trace_path.empty() && f.trace.empty()) {
+      std::filesystem::path p(trace_path);
+      if (p.is_relative()) p = std::filesystem::path(f.scenario_file).parent_path() / p;
+      sim::load_trace(read_file(p.string(), "scenario trace"), s);
+    }
+    out.push_back(std::move(s));
+  } else {
+    sim::Scenario s;
+    s.name = "heft sim";
+    if (!f.servers.empty()) {
+      auto dist = sim::parse_service_dist(f.dist);
+      if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
+      if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
+      const double service = sim::parse_duration(f.service);
+      for (double units : sim::parse_units(f.servers)) {
+        sim::ServerSpec server;
+        server.units = units;
+        server.size = static_cast<uint32_t>(std::max(1.0, std::round(units * f.unit_workers)));
+        server.service_s = service;
+        server.dist = *dist;
+        server.sigma = f.sigma;
+        s.servers.push_back(server);
+      }
+    }
+    for (const std::string& text : f.server) s.servers.push_back(sim::parse_server(text));
+    out.push_back(std::move(s));
+  }
+  for (sim::Scenario& s : out) apply_overrides(f, s);
+  return out;
+}
+
+void run_sim(const SimFlags& f) {
+  if (f.json && f.csv) throw BadArguments("--json and --csv are exclusive");
+  std::vector<sim::Scenario> scenarios;
+  try {
+    scenarios = build_scenarios(f);
+  } catch (const std::invalid_argument& e) {
+    throw BadArguments(e.what());
+  }
+  std::vector<sim::SimResult> results;
+  for (const sim::Scenario& s : scenarios) results.push_back(sim::simulate(s));
+  if (!f.svg.empty()) {
+    std::ofstream out(f.svg, std::ios::binary | std::ios::trunc);
+    out << sim::format_svg(results);
+    if (!out) {
+      std::fprintf(stderr, "heft: cannot write '%s'\n", f.svg.c_str());
+      set_exit_code(1);
+      return;
+    }
+  }
+  std::string text = f.json ? sim::results_to_json(results).dump(2) + "\n"
+                     : f.csv ? sim::format_csv(results)
+                             : sim::format_table(results);
+  std::fputs(text.c_str(), stdout);
+}
+
+void setup(CLI::App& root) {
+  auto f = std::make_shared<SimFlags>();
+  CLI::App* cmd = root.add_subcommand(
+      "sim", "Simulate a fleet under several balancing policies with heft's own balancer (docs/sim.md)");
+  cmd->add_option("--example", f->example, "Run a built-in scenario: seed (one 3x and two 1x servers, 579 req/s)");
+  cmd->add_option("--scenario", f->scenario_file, "JSON scenario file (format in docs/sim.md)");
+  cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
+  cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
+  cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();
+  cmd->add_option("--dist", f->dist, "Service time distribution for --servers: fixed, exp, lognormal")
+      ->capture_default_str();
+  cmd->add_option("--sigma", f->sigma, "Lognormal sigma for --servers")->capture_default_str();
+  cmd->add_option("--server", f->server,
+                  "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s "
+                  "(repeatable)");
+  f->rate_opt = cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
+  cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default 60s)");
+  cmd->add_option("--trace", f->trace, "Replay arrivals: one time in seconds per line, optional key");
+  cmd->add_option("--policies", f->policies, "Policies to compare (default round_robin,weighted_round_robin,least_conn)");
+  cmd->add_option("--weights", f->weights, "Weights in server order (default: sizes in units)");
+  cmd->add_option("--event", f->events, "TIME:SERVER:slow=F|fail|recover|weight=N, or TIME:weights=A,B,.. (repeatable)");
+  f->seed_opt = cmd->add_option("--seed", f->seed, "Random seed: same seed, same output")->capture_default_str();
+  cmd->add_option("--bucket", f->bucket, "Utilisation time-series bucket (default duration / 60)");
+  cmd->add_option("--hash-strategy", f->hash_strategy, "For the hash policy: ring or maglev");
+  cmd->add_flag("--json", f->json, "Print the results as JSON");
+  cmd->add_flag("--csv", f->csv, "Print one CSV row per policy and server");
+  cmd->add_option("--svg", f->svg, "Also write an SVG report to this file");
+  cmd->callback([f] { run_sim(*f); });
+}
+
+const bool registered = add_command(61, &setup);
+
+}  // namespace
+}  // namespace heft::cli

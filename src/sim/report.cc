@@ -1,0 +1,172 @@
+#include "sim/report.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace heft::sim {
+namespace {
+
+std::string percent(double fraction) { return fmt::format("{:.1f}%", fraction * 100); }
+
+std::string arrivals_text(const Scenario& s) {
+  if (s.has_trace) return fmt::format("trace arrivals for {:g} s", s.duration_s);
+  return fmt::format("{:.1f} req/s Poisson for {:g} s", s.rate, s.duration_s);
+}
+
+nlohmann::ordered_json latency_json(const LatencySummary& l) {
+  nlohmann::ordered_json j;
+  j["mean_s"] = l.mean_s;
+  j["p50_s"] = l.p50_s;
+  j["p95_s"] = l.p95_s;
+  j["p99_s"] = l.p99_s;
+  j["max_s"] = l.max_s;
+  return j;
+}
+
+}  // namespace
+
+std::string format_latency(double s) {
+  if (s < 1e-3) return fmt::format("{:.0f} us", s * 1e6);
+  if (s < 1) return fmt::format("{:.1f} ms", s * 1e3);
+  return fmt::format("{:.2f} s", s);
+}
+
+std::string format_table(const std::vector<SimResult>& results) {
+  std::string out;
+  for (size_t r = 0; r < results.size(); ++r) {
+    const SimResult& res = results[r];
+    const Scenario& sc = res.scenario;
+    if (r > 0) out += '\n';
+    out += fmt::format("{}: {}, seed {}\n", sc.name, arrivals_text(sc), sc.seed);
+    out += "  servers:";
+    for (size_t i = 0; i < sc.servers.size(); ++i) {
+      const ServerSpec& s = sc.servers[i];
+      out += fmt::format("{} {} ({} workers x {} {})", i ? "," : "", s.name, s.size, format_latency(s.service_s),
+                         service_dist_name(s.dist));
+    }
+    out += '\n';
+    out += "  events:";
+    if (sc.events.empty()) out += " none";
+    for (const Event& e : sc.events) out += " " + event_text(e);
+    out += '\n';
+    out += fmt::format("  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
+                       "policy", "server", "size", "weight", "requests", "share", "util", "mean", "p50", "p95",
+                       "p99", "peak q", "end q", "refused", "timeout", "failed");
+    for (const PolicyResult& p : res.policies) {
+      bool first = true;
+      for (const ServerResult& s : p.servers) {
+        out += fmt::format(
+            "  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
+            first ? std::string(balance::policy_name(p.policy)) : "", s.name, s.size, s.weight, s.requests,
+            percent(s.share), percent(s.utilisation), format_latency(s.latency.mean_s),
+            format_latency(s.latency.p50_s), format_latency(s.latency.p95_s), format_latency(s.latency.p99_s),
+            s.peak_queue, s.queue_at_end, s.refused, s.timed_out, s.failed);
+        first = false;
+      }
+      out += fmt::format(
+          "  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n", "",
+          "(all)", "", "", p.arrivals, p.unrouted ? fmt::format("-{}", p.unrouted) : "", "",
+          format_latency(p.latency.mean_s), format_latency(p.latency.p50_s), format_latency(p.latency.p95_s),
+          format_latency(p.latency.p99_s), "", "", p.refused, p.timed_out, p.failed);
+    }
+  }
+  out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
+         "end q = requests waiting when arrivals stopped (the run then drains them).\n";
+  return out;
+}
+
+nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
+  nlohmann::ordered_json root;
+  root["scenarios"] = nlohmann::ordered_json::array();
+  for (const SimResult& res : results) {
+    const Scenario& sc = res.scenario;
+    nlohmann::ordered_json js;
+    js["name"] = sc.name;
+    js["seed"] = sc.seed;
+    js["duration_s"] = sc.duration_s;
+    if (sc.has_trace) js["arrivals"] = "trace";
+    else js["rate"] = sc.rate;
+    js["bucket_s"] = sc.bucket_s;
+    js["servers"] = nlohmann::ordered_json::array();
+    for (const ServerSpec& s : sc.servers) {
+      nlohmann::ordered_json j;
+      j["name"] = s.name;
+      j["size"] = s.size;
+      j["units"] = s.units;
+      j["service_s"] = s.service_s;
+      j["dist"] = service_dist_name(s.dist);
+      if (s.dist == ServiceDist::lognormal) j["sigma"] = s.sigma;
+      j["weight"] = initial_weight(s);
+      if (s.queue_limit) j["queue_limit"] = *s.queue_limit;
+      if (s.timeout_s > 0) j["timeout_s"] = s.timeout_s;
+      js["servers"].push_back(j);
+    }
+    js["events"] = nlohmann::ordered_json::array();
+    for (const Event& e : sc.events) js["events"].push_back(event_text(e));
+    js["policies"] = nlohmann::ordered_json::array();
+    for (const PolicyResult& p : res.policies) {
+      nlohmann::ordered_json jp;
+      jp["policy"] = balance::policy_name(p.policy);
+      jp["arrivals"] = p.arrivals;
+      jp["completed"] = p.completed;
+      jp["refused"] = p.refused;
+      jp["timed_out"] = p.timed_out;
+      jp["failed"] = p.failed;
+      jp["unrouted"] = p.unrouted;
+      jp["latency"] = latency_json(p.latency);
+      jp["servers"] = nlohmann::ordered_json::array();
+      for (const ServerResult& s : p.servers) {
+        nlohmann::ordered_json j;
+        j["name"] = s.name;
+        j["size"] = s.size;
+        j["weight"] = s.weight;
+        j["requests"] = s.requests;
+        j["share"] = s.share;
+        j["utilisation"] = s.utilisation;
+        j["latency"] = latency_json(s.latency);
+        j["peak_queue"] = s.peak_queue;
+        j["queue_at_end"] = s.queue_at_end;
+        j["completed"] = s.completed;
+        j["refused"] = s.refused;
+        j["timed_out"] = s.timed_out;
+        j["failed"] = s.failed;
+        j["utilisation_series"] = s.utilisation_series;
+        jp["servers"].push_back(j);
+      }
+      js["policies"].push_back(jp);
+    }
+    root["scenarios"].push_back(js);
+  }
+  return root;
+}
+
+std::string format_csv(const std::vector<SimResult>& results) {
+  std::string out =
+      "scenario,policy,server,size,weight,requests,share,utilisation,mean_ms,p50_ms,p95_ms,p99_ms,peak_queue,"
+      "queue_at_end,completed,refused,timed_out,failed\n";
+  auto quoted = [](const std::string& s) {
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  for (const SimResult& res : results) {
+    for (const PolicyResult& p : res.policies) {
+      for (const ServerResult& s : p.servers) {
+        out += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{},{},{},{}\n",
+                           quoted(res.scenario.name), balance::policy_name(p.policy), quoted(s.name), s.size,
+                           s.weight, s.requests, s.share, s.utilisation, s.latency.mean_s * 1e3,
+                           s.latency.p50_s * 1e3, s.latency.p95_s * 1e3, s.latency.p99_s * 1e3, s.peak_queue,
+                           s.queue_at_end, s.completed, s.refused, s.timed_out, s.failed);
+      }
+      out += fmt::format("{},{},{},,,{},,,{:.4f},{:.4f},{:.4f},{:.4f},,,{},{},{},{}\n", quoted(res.scenario.name),
+                         balance::policy_name(p.policy), "(all)", p.arrivals, p.latency.mean_s * 1e3,
+                         p.latency.p50_s * 1e3, p.latency.p95_s * 1e3, p.latency.p99_s * 1e3, p.completed,
+                         p.refused, p.timed_out, p.failed);
+    }
+  }
+  return out;
+}
+
+}  // namespace heft::sim

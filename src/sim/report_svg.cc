@@ -1,0 +1,236 @@
+// The SVG report of `heft sim`: for each scenario, one panel per policy with
+// every server's utilisation over time, then a panel of latency CDFs (one line
+// per policy, log time axis). Self-contained: no scripts, fonts or links.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "sim/report.h"
+
+namespace heft::sim {
+namespace {
+
+constexpr double kPanelW = 300, kPanelH = 190;        // plot area
+constexpr double kLeft = 62, kRight = 18, kTop = 46, kBottom = 48;  // margins around a plot area
+constexpr double kCellW = kLeft + kPanelW + kRight, kCellH = kTop + kPanelH + kBottom;
+constexpr double kTitleH = 44, kLegendH = 30, kScenarioTitleH = 26;
+
+constexpr const char* kServerColours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+constexpr const char* kPolicyColours[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
+                                          "#da8bc3"};
+
+const char* server_colour(size_t i) { return kServerColours[i % std::size(kServerColours)]; }
+const char* policy_colour(size_t i) { return kPolicyColours[i % std::size(kPolicyColours)]; }
+
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A "nice" tick step (1, 2 or 5 x 10^n) giving about `target` ticks over span.
+double nice_step(double span, int target) {
+  if (!(span > 0)) return 1;
+  double raw = span / target;
+  double mag = std::pow(10, std::floor(std::log10(raw)));
+  double norm = raw / mag;
+  double step = norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10;
+  return step * mag;
+}
+
+std::string tick_label(double v) { return fmt::format("{:g}", std::round(v * 1e6) / 1e6); }
+
+std::string latency_tick(double seconds) {
+  if (seconds < 1e-3) return fmt::format("{:g} us", seconds * 1e6);
+  if (seconds < 1) return fmt::format("{:g} ms", seconds * 1e3);
+  return fmt::format("{:g} s", seconds);
+}
+
+struct Frame {
+  double x0, y0;  // top-left of the plot area
+  void axes(std::string& out, const std::string& title, const std::string& xlabel, const std::string& ylabel) const {
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="panel-title" text-anchor="middle">{}</text>)" "\n",
+                       x0 + kPanelW / 2, y0 - 14, escape(title));
+    out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" class="plot"/>)" "\n", x0, y0,
+                       kPanelW, kPanelH);
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="axis-label" text-anchor="middle">{}</text>)" "\n",
+                       x0 + kPanelW / 2, y0 + kPanelH + 36, escape(xlabel));
+    out += fmt::format(
+        R"svg(<text x="{:.1f}" y="{:.1f}" class="axis-label" text-anchor="middle" transform="rotate(-90 {:.1f} {:.1f})">{}</text>)svg"
+        "\n",
+        x0 - 46, y0 + kPanelH / 2, x0 - 46, y0 + kPanelH / 2, escape(ylabel));
+  }
+  void x_tick(std::string& out, double px, const std::string& label) const {
+    out += fmt::format(R"(<line x1="{0:.1f}" y1="{1:.1f}" x2="{0:.1f}" y2="{2:.1f}" class="grid"/>)" "\n", px, y0,
+                       y0 + kPanelH);
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="tick" text-anchor="middle">{}</text>)" "\n", px,
+                       y0 + kPanelH + 16, escape(label));
+  }
+  void y_tick(std::string& out, double py, const std::string& label) const {
+    out += fmt::format(R"(<line x1="{0:.1f}" y1="{2:.1f}" x2="{1:.1f}" y2="{2:.1f}" class="grid"/>)" "\n", x0,
+                       x0 + kPanelW, py);
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="tick" text-anchor="end">{}</text>)" "\n", x0 - 6,
+                       py + 4, escape(label));
+  }
+};
+
+void utilisation_panel(std::string& out, const Frame& f, const SimResult& res, const PolicyResult& p) {
+  const Scenario& sc = res.scenario;
+  f.axes(out, std::string(balance::policy_name(p.policy)), "time (s)", "utilisation (%)");
+  const double duration = sc.duration_s;
+  auto px = [&](double t) { return f.x0 + t / duration * kPanelW; };
+  auto py = [&](double u) { return f.y0 + kPanelH - std::clamp(u, 0.0, 1.0) * kPanelH; };
+  double step = nice_step(duration, 5);
+  for (int i = 0; i <= 20; ++i) {
+    double t = i * step;
+    if (t > duration * (1 + 1e-9)) break;
+    f.x_tick(out, px(t), tick_label(t));
+  }
+  for (int u = 0; u <= 100; u += 25) f.y_tick(out, py(u / 100.0), fmt::format("{}", u));
+  for (size_t i = 0; i < p.servers.size(); ++i) {
+    const ServerResult& s = p.servers[i];
+    std::string points;
+    for (size_t b = 0; b < s.utilisation_series.size(); ++b) {
+      double t_mid = std::min((b + 0.5) * sc.bucket_s, duration);
+      points += fmt::format("{}{:.1f},{:.1f}", b ? " " : "", px(t_mid), py(s.utilisation_series[b]));
+    }
+    out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.6"><title>{} {}: {:.1f}% busy</title></polyline>)" "\n",
+                       points, server_colour(i), escape(std::string(balance::policy_name(p.policy))),
+                       escape(s.name), s.utilisation * 100);
+  }
+}
+
+void cdf_panel(std::string& out, const Frame& f, const SimResult& res) {
+  f.axes(out, "latency CDF (queue wait + service)", "latency (log scale)", "fraction of requests");
+  // Decades covering every policy's 0.01 % .. 100 % range.
+  double lo = 0, hi = 0;
+  for (const PolicyResult& p : res.policies) {
+    if (p.latency_sketch.count() == 0) continue;
+    double a = std::max(p.latency_sketch.quantile_seconds(0.0001), 1e-6);
+    double b = std::max(p.latency_sketch.max_seconds(), a * 10);
+    lo = lo == 0 ? a : std::min(lo, a);
+    hi = std::max(hi, b);
+  }
+  if (lo == 0) {
+    lo = 1e-3;
+    hi = 1;
+  }
+  double dlo = std::floor(std::log10(lo)), dhi = std::ceil(std::log10(hi));
+  if (dhi <= dlo) dhi = dlo + 1;
+  auto px = [&](double seconds) {
+    double l = std::log10(std::max(seconds, 1e-9));
+    return f.x0 + std::clamp((l - dlo) / (dhi - dlo), 0.0, 1.0) * kPanelW;
+  };
+  auto py = [&](double frac) { return f.y0 + kPanelH - frac * kPanelH; };
+  for (int d = static_cast<int>(dlo); d <= static_cast<int>(dhi) && d <= static_cast<int>(dlo) + 12; ++d)
+    f.x_tick(out, px(std::pow(10.0, d)), latency_tick(std::pow(10.0, d)));
+  for (int q = 0; q <= 4; ++q) f.y_tick(out, py(q / 4.0), tick_label(q / 4.0));
+  for (size_t pi = 0; pi < res.policies.size(); ++pi) {
+    const LatencySketch& s = res.policies[pi].latency_sketch;
+    if (s.count() == 0) continue;
+    std::string points;
+    uint64_t seen = 0;
+    double last_x = -1;
+    for (size_t b = 0; b < LatencySketch::kBuckets; ++b) {
+      uint64_t c = s.bucket_count(b);
+      if (c == 0) continue;
+      seen += c;
+      double x = px(LatencySketch::lower_ns(b + 1) * 1e-9);
+      double y = py(static_cast<double>(seen) / static_cast<double>(s.count()));
+      // One point per half pixel keeps the file small without changing the picture.
+      if (x - last_x < 0.5 && seen != s.count()) continue;
+      points += fmt::format("{}{:.1f},{:.1f}", points.empty() ? "" : " ", x, y);
+      last_x = x;
+    }
+    out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"><title>{}: p50 {}, p99 {}</title></polyline>)" "\n",
+                       points, policy_colour(pi), balance::policy_name(res.policies[pi].policy),
+                       format_latency(res.policies[pi].latency.p50_s), format_latency(res.policies[pi].latency.p99_s));
+  }
+}
+
+}  // namespace
+
+std::string format_svg(const std::vector<SimResult>& results) {
+  size_t columns = 1;
+  for (const SimResult& r : results) columns = std::max(columns, r.policies.size() + 1);
+  const double width = columns * kCellW + 20;
+  const double row_h = kScenarioTitleH + kCellH + kLegendH;
+  const double height = kTitleH + results.size() * row_h + 10;
+  std::string out;
+  out += fmt::format(
+      R"(<svg xmlns="http://www.w3.org/2000/svg" width="{0:.0f}" height="{1:.0f}" viewBox="0 0 {0:.0f} {1:.0f}" font-family="Helvetica, Arial, sans-serif">)"
+      "\n",
+      width, height);
+  out += R"(<style>
+.title { font-size: 18px; font-weight: bold; }
+.scenario { font-size: 14px; font-weight: bold; }
+.panel-title { font-size: 13px; font-weight: bold; }
+.axis-label { font-size: 12px; fill: #333; }
+.tick { font-size: 10px; fill: #555; }
+.legend { font-size: 12px; }
+.plot { fill: #fafafa; stroke: #888; }
+.grid { stroke: #ddd; stroke-width: 1; }
+</style>
+)";
+  out += fmt::format(R"(<rect x="0" y="0" width="{:.0f}" height="{:.0f}" fill="white"/>)" "\n", width, height);
+  out += R"(<text x="10" y="28" class="title">heft sim: utilisation per server over time, and latency CDFs</text>)"
+         "\n";
+  for (size_t r = 0; r < results.size(); ++r) {
+    const SimResult& res = results[r];
+    const Scenario& sc = res.scenario;
+    const double top = kTitleH + r * row_h;
+    std::string events;
+    for (const Event& e : sc.events) events += (events.empty() ? "" : ", ") + event_text(e);
+    std::string arrivals = sc.has_trace ? fmt::format("trace, {:g} s", sc.duration_s)
+                                        : fmt::format("{:.1f} req/s Poisson, {:g} s", sc.rate, sc.duration_s);
+    out += fmt::format(R"(<text x="10" y="{:.1f}" class="scenario">{} ({}, seed {}{}{}; buckets of {:g} s)</text>)" "\n",
+                       top + 18, escape(sc.name), arrivals, sc.seed, events.empty() ? "" : "; events: ",
+                       escape(events), sc.bucket_s);
+    for (size_t c = 0; c < res.policies.size(); ++c) {
+      Frame f{10 + c * kCellW + kLeft, top + kScenarioTitleH + kTop};
+      utilisation_panel(out, f, res, res.policies[c]);
+    }
+    Frame cdf{10 + res.policies.size() * kCellW + kLeft, top + kScenarioTitleH + kTop};
+    cdf_panel(out, cdf, res);
+    // Legends: servers (colours of the utilisation lines), policies (CDF lines).
+    double ly = top + kScenarioTitleH + kCellH + 8;
+    double lx = 10 + kLeft;
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">servers:</text>)" "\n", lx, ly + 4);
+    lx += 62;
+    for (size_t i = 0; i < sc.servers.size(); ++i) {
+      const ServerSpec& s = sc.servers[i];
+      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="4" fill="{}"/>)" "\n", lx, ly - 2,
+                         server_colour(i));
+      std::string label = fmt::format("{} ({} workers, {})", s.name, s.size, format_latency(s.service_s));
+      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">{}</text>)" "\n", lx + 18, ly + 4,
+                         escape(label));
+      lx += 30 + 7.0 * label.size();
+    }
+    // Policy legend inside the CDF plot's lower right, where a CDF never goes.
+    const double box_w = 170, box_h = 16.0 * res.policies.size() + 8;
+    const double bx = cdf.x0 + kPanelW - box_w - 6, by = cdf.y0 + kPanelH - box_h - 6;
+    out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="white" stroke="#bbb"/>)" "\n",
+                       bx, by, box_w, box_h);
+    for (size_t pi = 0; pi < res.policies.size(); ++pi) {
+      std::string_view name = balance::policy_name(res.policies[pi].policy);
+      double y = by + 14 + 16.0 * pi;
+      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="4" fill="{}"/>)" "\n", bx + 8, y - 5,
+                         policy_colour(pi));
+      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">{}</text>)" "\n", bx + 28, y, name);
+    }
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace heft::sim

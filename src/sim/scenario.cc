@@ -1,0 +1,387 @@
+#include "sim/scenario.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "heft/balance/hash.h"
+#include "sim/planner.h"
+
+namespace heft::sim {
+namespace {
+
+[[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
+
+std::string_view trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (size_t guard = 0; guard <= s.size(); ++guard) {
+    size_t pos = s.find(sep, start);
+    if (pos == std::string_view::npos) {
+      parts.push_back(trim(s.substr(start)));
+      break;
+    }
+    parts.push_back(trim(s.substr(start, pos - start)));
+    start = pos + 1;
+  }
+  return parts;
+}
+
+double parse_number(std::string_view text, std::string_view what) {
+  text = trim(text);
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(value))
+    fail(fmt::format("{}: '{}' is not a number", what, text));
+  return value;
+}
+
+uint64_t parse_count(std::string_view text, std::string_view what) {
+  text = trim(text);
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+    fail(fmt::format("{}: '{}' is not a whole number", what, text));
+  return value;
+}
+
+double positive(double value, std::string_view what) {
+  if (!(value > 0)) fail(fmt::format("{} must be positive", what));
+  return value;
+}
+
+}  // namespace
+
+std::optional<ServiceDist> parse_service_dist(std::string_view name) {
+  if (name == "fixed") return ServiceDist::fixed;
+  if (name == "exp" || name == "exponential") return ServiceDist::exponential;
+  if (name == "lognormal") return ServiceDist::lognormal;
+  return std::nullopt;
+}
+
+std::string_view service_dist_name(ServiceDist dist) {
+  switch (dist) {
+    case ServiceDist::fixed: return "fixed";
+    case ServiceDist::exponential: return "exp";
+    case ServiceDist::lognormal: return "lognormal";
+  }
+  return "exp";
+}
+
+double parse_duration(std::string_view text) {
+  text = trim(text);
+  struct Unit {
+    std::string_view suffix;
+    double seconds;
+  };
+  // Longest suffixes first so "ms" is not read as "s".
+  constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  for (const Unit& u : kUnits) {
+    if (text.size() > u.suffix.size() && text.ends_with(u.suffix)) {
+      std::string_view number = text.substr(0, text.size() - u.suffix.size());
+      if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
+      double v = parse_number(number, "duration") * u.seconds;
+      if (v < 0) fail(fmt::format("duration '{}' is negative", text));
+      return v;
+    }
+  }
+  double v = parse_number(text, "duration");
+  if (v < 0) fail(fmt::format("duration '{}' is negative", text));
+  return v;
+}
+
+std::vector<double> parse_units(std::string_view text) {
+  std::vector<double> units;
+  for (std::string_view part : split(text, ',')) {
+    if (part.ends_with('x') || part.ends_with('X')) part.remove_suffix(1);
+    units.push_back(positive(parse_number(part, "--servers"), "--servers entries"));
+  }
+  if (units.empty()) fail("--servers is empty");
+  return units;
+}
+
+ServerSpec parse_server(std::string_view text) {
+  ServerSpec s;
+  bool size_given = false, units_given = false;
+  for (std::string_view part : split(text, ',')) {
+    size_t eq = part.find('=');
+    if (eq == std::string_view::npos) fail(fmt::format("--server: '{}' is not key=value", part));
+    std::string_view key = trim(part.substr(0, eq)), value = trim(part.substr(eq + 1));
+    if (key == "name") {
+      s.name = std::string(value);
+    } else if (key == "size") {
+      s.size = static_cast<uint32_t>(parse_count(value, "--server size"));
+      size_given = true;
+    } else if (key == "service") {
+      s.service_s = parse_duration(value);
+    } else if (key == "dist") {
+      auto d = parse_service_dist(value);
+      if (!d) fail(fmt::format("--server dist: '{}' is not fixed, exp or lognormal", value));
+      s.dist = *d;
+    } else if (key == "sigma") {
+      s.sigma = parse_number(value, "--server sigma");
+    } else if (key == "weight") {
+      s.weight = static_cast<uint32_t>(parse_count(value, "--server weight"));
+    } else if (key == "queue") {
+      s.queue_limit = parse_count(value, "--server queue");
+    } else if (key == "timeout") {
+      s.timeout_s = parse_duration(value);
+    } else if (key == "units") {
+      s.units = parse_number(value, "--server units");
+      units_given = true;
+    } else {
+      fail(fmt::format("--server: unknown key '{}'", key));
+    }
+  }
+  if (size_given && !units_given) s.units = s.size;
+  return s;
+}
+
+Event parse_event(std::string_view text) {
+  std::vector<std::string_view> parts;
+  // Split on the first two ':' only: "weights=1,1,1" holds no ':' but keep it general.
+  size_t first = text.find(':');
+  if (first == std::string_view::npos) fail(fmt::format("--event '{}': expected TIME:SERVER:ACTION", text));
+  Event e;
+  e.at_s = parse_duration(text.substr(0, first));
+  std::string_view rest = trim(text.substr(first + 1));
+  std::string_view action = rest;
+  size_t second = rest.find(':');
+  if (second != std::string_view::npos) {
+    e.server = std::string(trim(rest.substr(0, second)));
+    action = trim(rest.substr(second + 1));
+  }
+  size_t eq = action.find('=');
+  std::string_view verb = trim(action.substr(0, eq));
+  std::string_view value = eq == std::string_view::npos ? std::string_view{} : trim(action.substr(eq + 1));
+  if (verb == "weights") {
+    e.kind = Event::Kind::weights;
+    e.weights = parse_weights(value);
+    if (!e.server.empty()) fail(fmt::format("--event '{}': weights= applies to every server", text));
+    return e;
+  }
+  if (e.server.empty()) fail(fmt::format("--event '{}': expected TIME:SERVER:ACTION", text));
+  if (verb == "slow") {
+    e.kind = Event::Kind::slow;
+    e.factor = positive(parse_number(value, "--event slow"), "--event slow factor");
+  } else if (verb == "fail") {
+    e.kind = Event::Kind::fail;
+  } else if (verb == "recover") {
+    e.kind = Event::Kind::recover;
+  } else if (verb == "weight") {
+    e.kind = Event::Kind::weight;
+    e.weight = static_cast<uint32_t>(parse_count(value, "--event weight"));
+  } else {
+    fail(fmt::format("--event '{}': action is slow=F, fail, recover, weight=N or weights=A,B,..", text));
+  }
+  return e;
+}
+
+std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
+  std::vector<balance::PolicyKind> out;
+  for (std::string_view part : split(text, ',')) {
+    auto kind = balance::parse_policy(part);
+    if (!kind) fail(fmt::format("--policies: unknown policy '{}'", part));
+    out.push_back(*kind);
+  }
+  return out;
+}
+
+std::vector<uint32_t> parse_weights(std::string_view text) {
+  std::vector<uint32_t> out;
+  for (std::string_view part : split(text, ',')) out.push_back(static_cast<uint32_t>(parse_count(part, "weights")));
+  return out;
+}
+
+void load_trace(std::string_view text, Scenario& scenario) {
+  scenario.has_trace = true;
+  scenario.trace_times.clear();
+  scenario.trace_keys.clear();
+  std::vector<std::pair<double, uint64_t>> rows;
+  bool any_key = false;
+  size_t line_no = 0;
+  size_t start = 0;
+  for (size_t guard = 0; start < text.size() && guard <= text.size(); ++guard) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = trim(text.substr(start, end - start));
+    start = end + 1;
+    ++line_no;
+    if (line.empty() || line.front() == '#') continue;
+    size_t space = line.find_first_of(" \t,");
+    std::string_view time_text = line.substr(0, space);
+    double t = parse_number(time_text, fmt::format("trace line {}", line_no));
+    if (t < 0) fail(fmt::format("trace line {}: negative time", line_no));
+    uint64_t key = 0;
+    if (space != std::string_view::npos) {
+      std::string_view key_text = trim(line.substr(space + 1));
+      if (!key_text.empty()) {
+        key = balance::hash_key(key_text);
+        any_key = true;
+      }
+    }
+    rows.emplace_back(t, key);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  scenario.trace_times.reserve(rows.size());
+  for (const auto& r : rows) scenario.trace_times.push_back(r.first);
+  if (any_key) {
+    scenario.trace_keys.reserve(rows.size());
+    for (const auto& r : rows) scenario.trace_keys.push_back(r.second);
+  }
+}
+
+namespace {
+
+double json_duration(const nlohmann::json& v, std::string_view what) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return parse_duration(v.get<std::string>());
+  fail(fmt::format("scenario: {} must be a duration (\"20ms\" or seconds)", what));
+}
+
+}  // namespace
+
+Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
+  if (!j.is_object()) fail("scenario: expected a JSON object");
+  Scenario s;
+  try {
+    for (const auto& [key, v] : j.items()) {
+      if (key == "name") {
+        s.name = v.get<std::string>();
+      } else if (key == "seed") {
+        s.seed = v.get<uint64_t>();
+      } else if (key == "duration") {
+        s.duration_s = json_duration(v, "duration");
+      } else if (key == "rate") {
+        s.rate = v.get<double>();
+      } else if (key == "trace") {
+        if (trace_path) *trace_path = v.get<std::string>();
+        s.has_trace = true;
+      } else if (key == "bucket") {
+        s.bucket_s = json_duration(v, "bucket");
+      } else if (key == "hash_strategy") {
+        auto h = balance::parse_hash_strategy(v.get<std::string>());
+        if (!h) fail("scenario: hash_strategy is ring or maglev");
+        s.hash_strategy = *h;
+      } else if (key == "policies") {
+        s.policies.clear();
+        for (const auto& p : v) {
+          auto kind = balance::parse_policy(p.get<std::string>());
+          if (!kind) fail(fmt::format("scenario: unknown policy '{}'", p.get<std::string>()));
+          s.policies.push_back(*kind);
+        }
+      } else if (key == "events") {
+        for (const auto& e : v) s.events.push_back(parse_event(e.get<std::string>()));
+      } else if (key == "servers") {
+        for (const auto& sv : v) {
+          ServerSpec server;
+          bool units_given = false;
+          for (const auto& [k, x] : sv.items()) {
+            if (k == "name") server.name = x.get<std::string>();
+            else if (k == "size") server.size = x.get<uint32_t>();
+            else if (k == "units") server.units = x.get<double>(), units_given = true;
+            else if (k == "service") server.service_s = json_duration(x, "service");
+            else if (k == "dist") {
+              auto d = parse_service_dist(x.get<std::string>());
+              if (!d) fail("scenario: dist is fixed, exp or lognormal");
+              server.dist = *d;
+            } else if (k == "sigma") server.sigma = x.get<double>();
+            else if (k == "weight") server.weight = x.get<uint32_t>();
+            else if (k == "queue") server.queue_limit = x.get<uint64_t>();
+            else if (k == "timeout") server.timeout_s = json_duration(x, "timeout");
+            else fail(fmt::format("scenario: unknown server key '{}'", k));
+          }
+          if (!units_given) server.units = server.size;
+          s.servers.push_back(std::move(server));
+        }
+      } else {
+        fail(fmt::format("scenario: unknown key '{}'", key));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(fmt::format("scenario: {}", e.what()));
+  }
+  return s;
+}
+
+uint32_t initial_weight(const ServerSpec& server) {
+  if (server.weight) return *server.weight;
+  double w = std::round(server.units);
+  return w < 1 ? 1 : static_cast<uint32_t>(w);
+}
+
+void validate(Scenario& s) {
+  if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
+  if (s.servers.size() > 4096) fail("at most 4096 servers");
+  if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
+  if (!s.has_trace && !(s.rate > 0)) fail("--rate must be positive");
+  if (s.policies.empty()) fail("--policies is empty");
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < s.servers.size(); ++i) {
+    ServerSpec& server = s.servers[i];
+    if (server.name.empty()) server.name = fmt::format("s{}", i + 1);
+    if (!names.insert(server.name).second) fail(fmt::format("server name '{}' is used twice", server.name));
+    if (server.size == 0) fail(fmt::format("server '{}': size must be at least 1", server.name));
+    if (!(server.service_s > 0)) fail(fmt::format("server '{}': service time must be positive", server.name));
+    if (server.dist == ServiceDist::lognormal && !(server.sigma >= 0))
+      fail(fmt::format("server '{}': sigma must be >= 0", server.name));
+    if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
+  }
+  for (const Event& e : s.events) {
+    if (e.kind == Event::Kind::weights) {
+      if (e.weights.size() != s.servers.size())
+        fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));
+    } else if (!names.contains(e.server)) {
+      fail(fmt::format("event names unknown server '{}'", e.server));
+    }
+  }
+  std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
+  if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
+  if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
+}
+
+Scenario seed_example(bool big_half_speed) {
+  const Plan plan = make_plan(PlanInputs{});
+  constexpr uint32_t kWorkersPerUnit = 4;
+  Scenario s;
+  s.name = big_half_speed ? "seed: big server at half speed" : "seed: steady";
+  s.seed = 1;
+  s.duration_s = 600;
+  s.rate = plan.traffic_now_rps / static_cast<double>(plan.groups);  // one group's share
+  const double service = kWorkersPerUnit / plan.inputs.server_rps;   // 4 workers x 20 ms = 200 req/s
+  const char* names[] = {"big", "small1", "small2"};
+  for (size_t i = 0; i < plan.inputs.group.size() && i < 3; ++i) {
+    ServerSpec server;
+    server.name = names[i];
+    server.units = plan.inputs.group[i];
+    server.size = static_cast<uint32_t>(std::lround(server.units * kWorkersPerUnit));
+    server.service_s = service;
+    server.dist = ServiceDist::exponential;
+    s.servers.push_back(server);
+  }
+  if (big_half_speed) {
+    Event e;
+    e.at_s = 0;
+    e.kind = Event::Kind::slow;
+    e.server = "big";
+    e.factor = 2;
+    s.events.push_back(e);
+  }
+  s.bucket_s = 10;
+  validate(s);
+  return s;
+}
+
+}  // namespace heft::sim

@@ -1,0 +1,108 @@
+// A simulation scenario for `heft sim`: the fleet (servers with a size, a mean
+// service time and its distribution), the arrivals (Poisson or a trace), the
+// policies to compare, and the events (slow down, fail, recover, reweigh).
+//
+// Parsing helpers turn flag and JSON text into a Scenario; they throw
+// std::invalid_argument with a one-line message on bad input. No I/O here: the
+// caller reads files and passes their text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "heft/balance/policy.h"
+
+namespace heft::sim {
+
+enum class ServiceDist { fixed, exponential, lognormal };
+
+std::optional<ServiceDist> parse_service_dist(std::string_view name);  // fixed | exp | exponential | lognormal
+std::string_view service_dist_name(ServiceDist dist);
+
+struct ServerSpec {
+  std::string name;
+  uint32_t size = 1;                  // workers serving at once; more wait in the FIFO queue
+  double service_s = 0.005;           // mean service time at normal speed
+  ServiceDist dist = ServiceDist::exponential;
+  double sigma = 0.5;                 // lognormal: sigma of the underlying normal
+  std::optional<uint32_t> weight;     // default: the server's size in units (see Scenario)
+  std::optional<uint64_t> queue_limit;  // waiting requests beyond this are refused
+  double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
+  double units = 1;                   // its size in "x" (3x = 3): the default weight
+};
+
+struct Event {
+  enum class Kind { slow, fail, recover, weight, weights };
+  double at_s = 0;
+  Kind kind = Kind::slow;
+  std::string server;             // slow, fail, recover, weight
+  double factor = 1;              // slow: service times x factor (absolute, 1 = normal speed)
+  uint32_t weight = 0;            // weight: the server's new weight
+  std::vector<uint32_t> weights;  // weights: every server's new weight, in order
+};
+
+struct Scenario {
+  std::string name = "scenario";
+  uint64_t seed = 1;
+  double duration_s = 60;  // arrivals in [0, duration); utilisation is measured over it
+  double rate = 100;       // Poisson arrivals per second (when there is no trace)
+  bool has_trace = false;
+  std::vector<double> trace_times;     // sorted arrival times, seconds
+  std::vector<uint64_t> trace_keys;    // hash_key() of each arrival's key (empty: none)
+  std::vector<ServerSpec> servers;
+  std::vector<balance::PolicyKind> policies = {balance::PolicyKind::round_robin,
+                                               balance::PolicyKind::weighted_round_robin,
+                                               balance::PolicyKind::least_conn};
+  balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
+  std::vector<Event> events;  // sorted by time (stable) by validate()
+  double bucket_s = 0;        // utilisation time-series bucket; 0: duration / 60
+};
+
+// "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds.
+double parse_duration(std::string_view text);
+
+// "3x,1x,1x" (or "3,1,1"): units per server.
+std::vector<double> parse_units(std::string_view text);
+
+// "name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3"
+ServerSpec parse_server(std::string_view text);
+
+// "300s:big:slow=2", "300s:big:fail", "400s:big:recover", "300s:big:weight=5",
+// "300s:weights=1,1,1".
+Event parse_event(std::string_view text);
+
+// "round_robin,weighted_round_robin,least_conn"
+std::vector<balance::PolicyKind> parse_policies(std::string_view text);
+
+// "3,1,1"
+std::vector<uint32_t> parse_weights(std::string_view text);
+
+// Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
+// starting with '#' are skipped. Sorts the arrivals by time (stable).
+void load_trace(std::string_view text, Scenario& scenario);
+
+// A scenario from its JSON form (docs/sim.md). A "trace" member names a file:
+// returned in `trace_path` for the caller to read with load_trace().
+Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
+
+// Checks and normalises: names unique and non-empty, sizes > 0, events naming
+// known servers, sorted events, default weights, default bucket. Throws
+// std::invalid_argument.
+void validate(Scenario& scenario);
+
+// The weight each server starts with (its explicit weight, else its units rounded, at least 1).
+uint32_t initial_weight(const ServerSpec& server);
+
+// The seed page's fleet: one group of one 3x and two 1x servers (12 and 4
+// workers, 20 ms mean exponential service: a 1x server handles 200 req/s) at
+// one group's share of `heft plan`'s peak (1,157 req/s / 2 groups = 579 req/s),
+// for 600 s, weights 3,1,1. `big_half_speed`: the big server runs at half speed
+// from the start (service times x 2).
+Scenario seed_example(bool big_half_speed);
+
+}  // namespace heft::sim

@@ -1,0 +1,422 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numbers>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "heft/balance/balancer.h"
+#include "heft/balance/hash.h"
+
+namespace heft::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+// Hard stop for the event loop; a run ends long before (arrivals are finite).
+constexpr uint64_t kMaxArrivals = uint64_t{1} << 40;
+constexpr uint64_t kMaxSteps = uint64_t{1} << 44;
+
+// Request k's random stream: draw j of request k, independent of everything
+// else the run does (common random numbers across policies).
+struct RequestStream {
+  uint64_t base;
+  uint64_t draw(uint64_t k, uint64_t j) const {
+    return balance::mix64(balance::mix64(base + k * kGolden) + (j + 1) * 0xd1b54a32d192ed03ULL);
+  }
+};
+enum Draw : uint64_t { kGap = 0, kService = 1, kKey = 2, kPick = 3 };
+
+// Uniform in (0, 1) from the top 53 bits.
+inline double unit_open(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53; }
+
+// A mean-1 service draw for one request under a distribution.
+inline double unit_service(ServiceDist dist, double sigma, uint64_t bits) {
+  switch (dist) {
+    case ServiceDist::fixed: return 1;
+    case ServiceDist::exponential: return -std::log(unit_open(bits));
+    case ServiceDist::lognormal: {
+      // Box-Muller from the two 32-bit halves.
+      double u1 = (static_cast<double>(bits >> 32) + 0.5) * 0x1p-32;
+      double u2 = (static_cast<double>(bits & 0xffffffffu) + 0.5) * 0x1p-32;
+      double z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+      return std::exp(sigma * z - 0.5 * sigma * sigma);
+    }
+  }
+  return 1;
+}
+
+struct Waiting {
+  double arrival;
+  uint64_t service_bits;
+};
+
+// A FIFO ring of waiting requests; grows by doubling (never per request on average).
+class WaitQueue {
+ public:
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  const Waiting& front() const { return slots_[head_]; }
+  void push(const Waiting& w) {
+    if (count_ == slots_.size()) grow();
+    slots_[(head_ + count_) & (slots_.size() - 1)] = w;
+    ++count_;
+  }
+  Waiting pop() {
+    Waiting w = slots_[head_];
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --count_;
+    return w;
+  }
+  void clear() { head_ = count_ = 0; }
+
+ private:
+  void grow() {
+    std::vector<Waiting> bigger(slots_.empty() ? 64 : slots_.size() * 2);
+    for (size_t i = 0; i < count_; ++i) bigger[i] = slots_[(head_ + i) & (slots_.size() - 1)];
+    slots_ = std::move(bigger);
+    head_ = 0;
+  }
+  std::vector<Waiting> slots_;
+  size_t head_ = 0, count_ = 0;
+};
+
+// A pending completion (or queue deadline) in the event heap.
+struct HeapEvent {
+  double time;
+  double arrival;
+  uint32_t server;
+  uint32_t epoch;  // the server's epoch when scheduled: stale after a failure
+  bool deadline;   // a queue-head timeout check rather than a completion
+};
+struct Later {
+  bool operator()(const HeapEvent& a, const HeapEvent& b) const { return a.time > b.time; }
+};
+
+struct ServerState {
+  const ServerSpec* spec = nullptr;
+  double factor = 1;  // service time multiplier (slow events)
+  uint64_t queue_limit = std::numeric_limits<uint64_t>::max();
+  uint32_t busy = 0;
+  uint32_t epoch = 0;
+  bool deadline_pending = false;
+  WaitQueue queue;
+  std::atomic<uint32_t>* active = nullptr;  // the balancer's count for this server
+  // Busy worker-time accounting, per bucket of the measurement window.
+  double last_t = 0;
+  size_t bucket = 0;
+  double bucket_end = 0;
+  std::vector<double> busy_area;
+  std::unique_ptr<LatencySketch> latency = std::make_unique<LatencySketch>();
+  ServerResult out;
+};
+
+// Single-threaded: plain load/store instead of a locked read-modify-write.
+inline void bump(std::atomic<uint32_t>* a, int delta) {
+  a->store(a->load(std::memory_order_relaxed) + static_cast<uint32_t>(delta), std::memory_order_relaxed);
+}
+
+LatencySummary summarise(const LatencySketch& s) {
+  return {s.mean_seconds(), s.quantile_seconds(0.50), s.quantile_seconds(0.95), s.quantile_seconds(0.99),
+          s.max_seconds()};
+}
+
+class Run {
+ public:
+  Run(const Scenario& scenario, balance::PolicyKind policy)
+      : sc_(scenario), stream_{balance::mix64(scenario.seed ^ 0x6865667473696dULL)} {
+    options_.kind = policy;
+    options_.hash_strategy = scenario.hash_strategy;
+    result_.policy = policy;
+    needs_random_ = policy == balance::PolicyKind::random || policy == balance::PolicyKind::p2c;
+    needs_key_ = policy == balance::PolicyKind::hash;
+    const size_t n = sc_.servers.size();
+    buckets_ = static_cast<size_t>(std::ceil(sc_.duration_s / sc_.bucket_s - 1e-9));
+    if (buckets_ == 0) buckets_ = 1;
+    servers_.resize(n);
+    weights_.resize(n);
+    size_t workers = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ServerState& s = servers_[i];
+      s.spec = &sc_.servers[i];
+      if (s.spec->queue_limit) s.queue_limit = *s.spec->queue_limit;
+      s.busy_area.assign(buckets_, 0);
+      s.bucket_end = bucket_end(0);
+      weights_[i] = initial_weight(*s.spec);
+      s.out.name = s.spec->name;
+      s.out.size = s.spec->size;
+      s.out.weight = weights_[i];
+      workers += s.spec->size;
+    }
+    heap_.reserve(2 * workers + 2 * n + 16);
+    rebuild_balancer();
+  }
+
+  PolicyResult run() {
+    double next_arrival = arrival_time(0);
+    size_t next_event = 0;
+    bool snapshot_taken = false;
+    for (uint64_t step = 0; step < kMaxSteps; ++step) {
+      double t_event = next_event < sc_.events.size() ? sc_.events[next_event].at_s : kInf;
+      double t_heap = heap_.empty() ? kInf : heap_.front().time;
+      double t = std::min({t_event, t_heap, next_arrival});
+      if (t == kInf) break;
+      if (!snapshot_taken && t >= sc_.duration_s) {
+        for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
+        snapshot_taken = true;
+      }
+      if (t_event <= t_heap && t_event <= next_arrival) {
+        apply(sc_.events[next_event++]);
+      } else if (t_heap <= next_arrival) {
+        std::pop_heap(heap_.begin(), heap_.end(), Later{});
+        HeapEvent ev = heap_.back();
+        heap_.pop_back();
+        if (ev.deadline) expire(ev);
+        else complete(ev);
+      } else {
+        arrive(arrivals_, next_arrival);
+        ++arrivals_;
+        next_arrival = arrival_time(arrivals_);
+      }
+    }
+    if (!snapshot_taken)
+      for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
+    return finish();
+  }
+
+ private:
+  double bucket_end(size_t b) const {
+    return std::min(static_cast<double>(b + 1) * sc_.bucket_s, sc_.duration_s);
+  }
+
+  // Arrival time of request k, kInf once arrivals stop (at the duration).
+  double arrival_time(uint64_t k) {
+    if (k >= kMaxArrivals) return kInf;
+    double t;
+    if (sc_.has_trace) {
+      if (k >= sc_.trace_times.size()) return kInf;
+      t = sc_.trace_times[k];
+    } else {
+      poisson_clock_ += -std::log(unit_open(stream_.draw(k, kGap))) / sc_.rate;
+      t = poisson_clock_;
+    }
+    return t < sc_.duration_s ? t : kInf;
+  }
+
+  // Accumulates busy worker-time up to t into the buckets it spans.
+  void advance(ServerState& s, double t) {
+    if (t <= s.last_t) return;
+    for (; s.bucket < buckets_; ++s.bucket) {
+      if (t < s.bucket_end) {
+        s.busy_area[s.bucket] += s.busy * (t - s.last_t);
+        s.last_t = t;
+        return;
+      }
+      s.busy_area[s.bucket] += s.busy * (s.bucket_end - s.last_t);
+      s.last_t = s.bucket_end;
+      s.bucket_end = bucket_end(s.bucket + 1);
+    }
+    s.last_t = t;  // past the measurement window: nothing more to count
+  }
+
+  void start_service(ServerState& s, uint32_t index, double now, double arrival, uint64_t bits) {
+    advance(s, now);
+    ++s.busy;
+    double service = s.spec->service_s * s.factor * unit_service(s.spec->dist, s.spec->sigma, bits);
+    heap_.push_back(HeapEvent{now + service, arrival, index, s.epoch, false});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
+
+  void schedule_deadline(ServerState& s, uint32_t index) {
+    if (s.deadline_pending || s.queue.empty() || s.spec->timeout_s <= 0) return;
+    s.deadline_pending = true;
+    heap_.push_back(HeapEvent{s.queue.front().arrival + s.spec->timeout_s, 0, index, s.epoch, true});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
+
+  void arrive(uint64_t k, double now) {
+    balance::PickContext ctx;
+    // Drawn only for the policies that read them; either way a function of (seed, k).
+    if (needs_random_) ctx.random = stream_.draw(k, kPick);
+    if (needs_key_) ctx.key_hash = k < sc_.trace_keys.size() ? sc_.trace_keys[k] : stream_.draw(k, kKey);
+    auto picked = balancer_->pick(ctx);
+    if (!picked) {
+      ++result_.unrouted;
+      return;
+    }
+    const uint32_t i = *picked;
+    ServerState& s = servers_[i];
+    ++s.out.requests;
+    const uint64_t bits = stream_.draw(k, kService);
+    if (s.busy < s.spec->size) {
+      bump(s.active, +1);
+      start_service(s, i, now, now, bits);
+    } else if (s.queue.size() >= s.queue_limit) {
+      ++s.out.refused;
+    } else {
+      bump(s.active, +1);
+      s.queue.push(Waiting{now, bits});
+      if (s.queue.size() > s.out.peak_queue) s.out.peak_queue = s.queue.size();
+      schedule_deadline(s, i);
+    }
+  }
+
+  void complete(const HeapEvent& ev) {
+    ServerState& s = servers_[ev.server];
+    if (ev.epoch != s.epoch) return;  // lost when the server failed
+    advance(s, ev.time);
+    --s.busy;
+    bump(s.active, -1);
+    ++s.out.completed;
+    s.latency->record_seconds(ev.time - ev.arrival);
+    const double timeout = s.spec->timeout_s;
+    for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
+      Waiting w = s.queue.pop();
+      if (timeout > 0 && ev.time - w.arrival >= timeout) {  // its deadline is now: it left
+        ++s.out.timed_out;
+        bump(s.active, -1);
+        continue;
+      }
+      start_service(s, ev.server, ev.time, w.arrival, w.service_bits);
+      break;
+    }
+  }
+
+  // A queue-head deadline: every request that has waited `timeout` leaves.
+  void expire(const HeapEvent& ev) {
+    ServerState& s = servers_[ev.server];
+    if (ev.epoch != s.epoch) return;
+    s.deadline_pending = false;
+    const double timeout = s.spec->timeout_s;
+    for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
+      if (ev.time - s.queue.front().arrival < timeout) break;
+      s.queue.pop();
+      ++s.out.timed_out;
+      bump(s.active, -1);
+    }
+    schedule_deadline(s, ev.server);
+  }
+
+  void apply(const Event& e) {
+    if (e.kind == Event::Kind::weights) {
+      weights_ = e.weights;
+      rebuild_balancer();
+      return;
+    }
+    auto found = balancer_->find(e.server);
+    if (!found) return;
+    const uint32_t i = *found;
+    ServerState& s = servers_[i];
+    switch (e.kind) {
+      case Event::Kind::slow: s.factor = e.factor; break;
+      case Event::Kind::fail:
+        advance(s, e.at_s);
+        s.out.failed += s.busy + s.queue.size();
+        bump(s.active, -static_cast<int>(s.busy + s.queue.size()));
+        s.busy = 0;
+        s.queue.clear();
+        ++s.epoch;  // in-service completions still in the heap are now stale
+        s.deadline_pending = false;
+        balancer_->set_available(i, false);
+        break;
+      case Event::Kind::recover: balancer_->set_available(i, true); break;
+      case Event::Kind::weight:
+        weights_[i] = e.weight;
+        rebuild_balancer();
+        break;
+      case Event::Kind::weights: break;
+    }
+  }
+
+  // A new snapshot; backends keep their live state and smooth-WRR weights.
+  void rebuild_balancer() {
+    std::vector<balance::BackendSpec> specs;
+    specs.reserve(servers_.size());
+    for (size_t i = 0; i < servers_.size(); ++i) {
+      balance::BackendSpec b;
+      b.name = servers_[i].spec->name;
+      b.weight = weights_[i];
+      specs.push_back(std::move(b));
+    }
+    auto next = std::make_unique<balance::Balancer>(options_, std::move(specs), balancer_.get());
+    balancer_ = std::move(next);
+    for (uint32_t i = 0; i < servers_.size(); ++i) servers_[i].active = &balancer_->live(i).active;
+  }
+
+  PolicyResult finish() {
+    for (ServerState& s : servers_) advance(s, sc_.duration_s);
+    result_.arrivals = arrivals_;
+    for (ServerState& s : servers_) {
+      ServerResult& out = s.out;
+      out.share = arrivals_ ? static_cast<double>(out.requests) / static_cast<double>(arrivals_) : 0;
+      double area = 0;
+      out.utilisation_series.resize(buckets_);
+      for (size_t b = 0; b < buckets_; ++b) {
+        area += s.busy_area[b];
+        double width = bucket_end(b) - static_cast<double>(b) * sc_.bucket_s;
+        out.utilisation_series[b] = width > 0 ? s.busy_area[b] / (s.spec->size * width) : 0;
+      }
+      out.utilisation = area / (s.spec->size * sc_.duration_s);
+      out.latency = summarise(*s.latency);
+      result_.latency_sketch.merge(*s.latency);
+      result_.completed += out.completed;
+      result_.refused += out.refused;
+      result_.timed_out += out.timed_out;
+      result_.failed += out.failed;
+      result_.servers.push_back(std::move(out));
+    }
+    result_.latency = summarise(result_.latency_sketch);
+    return std::move(result_);
+  }
+
+  const Scenario& sc_;
+  RequestStream stream_;
+  balance::PolicyOptions options_;
+  std::unique_ptr<balance::Balancer> balancer_;
+  std::vector<ServerState> servers_;
+  std::vector<uint32_t> weights_;
+  std::vector<HeapEvent> heap_;
+  size_t buckets_ = 1;
+  bool needs_random_ = false, needs_key_ = false;
+  uint64_t arrivals_ = 0;
+  double poisson_clock_ = 0;
+  PolicyResult result_;
+};
+
+}  // namespace
+
+PolicyResult simulate_policy(const Scenario& scenario, balance::PolicyKind policy) {
+  Run run(scenario, policy);
+  return run.run();
+}
+
+SimResult simulate(const Scenario& scenario) {
+  SimResult result;
+  result.scenario = scenario;
+  validate(result.scenario);
+  for (balance::PolicyKind policy : result.scenario.policies)
+    result.policies.push_back(simulate_policy(result.scenario, policy));
+  result.scenario.trace_times.clear();
+  result.scenario.trace_times.shrink_to_fit();
+  result.scenario.trace_keys.clear();
+  result.scenario.trace_keys.shrink_to_fit();
+  return result;
+}
+
+std::string event_text(const Event& e) {
+  std::string at = fmt::format("{}s", e.at_s);
+  switch (e.kind) {
+    case Event::Kind::slow: return fmt::format("{}:{}:slow={}", at, e.server, e.factor);
+    case Event::Kind::fail: return fmt::format("{}:{}:fail", at, e.server);
+    case Event::Kind::recover: return fmt::format("{}:{}:recover", at, e.server);
+    case Event::Kind::weight: return fmt::format("{}:{}:weight={}", at, e.server, e.weight);
+    case Event::Kind::weights: return fmt::format("{}:weights={}", at, fmt::join(e.weights, ","));
+  }
+  return at;
+}
+
+}  // namespace heft::sim

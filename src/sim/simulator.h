@@ -1,0 +1,75 @@
+// The discrete-event simulator behind `heft sim`: runs a Scenario once per
+// policy through heft's own heft::balance::Balancer (the code the proxy runs)
+// and measures what every server would see.
+//
+// Model (docs/sim.md): a server has `size` workers; a request that finds them
+// all busy waits in the server's FIFO queue (refused beyond the queue limit,
+// timed out after waiting longer than the timeout). Latency = queue wait +
+// service. The balancer's active count of a server is every request assigned to
+// it and not yet finished (queued or in service), as the proxy counts in-flight
+// requests, so least_conn and p2c see real counts.
+//
+// Common random numbers: request k's arrival gap, service draw, key and the
+// random bits handed to the policy all come from a stream seeded by (seed, k),
+// so every policy sees the very same requests. Runs are deterministic: the same
+// scenario gives bit-identical results.
+//
+// Pure: no I/O, no clock, no threads. Memory is fixed per server (a latency
+// sketch, the utilisation series) plus the queues' current contents.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/latency_sketch.h"
+#include "sim/scenario.h"
+
+namespace heft::sim {
+
+struct LatencySummary {
+  double mean_s = 0, p50_s = 0, p95_s = 0, p99_s = 0, max_s = 0;
+};
+
+struct ServerResult {
+  std::string name;
+  uint32_t size = 0;
+  uint32_t weight = 0;            // weight at the start
+  uint64_t requests = 0;          // assigned to this server by the balancer
+  uint64_t completed = 0;
+  uint64_t refused = 0;           // queue full
+  uint64_t timed_out = 0;         // waited longer than the timeout
+  uint64_t failed = 0;            // lost when the server failed
+  double share = 0;               // requests / arrivals
+  double utilisation = 0;         // busy worker-seconds / (size x duration), 0..1
+  LatencySummary latency;         // of the requests it completed
+  uint64_t peak_queue = 0;        // most requests waiting at once
+  uint64_t queue_at_end = 0;      // waiting when arrivals stopped (at the duration)
+  std::vector<double> utilisation_series;  // per bucket of Scenario::bucket_s, 0..1
+};
+
+struct PolicyResult {
+  balance::PolicyKind policy = balance::PolicyKind::round_robin;
+  uint64_t arrivals = 0;
+  uint64_t completed = 0, refused = 0, timed_out = 0, failed = 0;
+  uint64_t unrouted = 0;  // no server was eligible
+  LatencySummary latency;
+  LatencySketch latency_sketch;  // every completed request: for CDFs
+  std::vector<ServerResult> servers;
+};
+
+struct SimResult {
+  Scenario scenario;  // as run (validated); trace arrivals dropped to keep it small
+  std::vector<PolicyResult> policies;
+};
+
+// Runs the scenario (validated first: std::invalid_argument) for each policy.
+SimResult simulate(const Scenario& scenario);
+
+// Runs one policy; `scenario` must already be validated.
+PolicyResult simulate_policy(const Scenario& scenario, balance::PolicyKind policy);
+
+// "300s:big:slow=2" and friends: the event as the flag syntax writes it.
+std::string event_text(const Event& event);
+
+}  // namespace heft::sim
