@@ -1,0 +1,85 @@
+// `heft plan` as a process: --json fields for the seed example and another group
+// shape, the human output, and bad arguments exiting 2 with a one-line error.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+ProcessResult run_heft(const std::string& args) {
+  ProcessResult run;
+  const std::string command = std::string("'") + HEFT_BINARY + "' " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+TEST(PlanCommandTest, JsonForTheSeedExample) {
+  const ProcessResult run = run_heft("plan --json");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  EXPECT_NEAR(json["average_rps"]["value"].get<double>(), 1e6 * 50 / 86400, 1e-9);
+  EXPECT_EQ(json["average_rps"]["rounded"], 579);
+  EXPECT_EQ(json["peak_rps"]["rounded"], 1157);
+  EXPECT_EQ(json["small_server_equivalents"]["rounded"], 9.65);
+  EXPECT_EQ(json["groups"], 2);
+  EXPECT_EQ(json["servers"]["3"], 2);
+  EXPECT_EQ(json["servers"]["1"], 4);
+  EXPECT_EQ(json["utilisation_weighted"]["rounded"], 58);
+  EXPECT_EQ(json["utilisation_unweighted"]["3"]["rounded"], 32);
+  EXPECT_EQ(json["utilisation_unweighted"]["1"]["rounded"], 96);
+  EXPECT_EQ(json["half_speed"]["fixed_share_big"]["rounded"], 116);
+  EXPECT_EQ(json["half_speed"]["fixed_share_big"]["over_100"], true);
+  EXPECT_EQ(json["half_speed"]["perfect_split"]["rounded"], 83);
+  EXPECT_EQ(json["half_speed"]["perfect_split"]["over_100"], false);
+}
+
+TEST(PlanCommandTest, JsonForAnotherGroupShape) {
+  const ProcessResult run = run_heft("plan --json --group 4,2,1,1 --server-rps 100 --target-busy 50 --planned-peak 1.5");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto json = nlohmann::json::parse(run.output);
+  const double peak = 1e6 * 50 / 86400 * 2;
+  const double now = peak * 1.5;
+  const int groups = 3;  // ceil(peak / 50 / 8) = ceil(2.89)
+  EXPECT_EQ(json["groups"], groups);
+  EXPECT_EQ(json["servers"]["4"], 3);
+  EXPECT_EQ(json["servers"]["2"], 3);
+  EXPECT_EQ(json["servers"]["1"], 6);
+  EXPECT_NEAR(json["utilisation_weighted"]["value"].get<double>(), now / (groups * 8 * 100) * 100, 1e-9);
+  EXPECT_NEAR(json["utilisation_unweighted"]["2"]["value"].get<double>(), now / 12 / 200 * 100, 1e-9);
+  EXPECT_NEAR(json["half_speed"]["perfect_split"]["value"].get<double>(), now / (groups * 6 * 100) * 100, 1e-9);
+}
+
+TEST(PlanCommandTest, HumanOutputShowsTheSteps) {
+  const ProcessResult run = run_heft("plan");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("1,000,000 x 50 / 86,400 = 579 req/s"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("2 big + 4 small"), std::string::npos);
+  EXPECT_NE(run.output.find("116% [over 100%]"), std::string::npos);
+}
+
+TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
+  for (const char* args : {"plan --dau 0", "plan --group 3,x", "plan --target-busy 150", "plan --server-rps -5",
+                           "plan --dau many"}) {
+    const ProcessResult run = run_heft(args);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.output.rfind("heft: ", 0), 0u) << run.output;
+    EXPECT_EQ(run.output.find('\n'), run.output.size() - 1) << run.output;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,377 @@
+// DemoBackend in-process, over real sockets on 127.0.0.1 with an ephemeral port.
+// Every client operation runs with a deadline (tcp_stream expiry), so no test can hang.
+#include "proxy/demo_backend.h"
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_future.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <gtest/gtest.h>
+
+namespace heft::proxy {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+// A DemoBackend and its io_context running on a background thread.
+class RunningBackend {
+ public:
+  explicit RunningBackend(DemoBackendOptions options) : backend_(io_, std::move(options)) {
+    backend_.start();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~RunningBackend() {
+    backend_.stop();
+    thread_.join();  // returns only if stop() really ends every connection
+  }
+  uint16_t port() const { return backend_.port(); }
+  DemoBackend& backend() { return backend_; }
+
+ private:
+  asio::io_context io_;
+  DemoBackend backend_;
+  std::thread thread_;
+};
+
+// A keep-alive HTTP client with its own io_context; every call has a deadline.
+class Client {
+ public:
+  explicit Client(uint16_t port) : stream_(io_) {
+    thread_ = std::thread([this] { io_.run(); });
+    stream_.expires_after(kDeadline);
+    stream_.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), asio::use_future).get();
+  }
+  ~Client() {
+    asio::post(io_, [this] {
+      boost::system::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      stream_.close();
+    });
+    work_.reset();
+    thread_.join();
+  }
+
+  http::response<http::string_body> request(http::request<http::string_body> req) {
+    req.prepare_payload();
+    stream_.expires_after(kDeadline);
+    http::async_write(stream_, req, asio::use_future).get();
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    http::async_read(stream_, buffer_, parser, asio::use_future).get();
+    return parser.release();
+  }
+
+  http::response<http::string_body> get(std::string target) {
+    http::request<http::string_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    return request(std::move(req));
+  }
+
+  http::response<http::string_body> post(std::string target, std::string body = {}) {
+    http::request<http::string_body> req{http::verb::post, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = std::move(body);
+    return request(std::move(req));
+  }
+
+  beast::tcp_stream& stream() { return stream_; }
+  beast::flat_buffer& buffer() { return buffer_; }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(io_);
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::thread thread_;
+};
+
+DemoBackendOptions options_named(std::string name) {
+  DemoBackendOptions options;
+  options.name = std::move(name);
+  return options;
+}
+
+TEST(DemoBackendTest, AnswersWithNameBodyAndCount) {
+  RunningBackend backend(options_named("alpha"));
+  ASSERT_NE(backend.port(), 0);
+  Client client(backend.port());
+  auto res = client.get("/anything");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res["X-Backend"], "alpha");
+  EXPECT_EQ(res[http::field::content_type], "text/plain");
+  EXPECT_EQ(res["X-Request-Count"], "1");
+  EXPECT_EQ(res.body().size(), 1024u);
+  EXPECT_EQ(res.body(), make_demo_body(1024));
+  EXPECT_TRUE(res.keep_alive());
+  EXPECT_EQ(backend.backend().requests_served(), 1u);
+}
+
+TEST(DemoBackendTest, BodyBytesOptionSetsTheSize) {
+  DemoBackendOptions options = options_named("sized");
+  options.body_bytes = 10;
+  RunningBackend backend(options);
+  Client client(backend.port());
+  EXPECT_EQ(client.get("/").body(), "0123456789");
+}
+
+TEST(DemoBackendTest, KeepAliveServesManyRequestsOnOneConnection) {
+  RunningBackend backend(options_named("ka"));
+  Client client(backend.port());
+  for (int i = 1; i <= 5; ++i) {
+    auto res = client.get("/r" + std::to_string(i));
+    ASSERT_EQ(res.result_int(), 200);
+    EXPECT_EQ(res["X-Request-Count"], std::to_string(i));
+    EXPECT_TRUE(res.keep_alive());
+  }
+}
+
+TEST(DemoBackendTest, ConnectionCloseIsHonoured) {
+  RunningBackend backend(options_named("close"));
+  Client client(backend.port());
+  http::request<http::string_body> req{http::verb::get, "/", 11};
+  req.keep_alive(false);
+  auto res = client.request(std::move(req));
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_FALSE(res.keep_alive());
+}
+
+TEST(DemoBackendTest, FailRateIsExactOverTime) {
+  DemoBackendOptions options = options_named("flaky");
+  options.fail_rate = 0.25;
+  RunningBackend backend(options);
+  Client client(backend.port());
+  int failures = 0;
+  for (int i = 0; i < 100; ++i) {
+    auto res = client.get("/");
+    ASSERT_TRUE(res.result_int() == 200 || res.result_int() == 503) << res.result_int();
+    if (res.result_int() == 503) {
+      ++failures;
+      EXPECT_EQ(res["X-Backend"], "flaky");
+      EXPECT_TRUE(res.keep_alive());  // a 503 does not cost the connection
+    }
+  }
+  EXPECT_EQ(failures, 25);
+}
+
+TEST(DemoBackendTest, DelayAddsAtLeastThatMuchLatency) {
+  DemoBackendOptions options = options_named("slow");
+  options.delay = milliseconds(100);
+  RunningBackend backend(options);
+  Client client(backend.port());
+  const auto start = Clock::now();
+  EXPECT_EQ(client.get("/").result_int(), 200);
+  EXPECT_GE(Clock::now() - start, milliseconds(100));
+}
+
+TEST(DemoBackendTest, OneWorkerSerialisesDelayedRequests) {
+  DemoBackendOptions options = options_named("single");
+  options.delay = milliseconds(100);
+  options.workers = 1;
+  RunningBackend backend(options);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<Client>(backend.port()));
+  const auto start = Clock::now();
+  std::vector<std::future<int>> statuses;
+  for (auto& client : clients) {
+    statuses.push_back(
+        std::async(std::launch::async, [&client] { return static_cast<int>(client->get("/").result_int()); }));
+  }
+  for (auto& status : statuses) EXPECT_EQ(status.get(), 200);
+  // Three requests, one at a time, 100 ms each.
+  EXPECT_GE(Clock::now() - start, milliseconds(300));
+}
+
+TEST(DemoBackendTest, EchoReturnsTheRequestBody) {
+  RunningBackend backend(options_named("echo"));
+  Client client(backend.port());
+  std::string payload(300 * 1024, '\0');
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 % 251);
+  auto res = client.post("/echo", payload);
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_TRUE(res.chunked());
+  EXPECT_EQ(res["X-Backend"], "echo");
+  EXPECT_EQ(res.body(), payload);
+  // The connection survives for the next request.
+  EXPECT_EQ(client.post("/echo/again", "short").body(), "short");
+}
+
+TEST(DemoBackendTest, EchoOfAChunkedUpload) {
+  RunningBackend backend(options_named("echo"));
+  Client client(backend.port());
+  http::request<http::string_body> req{http::verb::post, "/echo", 11};
+  req.body() = std::string(100'000, 'z');
+  req.chunked(true);
+  auto res = client.request(std::move(req));
+  EXPECT_EQ(res.body(), std::string(100'000, 'z'));
+}
+
+TEST(DemoBackendTest, RequestBodiesAreDiscarded) {
+  RunningBackend backend(options_named("sink"));
+  Client client(backend.port());
+  auto res = client.post("/upload", std::string(5 * 1024 * 1024, 'u'));
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body().size(), 1024u);
+  EXPECT_EQ(client.get("/after").result_int(), 200);
+}
+
+TEST(DemoBackendTest, BytesStreamsTheRequestedSize) {
+  RunningBackend backend(options_named("bytes"));
+  Client client(backend.port());
+  const std::size_t size = 1'000'003;  // not a multiple of the chunk size
+  auto res = client.get("/bytes/" + std::to_string(size));
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), make_demo_body(size));
+  EXPECT_EQ(client.get("/bytes/0").body(), "");
+  EXPECT_EQ(client.get("/bytes/nope").result_int(), 400);
+}
+
+TEST(DemoBackendTest, HealthPathFollowsTheControlToggle) {
+  DemoBackendOptions options = options_named("health");
+  options.health_path = "/healthz";
+  RunningBackend backend(options);
+  Client client(backend.port());
+  auto res = client.get("/healthz");
+  EXPECT_EQ(res.result_int(), 200);
+  EXPECT_EQ(res.body(), "ok\n");
+  EXPECT_EQ(client.post("/_control/health?status=500").result_int(), 200);
+  EXPECT_EQ(client.get("/healthz").result_int(), 500);
+  EXPECT_EQ(client.get("/other").result_int(), 200);  // only the health path changes
+  EXPECT_EQ(client.post("/_control/health?status=200").result_int(), 200);
+  EXPECT_EQ(client.get("/healthz").result_int(), 200);
+  EXPECT_EQ(client.post("/_control/health?status=abc").result_int(), 400);
+  EXPECT_EQ(client.get("/_control/health?status=500").result_int(), 405);
+}
+
+TEST(DemoBackendTest, HealthPathIgnoresFailRate) {
+  DemoBackendOptions options = options_named("health");
+  options.health_path = "/healthz";
+  options.fail_rate = 1;
+  RunningBackend backend(options);
+  Client client(backend.port());
+  EXPECT_EQ(client.get("/").result_int(), 503);
+  EXPECT_EQ(client.get("/healthz").result_int(), 200);
+}
+
+TEST(DemoBackendTest, ControlChangesFailRateAndDelay) {
+  RunningBackend backend(options_named("knobs"));
+  Client client(backend.port());
+  EXPECT_EQ(client.get("/").result_int(), 200);
+  EXPECT_EQ(client.post("/_control/fail_rate?value=1").result_int(), 200);
+  EXPECT_EQ(client.get("/").result_int(), 503);
+  EXPECT_EQ(client.post("/_control/fail_rate?value=0").result_int(), 200);
+  EXPECT_EQ(client.get("/").result_int(), 200);
+  EXPECT_EQ(client.post("/_control/fail_rate?value=1.5").result_int(), 400);
+
+  EXPECT_EQ(client.post("/_control/delay?ms=150").result_int(), 200);
+  const auto start = Clock::now();
+  EXPECT_EQ(client.get("/").result_int(), 200);
+  EXPECT_GE(Clock::now() - start, milliseconds(150));
+  EXPECT_EQ(client.post("/_control/delay?ms=0").result_int(), 200);
+}
+
+TEST(DemoBackendTest, WebSocketEchoesMessages) {
+  RunningBackend backend(options_named("ws"));
+  asio::io_context io;
+  websocket::stream<beast::tcp_stream> ws(io);
+  beast::get_lowest_layer(ws).expires_after(kDeadline);
+  beast::get_lowest_layer(ws).connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), backend.port()));
+  beast::get_lowest_layer(ws).expires_never();
+  ws.set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+  websocket::response_type handshake;
+  ws.handshake(handshake, "127.0.0.1", "/ws");
+  EXPECT_EQ(handshake["X-Backend"], "ws");
+
+  beast::flat_buffer buffer;
+  ws.text(true);
+  ws.write(asio::buffer(std::string("hello")));
+  ws.read(buffer);
+  EXPECT_TRUE(ws.got_text());
+  EXPECT_EQ(beast::buffers_to_string(buffer.data()), "hello");
+  buffer.consume(buffer.size());
+
+  const std::string binary(70'000, '\x01');
+  ws.binary(true);
+  ws.write(asio::buffer(binary));
+  ws.read(buffer);
+  EXPECT_TRUE(ws.got_binary());
+  EXPECT_EQ(beast::buffers_to_string(buffer.data()), binary);
+  ws.close(websocket::close_code::normal);
+}
+
+TEST(DemoBackendTest, StopEndsIdleKeepAliveConnections) {
+  // ~RunningBackend joins the io_context thread: it must return with a client
+  // still connected and idle.
+  auto backend = std::make_unique<RunningBackend>(options_named("stop"));
+  Client client(backend->port());
+  EXPECT_EQ(client.get("/").result_int(), 200);
+  backend.reset();
+  SUCCEED();
+}
+
+TEST(DemoBackendTest, StopWakesRequestsQueuedForAWorker) {
+  DemoBackendOptions options = options_named("queued");
+  options.workers = 1;
+  options.delay = milliseconds(200);
+  auto backend = std::make_unique<RunningBackend>(options);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(std::make_unique<Client>(backend->port()));
+  std::vector<std::future<void>> pending;
+  for (auto& client : clients) {
+    pending.push_back(std::async(std::launch::async, [&client] {
+      try {
+        client->get("/");
+      } catch (const std::exception&) {
+        // Cut off by stop(): expected for the queued ones.
+      }
+    }));
+  }
+  // Let the requests arrive and queue, then stop while they wait.
+  std::this_thread::sleep_for(milliseconds(50));
+  backend.reset();
+  for (auto& p : pending) p.get();
+  SUCCEED();
+}
+
+TEST(DemoBackendTest, BadOptionsThrow) {
+  asio::io_context io;
+  DemoBackendOptions options;
+  options.fail_rate = 2;
+  EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
+  options.fail_rate = 0;
+  options.health_path = "healthz";
+  EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
+  options.health_path.clear();
+  options.address = "not-an-ip";
+  EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
+}
+
+TEST(DemoBackendTest, BodyPatternIsLinesOf64) {
+  const std::string body = make_demo_body(130);
+  EXPECT_EQ(body[63], '\n');
+  EXPECT_EQ(body[127], '\n');
+  EXPECT_EQ(body.substr(0, 63), body.substr(64, 63));
+  EXPECT_EQ(demo_body_byte(64 * 1000 + 10), 'a');
+}
+
+}  // namespace
+}  // namespace heft::proxy
