@@ -7,21 +7,39 @@ namespace heft::balance {
 Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, const Balancer* previous)
     : options_(options), backends_(std::move(backends)) {
   std::vector<Member> primaries, backups;
-  by_name_.reserve(backends_.size());
+  CarriedState old_state, carried;
+  if (previous) old_state = previous->carried_state();
+  // Name lookups for the next rebuild: one flat table, no allocation per backend.
+  size_t slots = 16;
+  while (slots < 2 * backends_.size()) slots *= 2;
+  name_slots_.assign(slots, 0);
+  live_.reserve(backends_.size());
+  live_ptrs_.reserve(backends_.size());
   for (uint32_t i = 0; i < backends_.size(); ++i) {
     const BackendSpec& b = backends_[i];
-    by_name_.emplace(b.name, i);
-    std::shared_ptr<BackendLive> live;
-    if (previous) {
-      if (auto old = previous->find(b.name)) live = previous->live_[*old];
+    uint64_t id = hash_key(b.name);
+    for (size_t s = id & (slots - 1);; s = (s + 1) & (slots - 1)) {
+      if (name_slots_[s] == 0) {
+        name_slots_[s] = i + 1;
+        break;
+      }
     }
-    live_.push_back(live ? live : std::make_shared<BackendLive>());
+    std::optional<uint32_t> old;
+    if (previous) {
+      // Most changes keep the order of backends: try the same position first.
+      if (i < previous->size() && previous->backends_[i].name == b.name) old = i;
+      else old = previous->find(b.name);
+    }
+    if (old) {
+      live_.push_back(previous->live_[*old]);
+      if (const auto* e = old_state.find(*old)) carried.set(i, e->current_weight, e->effective_weight);
+    } else {
+      live_.push_back(std::make_shared<BackendLive>());
+    }
     live_ptrs_.push_back(live_.back().get());
     if (b.weight == 0 || b.down) continue;  // drained or down: listed, never a member
-    (b.backup ? backups : primaries).push_back(Member{i, b.weight, hash_key(b.name)});
+    (b.backup ? backups : primaries).push_back(Member{i, b.weight, id});
   }
-  CarriedState carried;
-  if (previous) carried = previous->carried_state();
   const CarriedState* carry = previous ? &carried : nullptr;
   primary_ = make_policy(options_, std::move(primaries), live_ptrs_, carry);
   backup_ = make_policy(options_, std::move(backups), live_ptrs_, carry);
@@ -53,13 +71,15 @@ uint32_t Balancer::effective_weight(uint32_t index) const {
 }
 
 std::optional<uint32_t> Balancer::find(std::string_view name) const {
-  auto it = by_name_.find(std::string(name));
-  if (it == by_name_.end()) return std::nullopt;
-  return it->second;
+  size_t mask = name_slots_.size() - 1;
+  for (size_t s = hash_key(name) & mask; name_slots_[s] != 0; s = (s + 1) & mask)
+    if (backends_[name_slots_[s] - 1].name == name) return name_slots_[s] - 1;
+  return std::nullopt;
 }
 
 CarriedState Balancer::carried_state() const {
   CarriedState out;
+  out.entries.resize(backends_.size());
   primary_->export_state(out);
   backup_->export_state(out);
   return out;

@@ -26,7 +26,7 @@ class LeastConn final : public Policy {
       live_.push_back(live[members_[i].index]);
       eff_.push_back(members_[i].weight);
       if (previous) {
-        if (const auto* e = previous->find(members_[i].id)) {
+        if (const auto* e = previous->find(members_[i].index)) {
           cw_[i] = e->current_weight;
           if (e->effective_weight < eff_[i]) eff_[i] = e->effective_weight;
         }
@@ -98,7 +98,7 @@ class LeastConn final : public Policy {
   void export_state(CarriedState& out) const override {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < members_.size(); ++i)
-      out.entries[members_[i].id] = {cw_[i], static_cast<uint32_t>(eff_[i])};
+      out.set(members_[i].index, cw_[i], static_cast<uint32_t>(eff_[i]));
   }
 
  private:

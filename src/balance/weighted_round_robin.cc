@@ -178,12 +178,13 @@ class WeightedRoundRobin final : public Policy {
     return pos == kNone ? 0 : eff_published_[pos].load(std::memory_order_relaxed);
   }
 
+  // Leaves this snapshot on the exact loop: it is being replaced, and the loop
+  // stays exact for the few picks (retries in flight) it may still serve.
   void export_state(CarriedState& out) const override {
     std::lock_guard lock(mu_);
     const_cast<WeightedRoundRobin*>(this)->leave_fast();
     for (size_t i = 0; i < members_.size(); ++i)
-      out.entries[members_[i].id] = {cw_[i], static_cast<uint32_t>(eff_[i])};
-    const_cast<WeightedRoundRobin*>(this)->try_enter_fast();
+      out.set(members_[i].index, cw_[i], static_cast<uint32_t>(eff_[i]));
   }
 
  private:
@@ -206,7 +207,7 @@ class WeightedRoundRobin final : public Policy {
   // penalty and recovers as usual.
   void carry_over(const CarriedState& previous, int64_t total) {
     for (size_t i = 0; i < members_.size(); ++i) {
-      const CarriedState::Entry* e = previous.find(members_[i].id);
+      const CarriedState::Entry* e = previous.find(members_[i].index);
       if (!e) continue;
       cw_[i] = std::clamp<int64_t>(e->current_weight, -total, total);
       if (e->effective_weight < eff_[i]) eff_[i] = e->effective_weight;

@@ -98,7 +98,7 @@ int run_pick(const PickOptions& o) {
     std::vector<int64_t> cw(names.size(), 0);
     CarriedState state = balancer.carried_state();
     for (size_t i = 0; i < names.size(); ++i)
-      if (const auto* e = state.find(hash_key(names[i]))) cw[i] = e->current_weight;
+      if (const auto* e = state.find(i)) cw[i] = e->current_weight;
     return cw;
   };
   bool has_current = *kind == PolicyKind::weighted_round_robin || *kind == PolicyKind::least_conn;

@@ -34,7 +34,7 @@ TEST(WeightedRoundRobin, SeedSequence511) {
   EXPECT_EQ(letters(b, 7), "AABACAA");
   // Current weights are back at 0,0,0 after 7: the next 7 repeat exactly.
   CarriedState state = b.carried_state();
-  for (auto& [id, e] : state.entries) EXPECT_EQ(e.current_weight, 0);
+  for (auto& e : state.entries) EXPECT_EQ(e.current_weight, 0);
   EXPECT_EQ(letters(b, 7), "AABACAA");
 }
 
@@ -157,7 +157,7 @@ TEST(WeightedRoundRobin, WeightChangeCarriesStateOver) {
   // Current weights of A and B carried over (not reset to 0, which would start with A).
   CarriedState carried = after.carried_state();
   EXPECT_EQ(carried.entries.size(), 3u);
-  for (auto& [id, e] : state.entries) EXPECT_EQ(carried.find(id)->current_weight, e.current_weight);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(carried.find(i)->current_weight, state.find(i)->current_weight);
   // Live state carries over too.
   before.live(0).active = 7;
   Balancer again(kSwrr, s, &before);

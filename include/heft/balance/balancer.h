@@ -16,7 +16,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "heft/balance/policy.h"
@@ -54,13 +53,14 @@ class Balancer {
   std::optional<uint32_t> find(std::string_view name) const;
   const PolicyOptions& options() const { return options_; }
 
-  // State to carry into a rebuilt snapshot (done by the constructor; exposed for tools).
+  // Current and effective weights by backend index (what a rebuilt snapshot
+  // carries over; also shown by tools). Leaves smooth WRR on its exact loop.
   CarriedState carried_state() const;
 
  private:
   PolicyOptions options_;
   std::vector<BackendSpec> backends_;
-  std::unordered_map<std::string, uint32_t> by_name_;
+  std::vector<uint32_t> name_slots_;  // open-addressing table: backend index + 1, 0 = empty
   std::vector<std::shared_ptr<BackendLive>> live_;
   std::vector<BackendLive*> live_ptrs_;
   std::unique_ptr<Policy> primary_;

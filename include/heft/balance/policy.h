@@ -17,7 +17,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace heft::balance {
@@ -51,7 +50,7 @@ struct alignas(64) BackendLive {
 struct Member {
   uint32_t index = 0;   // position in the pool: what pick() returns
   uint32_t weight = 1;  // weight to balance by, > 0 (drained and down backends are not members)
-  uint64_t id = 0;      // stable identity (hash of the backend's name): hashing and carry-over
+  uint64_t id = 0;      // stable identity (hash of the backend's name), for hashing
 };
 
 // The set of backends a request has already tried (never the same one twice).
@@ -81,16 +80,21 @@ struct PickContext {
   const TriedSet* tried = nullptr;   // backends to skip for this attempt
 };
 
-// Balancing state carried from one snapshot to the next, keyed by Member::id.
+// Balancing state carried from one snapshot to the next, indexed by pool index
+// (the Balancer translates old indices to new ones by backend name).
 struct CarriedState {
   struct Entry {
     int64_t current_weight = 0;
     uint32_t effective_weight = 0;
+    bool present = false;
   };
-  std::unordered_map<uint64_t, Entry> entries;
-  const Entry* find(uint64_t id) const {
-    auto it = entries.find(id);
-    return it == entries.end() ? nullptr : &it->second;
+  std::vector<Entry> entries;
+  void set(uint32_t index, int64_t current_weight, uint32_t effective_weight) {
+    if (index >= entries.size()) entries.resize(index + 1);
+    entries[index] = {current_weight, effective_weight, true};
+  }
+  const Entry* find(uint32_t index) const {
+    return index < entries.size() && entries[index].present ? &entries[index] : nullptr;
   }
 };
 
@@ -116,7 +120,7 @@ class Policy {
   // The weight this member is currently balanced with (nginx's effective weight).
   virtual uint32_t effective_weight(uint32_t index) const = 0;
 
-  // Appends the state to carry to a rebuilt snapshot.
+  // Records the state to carry to a rebuilt snapshot, by pool index.
   virtual void export_state(CarriedState& out) const {}
 };
 
