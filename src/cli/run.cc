@@ -1,0 +1,160 @@
+// `heft run`: serves a Heftfile (or, with none present, an embedded demo) until
+// SIGTERM/SIGINT; SIGHUP reloads the file. Signals are handled on the main
+// thread's own io_context; the proxy's workers run on their own threads.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "config/heftfile.h"
+#include "proxy/demo_backend.h"
+#include "proxy/proxy.h"
+
+namespace heft::cli {
+namespace {
+
+struct RunOptions {
+  std::string config;  // empty: ./Heftfile, or the demo when there is none
+};
+
+// Loads and resolves a configuration file; every problem goes to `errors`.
+std::optional<config::Config> load(const std::string& path, std::string& errors) {
+  config::Result<config::Config> loaded = config::load_config_file(path);
+  if (loaded.ok()) {
+    std::vector<config::Diagnostic> unresolved = config::resolve(*loaded);
+    if (unresolved.empty()) return std::move(*loaded.value);
+    loaded.errors = std::move(unresolved);
+  }
+  for (const config::Diagnostic& d : loaded.errors) errors += d.to_string() + "\n";
+  if (errors.empty()) errors = path + ": invalid configuration\n";
+  return std::nullopt;
+}
+
+// The embedded demo: a, b, c with weights 5, 3, 2 behind :8080.
+config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>>& backends) {
+  config::Config c;
+  c.admin.address = "127.0.0.1:2019";
+  config::SiteConfig site;
+  site.port = 8080;
+  site.file = "(embedded demo)";
+  const uint32_t weights[] = {5, 3, 2};
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    config::UpstreamConfig u;
+    u.host = "127.0.0.1";
+    u.port = backends[i]->port();
+    u.dial = fmt::format("127.0.0.1:{}", u.port);
+    u.resolved = {u.dial};
+    u.weight = weights[i];
+    site.proxy.upstreams.push_back(u);
+  }
+  c.sites.push_back(site);
+  return c;
+}
+
+int run(const RunOptions& options) {
+  // Signals first, so a SIGTERM right after start is not lost.
+  boost::asio::io_context control(1);
+  boost::asio::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
+
+  const bool demo = options.config.empty() && !std::filesystem::exists("Heftfile");
+  const std::string path = options.config.empty() ? "Heftfile" : options.config;
+  boost::asio::io_context demo_io(1);
+  std::vector<std::unique_ptr<proxy::DemoBackend>> demo_backends;
+  std::thread demo_thread;
+  config::Config config;
+  if (demo) {
+    for (const char* name : {"a", "b", "c"}) {
+      proxy::DemoBackendOptions o;
+      o.name = name;
+      demo_backends.push_back(std::make_unique<proxy::DemoBackend>(demo_io, o));
+      demo_backends.back()->start();
+    }
+    config = demo_config(demo_backends);
+    demo_thread = std::thread([&demo_io] { demo_io.run(); });
+  } else {
+    std::string errors;
+    auto loaded = load(path, errors);
+    if (!loaded) {
+      fmt::print(stderr, "{}heft: {} is not valid, not starting\n", errors, path);
+      return 1;
+    }
+    config = std::move(*loaded);
+  }
+
+  const auto grace = config.grace_period;
+  proxy::Proxy proxy(config);
+  try {
+    proxy.start();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "heft: {}\n", e.what());
+    for (auto& b : demo_backends) b->stop();
+    if (demo_thread.joinable()) demo_thread.join();
+    return 1;
+  }
+  std::string banner = proxy::describe(config);
+  if (demo) {
+    banner += "heft: no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on loopback "
+              "behind :8080, admin 127.0.0.1:2019\n";
+    banner += "heft: try  curl -si localhost:8080\n";
+  } else {
+    banner += fmt::format("heft: serving {} (SIGHUP reloads it)\n", path);
+  }
+  fmt::print(stderr, "{}", banner);
+  std::fflush(stderr);
+
+  std::function<void(const boost::system::error_code&, int)> on_signal;
+  on_signal = [&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    if (signal == SIGHUP) {
+      if (demo) {
+        fmt::print(stderr, "heft: SIGHUP: the embedded demo has no file to reload\n");
+      } else {
+        std::string errors;
+        auto next = load(path, errors);
+        if (!next) {
+          fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
+        } else if (std::string error; !proxy.reload(std::move(*next), error)) {
+          fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
+        } else {
+          fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(proxy.snapshot_config()));
+        }
+      }
+      std::fflush(stderr);
+      signals.async_wait(on_signal);
+      return;
+    }
+    fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms)\n",
+               signal == SIGTERM ? "SIGTERM" : "SIGINT", grace.count());
+    proxy.shutdown(grace);
+  };
+  signals.async_wait(on_signal);
+  std::thread control_thread([&control] { control.run(); });
+  proxy.wait();
+  signals.cancel();
+  control.stop();
+  control_thread.join();
+  for (auto& b : demo_backends) b->stop();
+  if (demo_thread.joinable()) demo_thread.join();
+  fmt::print(stderr, "heft: stopped\n");
+  return 0;
+}
+
+void setup(CLI::App& root) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* command = root.add_subcommand("run", "Serve a Heftfile (default ./Heftfile; a demo if there is none)");
+  command->add_option("-c,--config", options->config, "Heftfile, or a .json configuration");
+  command->callback([options] { set_exit_code(run(*options)); });
+}
+
+const bool registered = add_command(10, &setup);
+
+}  // namespace
+}  // namespace heft::cli

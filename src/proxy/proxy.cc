@@ -1,0 +1,372 @@
+// Proxy: worker threads, listeners, route tables and reload (see proxy.h).
+//
+// Each worker runs its own io_context on one thread; the controlling thread
+// binds listeners (so errors surface synchronously) and posts everything else.
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <fmt/format.h>
+
+#include "proxy/runtime.h"
+
+namespace heft::proxy {
+namespace {
+
+using asio::awaitable;
+constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+constexpr std::chrono::milliseconds kSweepInterval{50};
+
+bool iequals_ascii(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
+    if (x != y) return false;
+  }
+  return true;
+}
+
+std::string site_label(const config::SiteConfig& site) {
+  std::string hosts;
+  for (const auto& h : site.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  return fmt::format("{}:{}", hosts, site.port);
+}
+
+awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t port) {
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(as_tuple_awaitable);
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      // Out of descriptors or similar: back off briefly instead of spinning.
+      asio::steady_timer pause(worker.io, std::chrono::milliseconds(10));
+      co_await pause.async_wait(as_tuple_awaitable);
+      continue;
+    }
+    if (worker.draining) co_return;
+    if (worker.proxy.open_connections.load(std::memory_order_relaxed) >=
+        worker.proxy.max_connections.load(std::memory_order_relaxed)) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // max_connections: refuse rather than queue
+      continue;
+    }
+    start_session(worker, std::move(socket), port);
+  }
+}
+
+awaitable<void> sweep_loop(Worker& worker) {
+  for (;;) {
+    worker.ticker.expires_after(kSweepInterval);
+    co_await worker.ticker.async_wait(as_tuple_awaitable);
+    sweep_timeouts(worker, Clock::now());
+    if (worker.draining && worker.sessions.empty()) {
+      worker.grace_timer.cancel();
+      worker.idle.clear();
+      co_return;
+    }
+  }
+}
+
+}  // namespace
+
+upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_t site_index) {
+  upstream::PoolConfig pool;
+  pool.name = fmt::format("site{}", site_index);
+  pool.policy.kind = site.proxy.policy;
+  pool.policy.hash_strategy = site.proxy.hash_strategy;
+  for (const config::UpstreamConfig& u : site.proxy.upstreams) {
+    upstream::BackendConfig b;
+    b.name = u.dial;
+    // One address per backend: the first the resolver returned.
+    b.address = u.resolved.empty() ? u.dial : u.resolved.front();
+    b.weight = u.weight;
+    b.max_fails = u.max_fails;
+    b.fail_timeout = u.fail_timeout;
+    b.backup = u.backup;
+    b.down = u.down;
+    pool.backends.push_back(std::move(b));
+  }
+  return pool;
+}
+
+std::string describe(const config::Config& config) {
+  std::set<uint16_t> ports;
+  for (const auto& site : config.sites) ports.insert(site.port);
+  std::string listeners;
+  for (uint16_t p : ports) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", p);
+  unsigned workers = config.workers ? config.workers : std::max(1u, std::thread::hardware_concurrency());
+  std::string out = fmt::format("heft: listening on {} with {} worker{}; {} site{}\n", listeners, workers,
+                                workers == 1 ? "" : "s", config.sites.size(), config.sites.size() == 1 ? "" : "s");
+  for (std::size_t i = 0; i < config.sites.size(); ++i) {
+    const auto& site = config.sites[i];
+    out += fmt::format("  site {}{} -> pool site{} ({}):", site_label(site), site.is_default ? " (default)" : "", i,
+                       balance::policy_name(site.proxy.policy));
+    for (const auto& u : site.proxy.upstreams) {
+      out += fmt::format(" {}", u.dial);
+      if (!u.resolved.empty() && u.resolved.front() != u.dial) out += fmt::format(" ({})", u.resolved.front());
+      out += fmt::format(" weight {}", u.weight);
+      if (u.backup) out += " backup";
+      if (u.down) out += " down";
+      out += ";";
+    }
+    out.back() = '\n';
+  }
+  return out;
+}
+
+const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
+  auto it = by_port.find(port);
+  if (it == by_port.end()) return nullptr;
+  // Host without its port; IPv6 literals keep their brackets.
+  if (!host.empty() && host.front() == '[') {
+    if (auto close = host.find(']'); close != std::string_view::npos) host = host.substr(0, close + 1);
+  } else if (auto colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  const SiteRoute* any_host = nullptr;
+  const SiteRoute* fallback = nullptr;
+  for (std::size_t i : it->second) {
+    const SiteRoute& s = sites[i];
+    if (s.site.hosts.empty()) {
+      if (!any_host) any_host = &s;
+      continue;
+    }
+    for (const std::string& h : s.site.hosts)
+      if (iequals_ascii(h, host)) return &s;
+    if (s.site.is_default && !fallback) fallback = &s;
+  }
+  return any_host ? any_host : fallback;
+}
+
+Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
+  rng_state = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t{i} << 32) ^ 0x5eedULL;
+}
+
+const std::shared_ptr<WorkerRoutes>& Worker::current_routes() {
+  uint64_t v = proxy.routes_version.load(std::memory_order_acquire);
+  if (!routes || v != routes_version) {
+    auto next = std::make_shared<WorkerRoutes>();
+    next->table = proxy.current();
+    next->sites.reserve(next->table->sites.size());
+    for (const SiteRoute& s : next->table->sites) next->sites.emplace_back(*s.pool);
+    routes_version = next->table->version;
+    routes = std::move(next);
+  }
+  return routes;
+}
+
+void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot) {
+  if (site.parsed_for == &snapshot) return;
+  site.endpoints.clear();
+  site.idle.clear();
+  for (uint32_t i = 0; i < snapshot.size(); ++i) {
+    const std::string& address = snapshot.backend(i).address;
+    tcp::endpoint endpoint;
+    auto colon = address.rfind(':');
+    boost::system::error_code ec;
+    if (colon != std::string::npos) {
+      std::string host = address.substr(0, colon);
+      if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+      auto ip = asio::ip::make_address(host, ec);
+      if (!ec) endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+    }
+    // An unparsable address (unresolved name) gets port 0: connecting fails -> 502.
+    site.endpoints.push_back(endpoint);
+    site.idle.push_back(&idle[endpoint]);
+  }
+  site.parsed_for = &snapshot;
+}
+
+void Worker::start_accepting(uint16_t port) {
+  auto it = acceptors.find(port);
+  if (it == acceptors.end()) return;
+  asio::co_spawn(io, accept_loop(*this, *it->second, port), asio::detached);
+}
+
+void Worker::drain() {
+  draining = true;
+  for (auto& [port, acceptor] : acceptors) {
+    boost::system::error_code ignored;
+    acceptor->close(ignored);
+  }
+  idle.clear();
+  close_idle_sessions(*this);
+}
+
+Proxy::Impl::Impl(config::Config config) {
+  max_connections = config.max_connections ? config.max_connections : UINT32_MAX;
+  routes = build(std::move(config), nullptr);
+  routes_version = routes->version;
+}
+
+std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const RouteTable* previous) const {
+  auto table = std::make_shared<RouteTable>();
+  table->version = previous ? previous->version + 1 : 1;
+  for (std::size_t i = 0; i < next.sites.size(); ++i) {
+    const config::SiteConfig& site = next.sites[i];
+    SiteRoute route{i, site, nullptr};
+    upstream::PoolConfig pool_config = make_pool_config(site, i);
+    if (previous) {
+      for (const SiteRoute& old : previous->sites) {
+        if (old.site.hosts == site.hosts && old.site.port == site.port && old.pool) {
+          route.pool = old.pool;
+          // Keep balancing state of backends that stayed (same name).
+          if (!(old.site.proxy == site.proxy)) route.pool->update(pool_config);
+          break;
+        }
+      }
+    }
+    if (!route.pool) route.pool = std::make_shared<upstream::Pool>(pool_config);
+    table->by_port[site.port].push_back(i);
+    table->sites.push_back(std::move(route));
+  }
+  table->config = std::move(next);
+  return table;
+}
+
+void Proxy::Impl::publish(std::shared_ptr<const RouteTable> table) {
+  uint64_t v = table->version;
+  {
+    std::lock_guard lock(mu);
+    routes = std::move(table);
+  }
+  max_connections = routes->config.max_connections ? routes->config.max_connections : UINT32_MAX;
+  routes_version.store(v, std::memory_order_release);
+}
+
+std::unique_ptr<tcp::acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
+  auto acceptor = std::make_unique<tcp::acceptor>(worker.io);
+  tcp::endpoint endpoint(asio::ip::address_v4::any(), port);
+  boost::system::error_code ec;
+  acceptor->open(endpoint.protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) {
+    using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+    acceptor->set_option(reuse_port(true), ec);
+  }
+  if (!ec) acceptor->bind(endpoint, ec);
+  if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot listen on :{}: {}", port, ec.message()));
+  return acceptor;
+}
+
+Proxy::Proxy(config::Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Proxy::~Proxy() {
+  if (impl_->started) {
+    for (auto& w : impl_->workers) w->io.stop();
+    wait();
+  }
+}
+
+void Proxy::start() {
+  Impl& impl = *impl_;
+  auto table = impl.current();
+  unsigned count = table->config.workers ? table->config.workers : std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
+  for (auto& w : impl.workers)
+    for (const auto& [port, sites] : table->by_port) w->acceptors[port] = impl.listen(*w, port);
+  for (auto& w : impl.workers) {
+    for (const auto& [port, acceptor] : w->acceptors) w->start_accepting(port);
+    asio::co_spawn(w->io, sweep_loop(*w), asio::detached);
+    w->thread = std::thread([worker = w.get()] { worker->io.run(); });
+  }
+  impl.started = true;
+}
+
+bool Proxy::reload(config::Config next, std::string& error) {
+  Impl& impl = *impl_;
+  auto old = impl.current();
+  std::set<uint16_t> old_ports, new_ports;
+  for (const auto& [port, sites] : old->by_port) old_ports.insert(port);
+  for (const auto& site : next.sites) new_ports.insert(site.port);
+  if (next.workers && impl.started && next.workers != impl.workers.size()) {
+    // Changing the thread count needs a restart; everything else applies now.
+    next.workers = static_cast<unsigned>(impl.workers.size());
+  }
+  // Bind new ports first: if one fails, nothing changed.
+  std::vector<std::vector<std::pair<uint16_t, std::unique_ptr<tcp::acceptor>>>> opened(impl.workers.size());
+  try {
+    for (uint16_t port : new_ports) {
+      if (old_ports.count(port)) continue;
+      for (std::size_t i = 0; i < impl.workers.size(); ++i)
+        opened[i].emplace_back(port, impl.listen(*impl.workers[i], port));
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
+  impl.publish(impl.build(std::move(next), old.get()));
+  for (std::size_t i = 0; i < impl.workers.size(); ++i) {
+    Worker& w = *impl.workers[i];
+    auto acceptors = std::make_shared<std::vector<std::pair<uint16_t, std::unique_ptr<tcp::acceptor>>>>(
+        std::move(opened[i]));
+    std::vector<uint16_t> removed;
+    for (uint16_t port : old_ports)
+      if (!new_ports.count(port)) removed.push_back(port);
+    asio::post(w.io, [&w, acceptors, removed] {
+      if (w.draining) return;
+      for (uint16_t port : removed) {
+        auto it = w.acceptors.find(port);
+        if (it == w.acceptors.end()) continue;
+        boost::system::error_code ignored;
+        it->second->close(ignored);
+        // The accept loop still references it until it sees the abort: keep it alive briefly.
+        asio::post(w.io, [a = std::shared_ptr<tcp::acceptor>(std::move(it->second))] {});
+        w.acceptors.erase(it);
+      }
+      for (auto& [port, acceptor] : *acceptors) {
+        w.acceptors[port] = std::move(acceptor);
+        w.start_accepting(port);
+      }
+    });
+  }
+  return true;
+}
+
+void Proxy::shutdown(std::chrono::milliseconds grace) {
+  for (auto& w : impl_->workers) {
+    Worker* worker = w.get();
+    asio::post(worker->io, [worker, grace] {
+      if (worker->draining) return;
+      worker->drain();
+      worker->grace_timer.expires_after(grace);
+      worker->grace_timer.async_wait([worker](const boost::system::error_code& ec) {
+        if (!ec) worker->io.stop();  // grace period over: drop what is left
+      });
+    });
+  }
+}
+
+void Proxy::wait() {
+  for (auto& w : impl_->workers)
+    if (w->thread.joinable()) w->thread.join();
+}
+
+std::shared_ptr<upstream::Pool> Proxy::pool(std::size_t site) const {
+  auto table = impl_->current();
+  return site < table->sites.size() ? table->sites[site].pool : nullptr;
+}
+
+config::Config Proxy::snapshot_config() const { return impl_->current()->config; }
+
+const config::Config& Proxy::config() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->routes->config;
+}
+
+std::vector<uint16_t> Proxy::ports() const {
+  std::vector<uint16_t> out;
+  for (const auto& [port, sites] : impl_->current()->by_port) out.push_back(port);
+  return out;
+}
+
+unsigned Proxy::workers() const { return static_cast<unsigned>(impl_->workers.size()); }
+
+}  // namespace heft::proxy

@@ -1,0 +1,74 @@
+// heft's HTTP/1.1 reverse proxy: the data plane behind `heft run`.
+//
+// A Proxy owns `workers` threads, each with its own event loop and its own
+// SO_REUSEPORT listener per port, and one upstream::Pool per site shared by
+// every worker (so the weighted split is exact across workers). Requests are
+// routed by port and Host to a site, and its pool's balancer picks the backend.
+//
+// Thread safety: start(), reload(), shutdown() and wait() are for one
+// controlling thread (reload and shutdown may also be called while other
+// threads use pool() and config()). pool() and snapshot_config() may be called
+// from any thread. No Boost type appears here.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/model.h"
+#include "upstream/pool.h"
+
+namespace heft::proxy {
+
+// The upstream pool configuration a site's reverse_proxy block means.
+upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_t site_index);
+
+// One line per listener/site/pool/backend, for the startup log.
+std::string describe(const config::Config& config);
+
+class Proxy {
+ public:
+  // Takes a validated, resolved configuration. Nothing listens until start().
+  explicit Proxy(config::Config config);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  // Binds every listener (throws std::runtime_error naming the address if one
+  // cannot be bound) and starts the worker threads. Returns at once.
+  void start();
+
+  // Swaps in `next` without dropping a connection or a request: sites whose
+  // (hosts, port) stayed keep their Pool (pool->update), so backends that stayed
+  // keep their balancing state; new ports are bound, removed ports closed.
+  // On failure (e.g. a new port cannot be bound) returns false with `error`
+  // set, and the old configuration stays in service.
+  bool reload(config::Config next, std::string& error);
+
+  // Stops accepting, closes idle connections, lets in-flight requests finish
+  // for up to `grace`, then stops the workers. Returns at once; see wait().
+  void shutdown(std::chrono::milliseconds grace);
+
+  // Blocks until every worker thread has finished (after shutdown()).
+  void wait();
+
+  // The pool of site `site` (index into config().sites); null if out of range.
+  std::shared_ptr<upstream::Pool> pool(std::size_t site) const;
+  // The configuration in service (a copy: it may be swapped by reload at any time).
+  config::Config snapshot_config() const;
+  // The configuration in service; only for the controlling thread.
+  const config::Config& config() const;
+  // Listening ports, in order (useful when the config asked for port 0... not allowed; for logs/tests).
+  std::vector<uint16_t> ports() const;
+  unsigned workers() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heft::proxy

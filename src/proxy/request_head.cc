@@ -1,0 +1,147 @@
+#include "proxy/request_head.h"
+
+#include <array>
+
+namespace heft::proxy {
+namespace {
+
+constexpr std::array<bool, 256> make_tchar() {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kTchar = make_tchar();
+
+bool is_tchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
+// Field-value octets: VCHAR, obs-text, SP, HTAB.
+bool is_value_char(char c) {
+  auto u = static_cast<unsigned char>(c);
+  return u == '\t' || (u >= 0x20 && u != 0x7f);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
+    if (x != y) return false;
+  }
+  return true;
+}
+
+std::string_view trim_ows(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+HeadScan bad(const char* reason) {
+  HeadScan s;
+  s.status = HeadScan::bad_request;
+  s.reason = reason;
+  return s;
+}
+
+bool valid_request_line(std::string_view line, bool& http10) {
+  std::size_t sp1 = line.find(' ');
+  if (sp1 == 0 || sp1 == std::string_view::npos) return false;
+  for (std::size_t i = 0; i < sp1; ++i)
+    if (!is_tchar(line[i])) return false;
+  std::size_t sp2 = line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return false;
+  for (std::size_t i = sp1 + 1; i < sp2; ++i) {
+    auto u = static_cast<unsigned char>(line[i]);
+    if (u <= 0x20 || u == 0x7f) return false;
+  }
+  std::string_view version = line.substr(sp2 + 1);
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.') return false;
+  if (version[5] != '1' || (version[7] != '0' && version[7] != '1')) return false;
+  http10 = version[7] == '0';
+  return true;
+}
+
+}  // namespace
+
+HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
+  // Leading empty lines are ignored (RFC 9112 2.2).
+  std::size_t skip = 0;
+  while (skip + 1 < bytes.size() && bytes[skip] == '\r' && bytes[skip + 1] == '\n') skip += 2;
+  std::string_view data = bytes.substr(skip);
+
+  // Find the end of the head, rejecting bare CR / bare LF on the way.
+  std::size_t end = std::string_view::npos;
+  std::size_t first_line_end = std::string_view::npos;
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    char c = data[i];
+    if (c == '\r') {
+      if (i + 1 == data.size()) break;  // need the next byte
+      if (data[i + 1] != '\n') return bad("bare CR");
+    } else if (c == '\n') {
+      if (i == 0 || data[i - 1] != '\r') return bad("bare LF");
+      if (first_line_end == std::string_view::npos) first_line_end = i - 1;
+      if (i >= 3 && data[i - 2] == '\n' && data[i - 3] == '\r') {
+        end = i + 1;
+        break;
+      }
+    }
+  }
+  if (first_line_end == std::string_view::npos) {
+    if (data.size() > limits.max_request_line) return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
+  } else if (first_line_end > limits.max_request_line) {
+    return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
+  }
+  if (end == std::string_view::npos) {
+    if (data.size() > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
+    return HeadScan{HeadScan::incomplete, skip, 0, ""};
+  }
+  if (end > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
+
+  bool http10 = false;
+  if (!valid_request_line(data.substr(0, first_line_end), http10)) return bad("malformed request line");
+
+  // Header fields: one per line up to the empty line.
+  std::size_t pos = first_line_end + 2;
+  int hosts = 0, transfer_encodings = 0;
+  bool have_length = false;
+  std::string_view length;
+  while (pos < end - 2) {
+    std::size_t eol = data.find("\r\n", pos);
+    std::string_view line = data.substr(pos, eol - pos);
+    pos = eol + 2;
+    if (line.front() == ' ' || line.front() == '\t') return bad("obs-fold");
+    std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) return bad("header line without a name");
+    for (std::size_t i = 0; i < colon; ++i)
+      if (!is_tchar(line[i])) return bad("invalid character in a header name");
+    std::string_view name = line.substr(0, colon);
+    std::string_view value = line.substr(colon + 1);
+    for (char c : value)
+      if (!is_value_char(c)) return bad("control character in a header value");
+    value = trim_ows(value);
+    if (iequals(name, "content-length")) {
+      if (value.empty() || value.size() > 18) return bad("malformed Content-Length");
+      for (char c : value)
+        if (c < '0' || c > '9') return bad("malformed Content-Length");
+      if (have_length && value != length) return bad("differing Content-Length");
+      have_length = true;
+      length = value;
+    } else if (iequals(name, "transfer-encoding")) {
+      ++transfer_encodings;
+      if (!iequals(value, "chunked")) return bad("Transfer-Encoding other than chunked");
+    } else if (iequals(name, "host")) {
+      ++hosts;
+    }
+  }
+  if (transfer_encodings > 1) return bad("repeated Transfer-Encoding");
+  if (transfer_encodings && have_length) return bad("Content-Length with Transfer-Encoding");
+  if (transfer_encodings && http10) return bad("Transfer-Encoding on HTTP/1.0");
+  if (!http10 && hosts != 1) return bad("HTTP/1.1 without exactly one Host");
+  if (http10 && hosts > 1) return bad("several Host fields");
+  return HeadScan{HeadScan::complete, skip, end, ""};
+}
+
+}  // namespace heft::proxy

@@ -1,0 +1,41 @@
+// Strict scanning of a raw HTTP/1.1 request head (RFC 9112) before anything is
+// parsed or forwarded: heft never forwards a request whose framing another
+// server could read differently (request smuggling).
+//
+// Pure functions on bytes; no I/O, no state; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace heft::proxy {
+
+struct HeadLimits {
+  std::size_t max_request_line = 8 * 1024;  // longer -> 414
+  std::size_t max_head = 32 * 1024;         // longer -> 431
+};
+
+struct HeadScan {
+  enum Status {
+    incomplete,       // no end of head yet, within limits: read more
+    complete,         // a valid head of head_size bytes (after skip leading CRLFs)
+    bad_request,      // 400: malformed or ambiguous
+    uri_too_long,     // 414
+    header_too_large  // 431
+  };
+  Status status = incomplete;
+  std::size_t skip = 0;       // empty lines before the request line (RFC 9112 2.2 allows them)
+  std::size_t head_size = 0;  // bytes of the head after `skip`, final CRLFCRLF included
+  const char* reason = "";    // why a bad_request (for the log)
+};
+
+// Scans `bytes` (everything received so far on the connection). Checks, on a
+// complete head: request-line syntax; header names are tokens (so whitespace
+// before the colon and obs-fold fail); no control characters (except HTAB in
+// values) and no bare CR or bare LF anywhere; Content-Length is digits and every
+// occurrence is equal; Transfer-Encoding is exactly `chunked`, once, never with
+// Content-Length, never on HTTP/1.0; HTTP/1.1 has exactly one Host.
+HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits = {});
+
+}  // namespace heft::proxy

@@ -1,0 +1,144 @@
+// Internals of the proxy shared by proxy.cc (workers, listeners, reload) and
+// session.cc (one client connection): the route table and the per-worker state.
+//
+// Thread safety: a RouteTable is immutable once published and shared by all
+// workers. A Worker and everything it holds belongs to its own thread (its
+// io_context runs on exactly one thread), except `io`, which others post to.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include "config/model.h"
+#include "proxy/proxy.h"
+#include "upstream/pool.h"
+
+namespace heft::proxy {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct SiteRoute {
+  std::size_t index = 0;
+  config::SiteConfig site;
+  std::shared_ptr<upstream::Pool> pool;
+};
+
+// Which site answers a request: by listening port, then Host.
+struct RouteTable {
+  uint64_t version = 0;
+  config::Config config;
+  std::vector<SiteRoute> sites;
+  std::map<uint16_t, std::vector<std::size_t>> by_port;
+
+  // The site for `host` (a Host header value, port included or not) on `port`:
+  // a site naming the host, else one with no hosts, else the port's default; null = 404.
+  const SiteRoute* route(uint16_t port, std::string_view host) const;
+};
+
+// An idle, reusable connection to a backend.
+struct UpstreamConnection {
+  explicit UpstreamConnection(asio::io_context& io) : socket(io) {}
+  tcp::socket socket;
+  boost::beast::flat_buffer buffer;
+};
+using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
+
+class Session;
+struct Worker;
+
+// A worker's view of one site: its cached pool snapshot and, per snapshot, the
+// parsed backend endpoints and their idle-connection lists.
+struct WorkerSite {
+  explicit WorkerSite(const upstream::Pool& pool) : cache(pool) {}
+  upstream::CachedSnapshot cache;
+  const upstream::PoolSnapshot* parsed_for = nullptr;
+  std::vector<tcp::endpoint> endpoints;
+  std::vector<IdleList*> idle;
+};
+
+// What a worker's requests hold on to for their whole life: the route table
+// and the worker's per-site caches (reference counted per worker, so requests
+// never bounce a cache line shared with other workers).
+struct WorkerRoutes {
+  std::shared_ptr<const RouteTable> table;
+  std::vector<WorkerSite> sites;
+};
+
+struct Worker {
+  Worker(Proxy::Impl& owner, unsigned index);
+
+  Proxy::Impl& proxy;
+  unsigned index;
+  asio::io_context io{1};
+  std::thread thread;
+  std::map<uint16_t, std::unique_ptr<tcp::acceptor>> acceptors;
+  std::shared_ptr<WorkerRoutes> routes;
+  uint64_t routes_version = 0;
+  std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
+  std::list<Session*> sessions;            // for the timeout sweep and draining
+  bool draining = false;
+  asio::steady_timer ticker{io};
+  asio::steady_timer grace_timer{io};
+  uint64_t rng_state;
+
+  // Current routes (refreshed when a reload published a new table).
+  const std::shared_ptr<WorkerRoutes>& current_routes();
+  // Endpoints and idle lists matching `snapshot` for site `site`.
+  void prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot);
+  uint64_t next_random() {
+    // splitmix64: fast, good enough for balancing choices.
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  void start_accepting(uint16_t port);
+  void drain();
+};
+
+struct Proxy::Impl {
+  explicit Impl(config::Config config);
+
+  mutable std::mutex mu;  // guards routes (the pointer) and config
+  std::shared_ptr<const RouteTable> routes;
+  std::atomic<uint64_t> routes_version{0};
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::atomic<uint32_t> open_connections{0};
+  std::atomic<uint32_t> max_connections{10000};
+  bool started = false;
+
+  std::shared_ptr<const RouteTable> current() const {
+    std::lock_guard lock(mu);
+    return routes;
+  }
+  std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous) const;
+  void publish(std::shared_ptr<const RouteTable> table);
+  // Opens an SO_REUSEPORT listener on `port` for `worker` (throws on failure).
+  std::unique_ptr<tcp::acceptor> listen(Worker& worker, uint16_t port);
+};
+
+// Runs one client connection to its end (session.cc).
+void start_session(Worker& worker, tcp::socket socket, uint16_t local_port);
+// Checks every session of the worker for an expired deadline (session.cc).
+void sweep_timeouts(Worker& worker, Clock::time_point now);
+// Closes sessions waiting for a request (session.cc), for draining.
+void close_idle_sessions(Worker& worker);
+
+}  // namespace heft::proxy

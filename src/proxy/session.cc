@@ -1,0 +1,852 @@
+// One client connection: reads requests (strictly, see request_head.h), routes
+// them to a site, lets the site's balancer pick a backend, forwards over a
+// pooled keep-alive upstream connection and streams both bodies with bounded
+// memory. Retries follow nginx's proxy_next_upstream rules.
+//
+// Thread safety: a Session lives on its worker's thread only. Timeouts: one
+// deadline per session, checked by the worker's sweep (no timer per operation).
+#include <array>
+#include <cstring>
+#include <limits>
+
+#include <sys/socket.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "heft/balance/hash.h"
+#include "proxy/request_head.h"
+#include "proxy/runtime.h"
+
+namespace heft::proxy {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::awaitable;
+using boost::system::error_code;
+constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+using RequestParser = http::request_parser<http::buffer_body>;
+using ResponseParser = http::response_parser<http::buffer_body>;
+
+constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
+constexpr std::size_t kReadSize = 64 * 1024;  // bytes asked per socket read
+constexpr std::size_t kMaxResponseHead = 64 * 1024;
+
+bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
+
+// True if the comma-separated list `list` contains `token` (case-insensitive).
+bool has_token(std::string_view list, std::string_view token) {
+  while (!list.empty()) {
+    std::size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (iequals(item, token)) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+bool is_hop_by_hop(std::string_view name) {
+  switch (name.size()) {
+    case 2: return iequals(name, "te");
+    case 7: return iequals(name, "trailer") || iequals(name, "upgrade");
+    case 10: return iequals(name, "connection") || iequals(name, "keep-alive");
+    case 16: return iequals(name, "proxy-connection");
+    case 17: return iequals(name, "transfer-encoding");
+    case 14: return iequals(name, "content-length");  // framing is rewritten
+    default: return false;
+  }
+}
+
+// Fields named by the Connection header are hop-by-hop too.
+bool named_by_connection(std::string_view connection, std::string_view name) {
+  return !connection.empty() && has_token(connection, name);
+}
+
+bool idempotent(http::verb method) {
+  switch (method) {
+    case http::verb::post:
+    case http::verb::patch:
+    case http::verb::lock:
+    case http::verb::connect: return false;
+    default: return true;
+  }
+}
+
+std::string_view cookie_value(std::string_view cookies, std::string_view name) {
+  while (!cookies.empty()) {
+    std::size_t semi = cookies.find(';');
+    std::string_view pair = cookies.substr(0, semi);
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    if (pair.size() > name.size() && pair.substr(0, name.size()) == name && pair[name.size()] == '=')
+      return pair.substr(name.size() + 1);
+    if (semi == std::string_view::npos) break;
+    cookies.remove_prefix(semi + 1);
+  }
+  return {};
+}
+
+const char* status_text(unsigned status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 408: return "Request Timeout";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+  }
+}
+
+// Appends a header op list's effect: returns true if `name` is set/removed by an op.
+bool overridden(const std::vector<config::HeaderOp>& ops, std::string_view name) {
+  for (const auto& op : ops)
+    if (op.op != config::HeaderOp::add && iequals(op.name, name)) return true;
+  return false;
+}
+
+void append_ops(std::string& out, const std::vector<config::HeaderOp>& ops) {
+  for (const auto& op : ops)
+    if (op.op != config::HeaderOp::remove) fmt::format_to(std::back_inserter(out), "{}: {}\r\n", op.name, op.value);
+}
+
+// Reads more bytes from `socket` into `buffer`.
+awaitable<error_code> read_more(tcp::socket& socket, beast::flat_buffer& buffer) {
+  auto [ec, n] = co_await socket.async_read_some(buffer.prepare(kReadSize), as_tuple_awaitable);
+  buffer.commit(n);
+  co_return ec;
+}
+
+// Feeds `buffer` to `parser` until its header is done, reading when needed.
+template <bool isRequest>
+awaitable<error_code> read_header(tcp::socket& socket, beast::flat_buffer& buffer,
+                                  http::basic_parser<isRequest>& parser, bool& received) {
+  for (;;) {
+    if (buffer.size() > 0) {
+      error_code ec;
+      std::size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      if (ec && ec != http::error::need_more) co_return ec;
+      if (parser.is_header_done()) co_return error_code{};
+      if (!ec && used > 0) continue;
+    }
+    if (buffer.size() > kMaxResponseHead) co_return http::error::header_limit;
+    error_code ec = co_await read_more(socket, buffer);
+    if (buffer.size() > 0) received = true;
+    if (ec) {
+      if (ec == asio::error::eof && received) {
+        error_code eof_ec;
+        parser.put_eof(eof_ec);
+        if (!eof_ec && parser.is_header_done()) co_return error_code{};
+      }
+      co_return ec;
+    }
+  }
+}
+
+// Reads the next piece of body (at most `capacity` bytes) into `out`. Returns
+// the byte count; 0 with parser.is_done() at the end.
+template <bool isRequest>
+awaitable<std::pair<error_code, std::size_t>> read_body_piece(tcp::socket& socket, beast::flat_buffer& buffer,
+                                                              http::parser<isRequest, http::buffer_body>& parser,
+                                                              char* out, std::size_t capacity) {
+  auto& body = parser.get().body();
+  body.data = out;
+  body.size = capacity;
+  for (;;) {
+    if (parser.is_done()) co_return std::pair{error_code{}, capacity - body.size};
+    if (buffer.size() > 0) {
+      error_code ec;
+      std::size_t used = parser.put(buffer.data(), ec);
+      buffer.consume(used);
+      std::size_t got = capacity - body.size;
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec && ec != http::error::need_more) co_return std::pair{ec, got};
+      if (got > 0 || parser.is_done()) co_return std::pair{error_code{}, got};
+      if (!ec && used > 0) continue;
+    }
+    error_code ec = co_await read_more(socket, buffer);
+    if (ec == asio::error::eof) {
+      if (buffer.size() > 0) continue;
+      error_code eof_ec;
+      parser.put_eof(eof_ec);
+      std::size_t got = capacity - body.size;
+      if (eof_ec) co_return std::pair{eof_ec, got};
+      co_return std::pair{error_code{}, got};
+    }
+    if (ec) co_return std::pair{ec, capacity - body.size};
+  }
+}
+
+// A chunk-size line for `size` bytes, into `out` (>= 20 bytes); returns its length.
+std::size_t chunk_line(char* out, std::size_t size) {
+  auto end = fmt::format_to(out, "{:x}\r\n", size);
+  return static_cast<std::size_t>(end - out);
+}
+
+// A malformed message (as opposed to a connection that ended or failed).
+bool is_parse_error(const error_code& ec) {
+  return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
+}
+
+struct ActiveGuard {
+  explicit ActiveGuard(std::atomic<uint32_t>& a) : active(a) { active.fetch_add(1, std::memory_order_relaxed); }
+  ~ActiveGuard() { active.fetch_sub(1, std::memory_order_relaxed); }
+  std::atomic<uint32_t>& active;
+};
+
+}  // namespace
+
+class Session {
+ public:
+  Session(Worker& worker, tcp::socket socket, uint16_t port)
+      : w(worker), client(std::move(socket)), local_port(port) {
+    error_code ec;
+    auto remote = client.remote_endpoint(ec);
+    if (!ec) client_ip = remote.address().to_string();
+    client.set_option(tcp::no_delay(true), ec);
+    self = w.sessions.insert(w.sessions.end(), this);
+    w.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~Session() {
+    w.sessions.erase(self);
+    w.proxy.open_connections.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  awaitable<void> run();
+
+  // Called by the sweep when the deadline passed: aborts whatever is pending.
+  void expire() {
+    timed_out = true;
+    deadline = Clock::time_point::max();
+    error_code ignored;
+    client.cancel(ignored);
+    if (upstream) upstream->cancel(ignored);
+  }
+
+  Worker& w;
+  tcp::socket client;
+  uint16_t local_port;
+  std::string client_ip;
+  std::list<Session*>::iterator self;
+  Clock::time_point deadline = Clock::time_point::max();
+  bool timed_out = false;
+  bool idle = false;  // waiting for a request, nothing received: drain may close it
+  tcp::socket* upstream = nullptr;
+
+ private:
+  enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken };
+  struct AttemptResult {
+    Outcome outcome = Outcome::error;
+    unsigned status = 0;     // bad_status: the backend's status
+    bool keep_alive = false;  // done: whether the client connection continues
+    bool failed = false;      // done, but with a status next_upstream counts as a failure
+  };
+
+  void arm(std::chrono::milliseconds timeout) {
+    deadline = Clock::now() + timeout;
+    timed_out = false;
+  }
+  void disarm() { deadline = Clock::time_point::max(); }
+  char* scratch() {
+    if (!scratch_) scratch_ = std::make_unique<char[]>(kChunk);
+    return scratch_.get();
+  }
+
+  awaitable<int> read_head(bool first, std::size_t& skip, std::size_t& size);
+  awaitable<void> send_error(unsigned status, std::string_view text, bool keep_alive);
+  awaitable<bool> handle(RequestParser& parser);
+  awaitable<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
+                                   uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
+  awaitable<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
+                                            const SiteRoute& route, RequestParser& parser, bool upgrade);
+  awaitable<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
+                                          bool& client_failed);
+  awaitable<void> splice(UpstreamConnection& conn);
+
+  beast::flat_buffer in_;
+  std::string up_head_;    // request head for the backend (reused)
+  std::string down_head_;  // response head for the client (reused)
+  std::string body_prefix_;  // request body buffered for retries (reused)
+  std::unique_ptr<char[]> scratch_;
+  const config::Config* config_ = nullptr;
+  bool upstream_chunked_ = false;  // request body sent chunked (streamed, size unknown)
+};
+
+// 0: a head is in in_ at [skip, skip+size). -1: the connection is done (closed,
+// idle timeout, draining). Otherwise an HTTP status to answer before closing.
+awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
+  const config::Config& config = w.current_routes()->table->config;
+  if (in_.size() == 0) {
+    if (w.draining) co_return -1;
+    idle = true;
+    arm(first ? config.header_timeout : config.idle_timeout);
+    error_code ec = co_await read_more(client, in_);
+    idle = false;
+    if (ec || in_.size() == 0) co_return -1;
+  }
+  arm(config.header_timeout);
+  for (;;) {
+    std::string_view bytes(static_cast<const char*>(in_.data().data()), in_.size());
+    HeadScan scan = scan_request_head(bytes);
+    switch (scan.status) {
+      case HeadScan::complete:
+        skip = scan.skip;
+        size = scan.head_size;
+        co_return 0;
+      case HeadScan::bad_request:
+        fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, scan.reason);
+        co_return 400;
+      case HeadScan::uri_too_long: co_return 414;
+      case HeadScan::header_too_large: co_return 431;
+      case HeadScan::incomplete: break;
+    }
+    error_code ec = co_await read_more(client, in_);
+    if (ec) co_return timed_out ? 408 : -1;
+  }
+}
+
+awaitable<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
+  down_head_.clear();
+  fmt::format_to(std::back_inserter(down_head_),
+                 "HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}", status,
+                 status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n", text);
+  arm(std::chrono::milliseconds(10000));
+  co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
+}
+
+awaitable<void> Session::run() {
+  bool first = true;
+  for (;;) {
+    std::size_t skip = 0, size = 0;
+    int status = co_await read_head(first, skip, size);
+    first = false;
+    if (status < 0) break;
+    if (status > 0) {
+      co_await send_error(static_cast<unsigned>(status), fmt::format("{} {}\n", status, status_text(status)), false);
+      break;
+    }
+    RequestParser parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    error_code ec;
+    std::size_t used = parser.put(asio::buffer(static_cast<const char*>(in_.data().data()) + skip, size), ec);
+    in_.consume(skip + used);
+    if (ec || !parser.is_header_done() || used != size) {
+      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec ? ec.message() : "incomplete head");
+      co_await send_error(400, "400 Bad Request\n", false);
+      break;
+    }
+    parser.eager(true);
+    bool keep_alive = co_await handle(parser);
+    if (!keep_alive || w.draining) break;
+  }
+  disarm();
+  error_code ignored;
+  client.shutdown(tcp::socket::shutdown_send, ignored);
+  client.close(ignored);
+}
+
+awaitable<bool> Session::handle(RequestParser& parser) {
+  const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
+  config_ = &routes->table->config;
+  auto& req = parser.get();
+  const std::string_view host = req[http::field::host];
+  const SiteRoute* route = routes->table->route(local_port, host);
+  bool client_keep_alive = req.keep_alive();
+  if (!route) {
+    // Unread body bytes would be read as the next request: close instead.
+    co_await send_error(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
+    co_return client_keep_alive && parser.is_done();
+  }
+  const config::PoolConfig& pool = route->site.proxy;
+  WorkerSite& site = routes->sites[route->index];
+  const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
+  w.prepare_site(site, *snapshot);
+
+  const std::string_view connection = req[http::field::connection];
+  const bool upgrade = !req[http::field::upgrade].empty() && has_token(connection, "upgrade");
+  const std::string_view expect = req[http::field::expect];
+  const bool expect_continue = iequals(expect, "100-continue");
+  if (!expect.empty() && !expect_continue) {
+    co_await send_error(417, "417 Expectation Failed\n", false);
+    co_return false;
+  }
+
+  // The request head for the backend: same for every attempt.
+  up_head_.clear();
+  auto out = std::back_inserter(up_head_);
+  fmt::format_to(out, "{} {} HTTP/1.1\r\n", req.method_string(), req.target());
+  std::string_view forwarded_for;
+  for (const auto& field : req) {
+    std::string_view name = field.name_string();
+    if (is_hop_by_hop(name) || named_by_connection(connection, name)) continue;
+    if (field.name() == http::field::expect) continue;
+    if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
+      if (iequals(name, "x-forwarded-for")) {
+        forwarded_for = field.value();
+        continue;
+      }
+      if (iequals(name, "x-forwarded-proto") || iequals(name, "x-forwarded-host") || iequals(name, "x-real-ip"))
+        continue;
+    }
+    if (overridden(pool.header_up, name)) continue;
+    fmt::format_to(out, "{}: {}\r\n", name, field.value());
+  }
+  if (host.empty() && !overridden(pool.header_up, "host"))
+    fmt::format_to(out, "Host: {}\r\n", route->site.hosts.empty() ? "localhost" : route->site.hosts.front());
+  if (forwarded_for.empty()) fmt::format_to(out, "X-Forwarded-For: {}\r\n", client_ip);
+  else fmt::format_to(out, "X-Forwarded-For: {}, {}\r\n", forwarded_for, client_ip);
+  fmt::format_to(out, "X-Forwarded-Proto: http\r\nX-Forwarded-Host: {}\r\nX-Real-IP: {}\r\n", host, client_ip);
+  append_ops(up_head_, pool.header_up);
+  if (upgrade) fmt::format_to(out, "Connection: upgrade\r\nUpgrade: {}\r\n", req[http::field::upgrade]);
+
+  // Buffer the start of the body: small bodies are then complete (retryable and
+  // fully validated before any byte reaches a backend).
+  body_prefix_.clear();
+  if (!parser.is_done()) {
+    if (expect_continue && req.version() >= 11) {
+      arm(config_->idle_timeout);
+      auto [ec, n] = co_await asio::async_write(client, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25),
+                                                as_tuple_awaitable);
+      if (ec) co_return false;
+    }
+    const std::size_t limit = std::max<std::size_t>(pool.retry_body_limit, 1);
+    while (!parser.is_done() && body_prefix_.size() < limit) {
+      arm(config_->idle_timeout);
+      std::size_t want = std::min(kChunk, limit - body_prefix_.size());
+      auto [ec, got] = co_await read_body_piece(client, in_, parser, scratch(), want);
+      if (ec) {
+        if (is_parse_error(ec)) {
+          fmt::print(stderr, "heft: 400 from {}: bad body: {}\n", client_ip, ec.message());
+          co_await send_error(400, "400 Bad Request\n", false);
+        } else if (timed_out) {
+          co_await send_error(408, "408 Request Timeout\n", false);
+        }
+        co_return false;
+      }
+      body_prefix_.append(scratch(), got);
+    }
+  }
+  const bool body_complete = parser.is_done();
+  upstream_chunked_ = false;
+  if (body_complete) {
+    if (!body_prefix_.empty() || req.has_content_length() || req.chunked())
+      fmt::format_to(out, "Content-Length: {}\r\n", body_prefix_.size());
+  } else if (req.chunked()) {
+    up_head_ += "Transfer-Encoding: chunked\r\n";
+    upstream_chunked_ = true;
+  } else {
+    fmt::format_to(out, "Content-Length: {}\r\n", req[http::field::content_length]);
+  }
+  up_head_ += "\r\n";
+
+  // Attempts, nginx's proxy_next_upstream way.
+  balance::PickContext ctx;
+  ctx.random = w.next_random();
+  if (pool.policy == balance::PolicyKind::hash) {
+    switch (pool.hash_key.kind) {
+      case config::HashKey::client_ip: ctx.key_hash = balance::hash_key(client_ip); break;
+      case config::HashKey::header: ctx.key_hash = balance::hash_key(req[pool.hash_key.name]); break;
+      case config::HashKey::cookie:
+        ctx.key_hash = balance::hash_key(cookie_value(req[http::field::cookie], pool.hash_key.name));
+        break;
+      case config::HashKey::uri: ctx.key_hash = balance::hash_key(req.target()); break;
+      case config::HashKey::none: ctx.key_hash = balance::hash_key(client_ip); break;
+    }
+  }
+  balance::TriedSet tried;
+  ctx.tried = &tried;
+  const config::NextUpstream& next = pool.next_upstream;
+  const bool method_retryable = idempotent(req.method()) || next.non_idempotent;
+  const auto started = Clock::now();
+  unsigned tries = 0;
+  unsigned last_status = 0;
+  for (;;) {
+    const auto now = Clock::now();
+    std::optional<uint32_t> pick = snapshot->pick(ctx, now);
+    if (!pick) {
+      if (tried.empty()) {
+        fmt::print(stderr, "heft: 503 {} {}: no available backend\n", req.method_string(), req.target());
+        co_await send_error(503, "503 no available backend\n", client_keep_alive && body_complete);
+      } else {
+        unsigned status = last_status ? last_status : 502;
+        co_await send_error(status, fmt::format("{} {}\n", status, status_text(status)),
+                            client_keep_alive && body_complete);
+      }
+      co_return client_keep_alive && body_complete && !w.draining;
+    }
+    const uint32_t i = *pick;
+    tried.add(i);
+    ++tries;
+    const bool more_allowed =
+        !next.off && method_retryable && body_complete &&
+        (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
+        (pool.next_upstream_timeout.count() == 0 || now - started < pool.next_upstream_timeout) &&
+        tried.size() < snapshot->size();
+    snapshot->state(i).requests_total.fetch_add(1, std::memory_order_relaxed);
+    AttemptResult result;
+    {
+      ActiveGuard active(snapshot->live(i).active);
+      result = co_await attempt(*route, site, *snapshot, i, parser, !more_allowed, upgrade);
+    }
+    upstream = nullptr;
+    const std::string& name = snapshot->backend(i).name;
+    switch (result.outcome) {
+      case Outcome::done:
+        if (result.failed) snapshot->report_failure(i, Clock::now());
+        else snapshot->report_success(i);
+        co_return result.keep_alive && !w.draining;
+      case Outcome::client_gone: co_return false;
+      case Outcome::bad_request_body:
+        fmt::print(stderr, "heft: 400 from {}: bad request body\n", client_ip);
+        co_await send_error(400, "400 Bad Request\n", false);
+        co_return false;
+      case Outcome::broken:
+        // The response had started: nothing to retry, the client sees a cut.
+        snapshot->report_failure(i, Clock::now());
+        fmt::print(stderr, "heft: {} {}: backend {} failed mid-response\n", req.method_string(), req.target(), name);
+        co_return false;
+      case Outcome::bad_status:
+        snapshot->report_failure(i, Clock::now());
+        last_status = result.status;
+        continue;  // attempt() forwards it itself when no retry is allowed
+      case Outcome::error:
+      case Outcome::timeout: {
+        const bool timeout = result.outcome == Outcome::timeout;
+        snapshot->report_failure(i, Clock::now());
+        last_status = timeout ? 504 : 502;
+        fmt::print(stderr, "heft: {} {}: backend {} {}\n", req.method_string(), req.target(), name,
+                   timeout ? "timed out" : "failed");
+        if (more_allowed && (timeout ? next.timeout : next.error)) continue;
+        co_await send_error(last_status, fmt::format("{} {}\n", last_status, status_text(last_status)),
+                            client_keep_alive && parser.is_done());
+        co_return client_keep_alive && parser.is_done() && !w.draining;
+      }
+    }
+  }
+}
+
+awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite& site,
+                                                   const upstream::PoolSnapshot& snapshot, uint32_t backend,
+                                                   RequestParser& parser, bool last_chance, bool upgrade) {
+  const config::PoolConfig& pool = route.site.proxy;
+  IdleList& idle_list = *site.idle[backend];
+  const tcp::endpoint& endpoint = site.endpoints[backend];
+  const bool replayable = parser.is_done();
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    std::unique_ptr<UpstreamConnection> conn;
+    // A pooled connection the backend closed meanwhile is readable (EOF): skip it.
+    while (fresh == 0 && !conn && !idle_list.empty()) {
+      conn = std::move(idle_list.back());
+      idle_list.pop_back();
+      char probe;
+      ssize_t n = ::recv(conn->socket.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) conn.reset();
+    }
+    const bool reused = conn != nullptr;
+    if (!conn) {
+      if (fresh == 0) fresh = 1;  // a new connection: no second fresh try
+      conn = std::make_unique<UpstreamConnection>(w.io);
+      upstream = &conn->socket;
+      arm(pool.connect_timeout);
+      auto [ec] = co_await conn->socket.async_connect(endpoint, as_tuple_awaitable);
+      if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      error_code ignored;
+      conn->socket.set_option(tcp::no_delay(true), ignored);
+    }
+    upstream = &conn->socket;
+
+    // Head and the buffered body in one write.
+    arm(pool.send_timeout);
+    std::array<char, 24> size_line;
+    std::array<asio::const_buffer, 4> buffers{asio::buffer(up_head_), asio::const_buffer{}, asio::const_buffer{},
+                                              asio::const_buffer{}};
+    std::size_t count = 1;
+    if (!body_prefix_.empty()) {
+      if (upstream_chunked_) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), body_prefix_.size()));
+      buffers[count++] = asio::buffer(body_prefix_);
+      if (upstream_chunked_) buffers[count++] = asio::buffer("\r\n", 2);
+    }
+    auto [write_ec, written] =
+        co_await asio::async_write(conn->socket, std::span(buffers.data(), count), as_tuple_awaitable);
+    if (write_ec) {
+      if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
+      co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+    }
+
+    ResponseParser response;
+    response.header_limit(kMaxResponseHead);
+    response.body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (parser.get().method() == http::verb::head) response.skip(true);
+
+    if (!parser.is_done()) {
+      // Stream the rest of the body while the response may already be coming
+      // (an echoing backend answers as it reads).
+      using namespace asio::experimental::awaitable_operators;
+      bool client_failed = false;
+      error_code body_ec;
+      auto send_body = [&]() -> awaitable<void> {
+        body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed);
+        if (body_ec) {
+          error_code ignored;
+          conn->socket.cancel(ignored);  // unblock the response side
+        }
+      };
+      AttemptResult result;
+      auto receive = [&]() -> awaitable<void> {
+        result = co_await forward_response(*conn, response, route, parser, upgrade);
+      };
+      co_await (send_body() && receive());
+      if (client_failed) co_return AttemptResult{Outcome::client_gone};
+      if (body_ec == http::error::bad_chunk || body_ec == http::error::bad_chunk_extension)
+        co_return AttemptResult{result.outcome == Outcome::done ? Outcome::broken : Outcome::bad_request_body};
+      if (result.outcome == Outcome::done) {
+        result.keep_alive = result.keep_alive && parser.is_done();
+        if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&
+            conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
+          idle_list.push_back(std::move(conn));
+      }
+      co_return result;
+    }
+
+    // Response head (1xx other than 101 are skipped).
+    arm(pool.read_timeout);
+    bool received = false;
+    for (;;) {
+      error_code ec = co_await read_header(conn->socket, conn->buffer, response, received);
+      if (ec) {
+        if (reused && !received && replayable && !timed_out &&
+            (ec == asio::error::eof || ec == asio::error::connection_reset))
+          break;  // stale pooled connection
+        co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      }
+      const unsigned status = response.get().result_int();
+      if (status >= 100 && status < 200 && status != 101) {
+        response.~ResponseParser();
+        new (&response) ResponseParser();
+        response.header_limit(kMaxResponseHead);
+        response.body_limit(std::numeric_limits<std::uint64_t>::max());
+        continue;
+      }
+      break;
+    }
+    if (!response.is_header_done()) continue;  // retry on a fresh connection
+    const unsigned status = response.get().result_int();
+    const config::NextUpstream& next = pool.next_upstream;
+    const bool failure_status = (status == 500 && next.http_500) || (status == 502 && next.http_502) ||
+                                (status == 503 && next.http_503) || (status == 504 && next.http_504);
+    if (failure_status && !last_chance) co_return AttemptResult{Outcome::bad_status, status};
+    AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
+    if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
+        conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
+      idle_list.push_back(std::move(conn));
+    result.failed = result.outcome == Outcome::done && failure_status;
+    co_return result;
+  }
+  co_return AttemptResult{Outcome::error};
+}
+
+awaitable<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
+                                                 bool& client_failed) {
+  // Its own buffer: scratch() is used by the response side at the same time.
+  auto piece = std::make_unique<char[]>(kChunk);
+  std::array<char, 24> size_line;
+  while (!parser.is_done()) {
+    arm(config_->idle_timeout);
+    auto [ec, got] = co_await read_body_piece(client, in_, parser, piece.get(), kChunk);
+    if (ec) {
+      if (!is_parse_error(ec))
+        client_failed = true;
+      co_return ec;
+    }
+    std::array<asio::const_buffer, 4> buffers;
+    std::size_t count = 0;
+    if (chunked && got > 0) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
+    if (got > 0) buffers[count++] = asio::buffer(piece.get(), got);
+    if (chunked && got > 0) buffers[count++] = asio::buffer("\r\n", 2);
+    if (chunked && parser.is_done()) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
+    if (count == 0) continue;
+    auto [write_ec, n] = co_await asio::async_write(conn.socket, std::span(buffers.data(), count), as_tuple_awaitable);
+    if (write_ec) co_return write_ec;
+  }
+  co_return error_code{};
+}
+
+awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn, ResponseParser& response,
+                                                            const SiteRoute& route, RequestParser& parser,
+                                                            bool upgrade) {
+  const config::PoolConfig& pool = route.site.proxy;
+  if (!response.is_header_done()) {
+    arm(pool.read_timeout);
+    bool received = false;
+    for (;;) {
+      error_code ec = co_await read_header(conn.socket, conn.buffer, response, received);
+      if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      const unsigned status = response.get().result_int();
+      if (status >= 100 && status < 200 && status != 101) {
+        response.~ResponseParser();
+        new (&response) ResponseParser();
+        response.header_limit(kMaxResponseHead);
+        response.body_limit(std::numeric_limits<std::uint64_t>::max());
+        continue;
+      }
+      break;
+    }
+  }
+  auto& res = response.get();
+  const auto& req = parser.get();
+  const unsigned status = res.result_int();
+  const bool switching = status == 101 && upgrade;
+  const bool client_http11 = req.version() >= 11;
+  bool keep_alive = req.keep_alive() && !w.draining && !switching;
+  const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)
+  enum { sized, chunked, until_close } framing = sized;
+  if (!no_body) {
+    if (response.chunked()) framing = client_http11 ? chunked : until_close;
+    else if (response.content_length()) framing = sized;
+    else framing = client_http11 ? chunked : until_close;
+  }
+  if (framing == until_close) keep_alive = false;
+
+  down_head_.clear();
+  auto out = std::back_inserter(down_head_);
+  fmt::format_to(out, "HTTP/1.1 {} {}\r\n", status, res.reason());
+  const std::string_view connection = res[http::field::connection];
+  for (const auto& field : res) {
+    std::string_view name = field.name_string();
+    if (no_body && field.name() == http::field::content_length) {
+      fmt::format_to(out, "{}: {}\r\n", name, field.value());
+      continue;
+    }
+    if (is_hop_by_hop(name) || named_by_connection(connection, name) || overridden(pool.header_down, name)) continue;
+    fmt::format_to(out, "{}: {}\r\n", name, field.value());
+  }
+  append_ops(down_head_, pool.header_down);
+  if (switching) fmt::format_to(out, "Connection: upgrade\r\nUpgrade: {}\r\n", res[http::field::upgrade]);
+  if (!no_body) {
+    if (framing == chunked) down_head_ += "Transfer-Encoding: chunked\r\n";
+    else if (framing == sized) fmt::format_to(out, "Content-Length: {}\r\n", *response.content_length());
+  }
+  if (!switching) {
+    if (!keep_alive) down_head_ += "Connection: close\r\n";
+    else if (!client_http11) down_head_ += "Connection: keep-alive\r\n";
+  }
+  down_head_ += "\r\n";
+
+  if (switching) {
+    arm(pool.send_timeout);
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
+    if (ec) co_return AttemptResult{Outcome::client_gone};
+    co_await splice(conn);
+    co_return AttemptResult{Outcome::done, 0, false};
+  }
+
+  // Body: head goes out with the first piece (one write for small responses).
+  bool head_pending = true;
+  char* piece = scratch();
+  std::array<char, 24> size_line;
+  for (;;) {
+    std::size_t got = 0;
+    if (!response.is_done()) {
+      arm(pool.read_timeout);
+      auto [ec, n] = co_await read_body_piece(conn.socket, conn.buffer, response, piece, kChunk);
+      if (ec) {
+        if (head_pending) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+        co_return AttemptResult{Outcome::broken};
+      }
+      got = n;
+    }
+    const bool last = response.is_done();
+    std::array<asio::const_buffer, 5> buffers;
+    std::size_t count = 0;
+    if (head_pending) buffers[count++] = asio::buffer(down_head_);
+    if (got > 0) {
+      if (framing == chunked) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
+      buffers[count++] = asio::buffer(piece, got);
+      if (framing == chunked) buffers[count++] = asio::buffer("\r\n", 2);
+    }
+    if (last && framing == chunked) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
+    if (count > 0) {
+      arm(pool.send_timeout);
+      auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), as_tuple_awaitable);
+      if (ec) co_return AttemptResult{Outcome::client_gone};
+    }
+    head_pending = false;
+    if (last) break;
+  }
+  disarm();
+  co_return AttemptResult{Outcome::done, 0, keep_alive};
+}
+
+awaitable<void> Session::splice(UpstreamConnection& conn) {
+  using namespace asio::experimental::awaitable_operators;
+  disarm();
+  error_code ec;
+  // Bytes already read past the heads belong to the tunnel.
+  if (conn.buffer.size() > 0) {
+    std::tie(ec, std::ignore) = co_await asio::async_write(client, conn.buffer.data(), as_tuple_awaitable);
+    conn.buffer.consume(conn.buffer.size());
+    if (ec) co_return;
+  }
+  if (in_.size() > 0) {
+    std::tie(ec, std::ignore) = co_await asio::async_write(conn.socket, in_.data(), as_tuple_awaitable);
+    in_.consume(in_.size());
+    if (ec) co_return;
+  }
+  auto pump = [](tcp::socket& from, tcp::socket& to) -> awaitable<void> {
+    std::array<char, 16 * 1024> buffer;
+    for (;;) {
+      auto [ec, n] = co_await from.async_read_some(asio::buffer(buffer), as_tuple_awaitable);
+      if (n > 0) {
+        auto [write_ec, written] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), as_tuple_awaitable);
+        if (write_ec) break;
+      }
+      if (ec) break;
+    }
+    error_code ignored;
+    to.shutdown(tcp::socket::shutdown_send, ignored);
+  };
+  co_await (pump(client, conn.socket) || pump(conn.socket, client));
+  error_code ignored;
+  conn.socket.close(ignored);
+}
+
+namespace {
+awaitable<void> run_session(std::unique_ptr<Session> session) { co_await session->run(); }
+}  // namespace
+
+void start_session(Worker& worker, tcp::socket socket, uint16_t local_port) {
+  asio::co_spawn(worker.io, run_session(std::make_unique<Session>(worker, std::move(socket), local_port)),
+                 asio::detached);
+}
+
+void sweep_timeouts(Worker& worker, Clock::time_point now) {
+  for (Session* s : worker.sessions)
+    if (now >= s->deadline) s->expire();
+}
+
+void close_idle_sessions(Worker& worker) {
+  for (Session* s : worker.sessions) {
+    if (!s->idle) continue;
+    error_code ignored;
+    s->client.cancel(ignored);
+  }
+}
+
+}  // namespace heft::proxy
