@@ -1,0 +1,133 @@
+// Black-box tests of `heft validate` and `heft adapt`: the real binary on real files.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class ConfigCommands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/heft-validate-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path write(const std::string& name, const std::string& text) {
+    std::filesystem::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Runs `heft ARGS` from the temp dir, capturing stdout and stderr separately.
+  CommandResult heft(const std::string& args) {
+    std::string command = "cd '" + dir_.string() + "' && '" HEFT_BINARY "' " + args + " >'" +
+                          (dir_ / "out").string() + "' 2>'" + (dir_ / "err").string() + "'";
+    int status = std::system(command.c_str());
+    CommandResult run;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(dir_ / "out");
+    run.err = slurp(dir_ / "err");
+    return run;
+  }
+
+  std::filesystem::path dir_;
+};
+
+constexpr const char* kGood = R"(# From the weighted load balancing guide
+app.example.com {
+    reverse_proxy {
+        to backend-1:3000 weight 5
+        to backend-2:3000 weight 3
+        to backend-3:3000 weight 2
+        lb_policy round_robin
+    }
+}
+)";
+
+constexpr const char* kThreeMistakes = R"(app.example.com {
+	reverse_proxy {
+		to backend-1:3000 wieght 5
+		to backend-2:3000 weight 3000000
+		to backend-3:3000 weight 2
+		lb_policy hash
+	}
+}
+)";
+
+TEST_F(ConfigCommands, ValidateReportsEveryMistakeAndExits1) {
+  auto path = write("Broken", kThreeMistakes);
+  CommandResult run = heft("validate --config Broken");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err,
+            "Broken:3:21: unknown option \"wieght\" (did you mean \"weight\"?)\n"
+            "Broken:4:28: weight must be an integer 0..1000000, got \"3000000\"\n"
+            "Broken:6:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME\n"
+            "Broken: 3 errors\n");
+}
+
+TEST_F(ConfigCommands, ValidateAcceptsAGoodFileFromTheDefaultPath) {
+  write("Heftfile", kGood);
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "Heftfile: valid (1 site, 3 upstreams)\n");
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(ConfigCommands, ValidateMissingFile) {
+  CommandResult run = heft("validate --config nowhere");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("nowhere: cannot read"), std::string::npos) << run.err;
+}
+
+TEST_F(ConfigCommands, AdaptPrintsCaddyShapedJson) {
+  write("Heftfile", kGood);
+  CommandResult run = heft("adapt");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json document = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_FALSE(document.is_discarded()) << run.out;
+  const nlohmann::json& upstreams =
+      document["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]["upstreams"];
+  ASSERT_EQ(upstreams.size(), 3u);
+  EXPECT_EQ(upstreams[0]["dial"], "backend-1:3000");
+  EXPECT_EQ(upstreams[0]["weight"], 5);
+  EXPECT_EQ(upstreams[2]["weight"], 2);
+  EXPECT_EQ(run.out.substr(0, 4), "{\n  ");  // pretty, two-space indent
+  // The adapted JSON validates too.
+  write("adapted.json", run.out);
+  CommandResult again = heft("validate --config adapted.json");
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+TEST_F(ConfigCommands, FmtPrintsCanonicalForm) {
+  write("Heftfile", "a.com   {\n  reverse_proxy   b:1\n}\n");
+  CommandResult run = heft("fmt");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "a.com {\n\treverse_proxy b:1\n}\n");
+}
+
+}  // namespace
