@@ -1,0 +1,345 @@
+// Helpers for heft's integration tests: spawn and kill real processes by PID,
+// find free ports, wait for listeners, and a tiny blocking HTTP/1.1 client.
+//
+// Everything is bounded in time. Talks to 127.0.0.1 only. Not thread-safe per
+// object; separate HttpClient objects may be used from separate threads.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace heft::test {
+
+using namespace std::chrono_literals;
+
+inline std::string make_temp_dir() {
+  std::string pattern = "/tmp/heft-it-XXXXXX";
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A child process; killed (SIGKILL) and reaped on destruction if still running.
+class Process {
+ public:
+  Process() = default;
+  Process(const std::vector<std::string>& args, const std::string& log_path) {
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        ::close(fd);
+      }
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    log_ = log_path;
+  }
+  Process(Process&& o) noexcept : pid_(o.pid_), log_(std::move(o.log_)) { o.pid_ = -1; }
+  Process& operator=(Process&& o) noexcept {
+    if (this != &o) {
+      kill_now();
+      pid_ = o.pid_;
+      log_ = std::move(o.log_);
+      o.pid_ = -1;
+    }
+    return *this;
+  }
+  ~Process() { kill_now(); }
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_; }
+  std::string log() const { return read_file(log_); }
+  void signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
+  // The exit status (WEXITSTATUS, or 128+signal) once it exited within `timeout`.
+  std::optional<int> wait(std::chrono::milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (std::chrono::steady_clock::now() > end) return std::nullopt;
+      std::this_thread::sleep_for(10ms);
+    }
+    return std::nullopt;
+  }
+  void kill_now() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int status;
+      waitpid(pid_, &status, 0);
+      pid_ = -1;
+    }
+  }
+  bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+};
+
+// A port that was free a moment ago (bind 127.0.0.1:0, read it, close).
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline int connect_to(uint16_t port, std::chrono::milliseconds io_timeout = 10s) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  timeval tv{static_cast<time_t>(io_timeout.count() / 1000), static_cast<suseconds_t>(io_timeout.count() % 1000 * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+inline bool wait_for_port(uint16_t port, std::chrono::milliseconds timeout = 10s) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    int fd = connect_to(port, 1s);
+    if (fd >= 0) {
+      ::close(fd);
+      return true;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Waits for `heft demo-backend --port-file` to write its port.
+inline uint16_t read_port_file(const std::string& path, std::chrono::milliseconds timeout = 10s) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    std::string text = read_file(path);
+    if (!text.empty() && text.back() == '\n') return static_cast<uint16_t>(std::stoi(text));
+    std::this_thread::sleep_for(10ms);
+  }
+  throw std::runtime_error("no port file " + path);
+}
+
+// Peak resident memory of a process (VmHWM), in KiB; 0 if unknown.
+inline long vm_hwm_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  return 0;
+}
+
+struct Response {
+  int status = 0;  // 0: no (complete) response
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+};
+
+// A blocking HTTP/1.1 client on one keep-alive connection (reconnects when needed).
+class HttpClient {
+ public:
+  explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = 10s) : port_(port), timeout_(timeout) {}
+  ~HttpClient() { close(); }
+  HttpClient(const HttpClient&) = delete;
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    buffer_.clear();
+  }
+  bool connect() {
+    close();
+    fd_ = connect_to(port_, timeout_);
+    return fd_ >= 0;
+  }
+  bool send_raw(const std::string& bytes) {
+    if (fd_ < 0 && !connect()) return false;
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+  // GET `path` with Host: localhost; status 0 on a transport error.
+  Response get(const std::string& path, const std::string& extra_headers = "") {
+    Response r = request("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + extra_headers + "\r\n");
+    return r;
+  }
+  Response request(const std::string& raw, bool head = false) {
+    if (fd_ < 0 && !connect()) return {};
+    if (!send_raw(raw)) {
+      close();
+      return {};
+    }
+    Response r = read_response(head);
+    if (r.status == 0 || r.header("connection") == "close") close();
+    return r;
+  }
+  // Reads one response from the connection (after send_raw).
+  Response read_response(bool head = false) {
+    Response r;
+    std::size_t end;
+    while ((end = buffer_.find("\r\n\r\n")) == std::string::npos)
+      if (!fill()) return {};
+    std::string head_text = buffer_.substr(0, end + 2);
+    buffer_.erase(0, end + 4);
+    std::istringstream lines(head_text);
+    std::string line;
+    std::getline(lines, line);
+    if (line.size() < 12) return {};
+    r.status = std::atoi(line.c_str() + 9);
+    while (std::getline(lines, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string name = line.substr(0, colon);
+      for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      std::string value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+      r.headers[name] = value;
+    }
+    if (head || r.status == 204 || r.status == 304 || r.status / 100 == 1) return r;
+    if (r.header("transfer-encoding") == "chunked") {
+      for (;;) {
+        std::size_t eol;
+        while ((eol = buffer_.find("\r\n")) == std::string::npos)
+          if (!fill()) return {};
+        std::size_t size = std::stoul(buffer_.substr(0, eol), nullptr, 16);
+        buffer_.erase(0, eol + 2);
+        while (buffer_.size() < size + 2)
+          if (!fill()) return {};
+        r.body.append(buffer_, 0, size);
+        buffer_.erase(0, size + 2);
+        if (size == 0) break;
+      }
+    } else if (!r.header("content-length").empty()) {
+      std::size_t size = std::stoul(r.header("content-length"));
+      while (buffer_.size() < size)
+        if (!fill()) return {};
+      r.body = buffer_.substr(0, size);
+      buffer_.erase(0, size);
+    } else {
+      while (fill()) {
+      }
+      r.body = std::move(buffer_);
+      buffer_.clear();
+    }
+    return r;
+  }
+  // Reads until the peer closes (or timeout); returns everything received.
+  std::string read_all() {
+    while (fill()) {
+    }
+    std::string out = std::move(buffer_);
+    buffer_.clear();
+    return out;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  bool fill() {
+    char chunk[65536];
+    ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// A demo-backend process on an ephemeral port.
+struct Backend {
+  Process process;
+  uint16_t port = 0;
+  std::string name;
+};
+
+inline Backend start_backend(const std::string& dir, const std::string& name,
+                             const std::vector<std::string>& extra = {}) {
+  std::string port_file = dir + "/" + name + ".port";
+  std::vector<std::string> args{HEFT_BINARY, "demo-backend", "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                "--name", name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Backend b{Process(args, dir + "/" + name + ".log"), 0, name};
+  b.port = read_port_file(port_file);
+  return b;
+}
+
+// `heft run --config FILE` on a config whose sites listen on `port`.
+inline Process start_heft(const std::string& dir, const std::string& heftfile, uint16_t port,
+                          const std::string& log_name = "heft.log") {
+  std::string path = dir + "/Heftfile";
+  write_file(path, heftfile);
+  Process p({HEFT_BINARY, "run", "--config", path}, dir + "/" + log_name);
+  if (!wait_for_port(port, 10s)) throw std::runtime_error("heft did not listen; log:\n" + p.log());
+  return p;
+}
+
+}  // namespace heft::test
