@@ -276,7 +276,7 @@ class Run {
     const double timeout = s.spec->timeout_s;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
       Waiting w = s.queue.pop();
-      if (timeout > 0 && ev.time - w.arrival >= timeout) {  // its deadline is now: it left
+      if (timeout > 0 && ev.time >= w.arrival + timeout) {  // its deadline is now: it left
         ++s.out.timed_out;
         bump(s.active, -1);
         continue;
@@ -293,7 +293,8 @@ class Run {
     s.deadline_pending = false;
     const double timeout = s.spec->timeout_s;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
-      if (ev.time - s.queue.front().arrival < timeout) break;
+      // The same expression as the scheduled deadline, so rounding cannot re-arm it forever.
+      if (ev.time < s.queue.front().arrival + timeout) break;
       s.queue.pop();
       ++s.out.timed_out;
       bump(s.active, -1);

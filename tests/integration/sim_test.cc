@@ -1,0 +1,105 @@
+// `heft sim` as a user runs it: the real binary (HEFT_BINARY), byte-identical
+// output for the same seed, the SVG report, and exit code 2 on bad arguments.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::string stdout_text;
+};
+
+// Runs `heft <args>` through the shell; stderr goes to /dev/null.
+Output run_heft(const std::string& args) {
+  std::string command = std::string(HEFT_BINARY) + " " + args + " 2>/dev/null";
+  Output out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return out;
+  char buffer[65536];
+  for (size_t guard = 0; guard < (size_t{1} << 24); ++guard) {
+    size_t n = fread(buffer, 1, sizeof buffer, pipe);
+    if (n == 0) break;
+    out.stdout_text.append(buffer, n);
+  }
+  int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(SimCommandTest, SeedExampleJsonIsByteIdenticalAcrossRuns) {
+  Output a = run_heft("sim --example seed --json");
+  Output b = run_heft("sim --example seed --json");
+  ASSERT_EQ(a.exit_code, 0);
+  ASSERT_EQ(b.exit_code, 0);
+  EXPECT_EQ(a.stdout_text, b.stdout_text);
+  auto j = nlohmann::json::parse(a.stdout_text);
+  ASSERT_EQ(j["scenarios"].size(), 2u);
+  EXPECT_EQ(j["scenarios"][0]["policies"].size(), 3u);
+  EXPECT_EQ(j["scenarios"][1]["events"][0], "0s:big:slow=2");
+}
+
+TEST(SimCommandTest, TableAndCsv) {
+  Output table = run_heft("sim --servers 3x,1x,1x --unit-workers 4 --service 20ms --rate 579 --duration 30s");
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("least_conn"), std::string::npos);
+  EXPECT_NE(table.stdout_text.find("p99"), std::string::npos);
+  Output csv = run_heft("sim --servers 2x,1x --rate 100 --duration 10s --policies round_robin --csv");
+  ASSERT_EQ(csv.exit_code, 0);
+  EXPECT_EQ(csv.stdout_text.rfind("scenario,policy,server", 0), 0u);
+}
+
+TEST(SimCommandTest, SvgReportHasAxesAndLegend) {
+  auto path = std::filesystem::temp_directory_path() / ("heft_sim_test_" + std::to_string(::getpid()) + ".svg");
+  Output out = run_heft("sim --servers 3x,1x,1x --rate 300 --duration 20s --event 10s:s1:slow=2 --svg " +
+                        path.string());
+  ASSERT_EQ(out.exit_code, 0);
+  std::string svg = read_file(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("time (s)"), std::string::npos);
+  EXPECT_NE(svg.find("utilisation (%)"), std::string::npos);
+  EXPECT_NE(svg.find("fraction of requests"), std::string::npos);
+  EXPECT_NE(svg.find("weighted_round_robin"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST(SimCommandTest, ScenarioFile) {
+  auto path = std::filesystem::temp_directory_path() / ("heft_sim_test_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << R"({"name": "file", "duration": "20s", "rate": 200,
+    "servers": [{"name": "a", "size": 4, "service": "20ms"}, {"name": "b", "size": 4, "service": "20ms"}],
+    "policies": ["least_conn"], "events": ["10s:b:fail"]})";
+  Output out = run_heft("sim --scenario " + path.string() + " --json");
+  std::filesystem::remove(path);
+  ASSERT_EQ(out.exit_code, 0);
+  auto j = nlohmann::json::parse(out.stdout_text);
+  EXPECT_EQ(j["scenarios"][0]["name"], "file");
+  EXPECT_GT(j["scenarios"][0]["policies"][0]["servers"][0]["share"].get<double>(), 0.7);
+}
+
+TEST(SimCommandTest, BadArgumentsExitTwo) {
+  EXPECT_EQ(run_heft("sim --example nowhere").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 3x,1x --policies fastest").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 3x,1x --event 10s:nobody:fail").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 3x,1x --duration soon").exit_code, 2);
+  EXPECT_EQ(run_heft("sim").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --example seed --json --csv").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --scenario /nonexistent/file.json").exit_code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,372 @@
+// Tests of the simulator (src/sim/simulator.h): determinism, common random
+// numbers, the seed page's claims, agreement with `heft plan`'s arithmetic,
+// events (failure, weight change, timeouts, queue limits) and the sketch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/latency_sketch.h"
+#include "sim/planner.h"
+#include "sim/report.h"
+#include "sim/simulator.h"
+
+namespace heft::sim {
+namespace {
+
+using balance::PolicyKind;
+
+// The seed example runs once per process: it is the slowest thing here.
+const SimResult& steady() {
+  static const SimResult r = simulate(seed_example(false));
+  return r;
+}
+const SimResult& half_speed() {
+  static const SimResult r = simulate(seed_example(true));
+  return r;
+}
+
+const PolicyResult& policy(const SimResult& r, PolicyKind kind) {
+  for (const PolicyResult& p : r.policies)
+    if (p.policy == kind) return p;
+  ADD_FAILURE() << "policy not run";
+  return r.policies.front();
+}
+
+// A small fleet for event tests: three equal servers.
+Scenario three_equal(double duration_s = 100) {
+  Scenario s;
+  s.name = "three";
+  s.duration_s = duration_s;
+  s.rate = 300;
+  for (int i = 0; i < 3; ++i) {
+    ServerSpec server;
+    server.name = "s" + std::to_string(i + 1);
+    server.size = 4;
+    server.service_s = 0.02;  // 200 req/s each
+    s.servers.push_back(server);
+  }
+  s.bucket_s = 10;
+  return s;
+}
+
+TEST(SimulatorTest, SameSeedGivesIdenticalJson) {
+  Scenario s = three_equal(30);
+  s.policies = {PolicyKind::round_robin, PolicyKind::least_conn, PolicyKind::p2c, PolicyKind::random,
+                PolicyKind::hash};
+  s.events.push_back(parse_event("10s:s2:slow=3"));
+  const std::string a = results_to_json({simulate(s)}).dump();
+  const std::string b = results_to_json({simulate(s)}).dump();
+  EXPECT_EQ(a, b);
+  s.seed = 2;
+  EXPECT_NE(a, results_to_json({simulate(s)}).dump());
+}
+
+TEST(SimulatorTest, EveryPolicySeesTheSameArrivals) {
+  for (const SimResult* r : {&steady(), &half_speed()}) {
+    const uint64_t arrivals = r->policies.front().arrivals;
+    EXPECT_GT(arrivals, 300000u);
+    for (const PolicyResult& p : r->policies) {
+      EXPECT_EQ(p.arrivals, arrivals) << balance::policy_name(p.policy);
+      EXPECT_EQ(p.completed, arrivals) << "everything drains: no limits, no failures";
+    }
+  }
+  // Same arrivals for both scenarios too (the slow-down changes service, not arrivals).
+  EXPECT_EQ(steady().policies.front().arrivals, half_speed().policies.front().arrivals);
+}
+
+TEST(SimulatorTest, ServiceDemandsAreCommonToPolicies) {
+  // One server: every policy must send it everything, so results are identical
+  // only if arrivals and service draws do not depend on the policy.
+  Scenario s = three_equal(20);
+  s.servers.resize(1);
+  s.policies = {PolicyKind::round_robin, PolicyKind::least_conn, PolicyKind::p2c};
+  s.rate = 150;
+  SimResult r = simulate(s);
+  for (const PolicyResult& p : r.policies) {
+    EXPECT_EQ(p.servers[0].utilisation, r.policies[0].servers[0].utilisation);
+    EXPECT_EQ(p.latency.p99_s, r.policies[0].latency.p99_s);
+  }
+}
+
+// Step 4 of the seed: weights matching sizes put every server near 58 %.
+TEST(SeedExampleTest, WeightsMatchingSizeGiveEqualUtilisation) {
+  const Plan plan = make_plan(PlanInputs{});
+  const PolicyResult& wrr = policy(steady(), PolicyKind::weighted_round_robin);
+  for (const ServerResult& s : wrr.servers)
+    EXPECT_NEAR(s.utilisation * 100, plan.utilisation_weighted_percent, plan.utilisation_weighted_percent * 0.02)
+        << s.name;
+  const PolicyResult& lc = policy(steady(), PolicyKind::least_conn);
+  for (const ServerResult& s : lc.servers) {
+    EXPECT_NEAR(s.utilisation * 100, plan.utilisation_weighted_percent, 6) << s.name;
+    EXPECT_LT(s.latency.p99_s, 0.2) << s.name;
+  }
+}
+
+// Step 5: without weights the small servers run near 96 %, the big one near 32 %.
+TEST(SeedExampleTest, WithoutWeightsSmallServersNear96Percent) {
+  const Plan plan = make_plan(PlanInputs{});
+  const PolicyResult& rr = policy(steady(), PolicyKind::round_robin);
+  ASSERT_EQ(plan.utilisation_unweighted.size(), 2u);
+  const double big_plan = plan.utilisation_unweighted[0].busy_percent;    // size 3
+  const double small_plan = plan.utilisation_unweighted[1].busy_percent;  // size 1
+  EXPECT_NEAR(rr.servers[0].utilisation * 100, big_plan, big_plan * 0.02);
+  EXPECT_NEAR(rr.servers[1].utilisation * 100, small_plan, small_plan * 0.02);
+  EXPECT_NEAR(rr.servers[2].utilisation * 100, small_plan, small_plan * 0.02);
+  // Their latency is far above the big server's.
+  EXPECT_GT(rr.servers[1].latency.mean_s, 3 * rr.servers[0].latency.mean_s);
+  EXPECT_GT(rr.servers[1].latency.p99_s, 3 * rr.servers[0].latency.p99_s);
+}
+
+// Step 6: with the big server at half speed a fixed share overloads it (the
+// plan's 116 %), while least connections spreads load near the 83 % split.
+TEST(SeedExampleTest, HalfSpeedBigServer) {
+  const Plan plan = make_plan(PlanInputs{});
+  ASSERT_GT(plan.fixed_share_big_percent, 100);
+  const PolicyResult& wrr = policy(half_speed(), PolicyKind::weighted_round_robin);
+  const ServerResult& big = wrr.servers[0];
+  EXPECT_GT(big.utilisation, 0.99);  // capped at 100 %: the rest queues
+  EXPECT_GT(big.queue_at_end, 10000u) << "a queue that grew all run";
+  EXPECT_GT(big.latency.p99_s, 10.0) << "p99 explodes";
+  // The queue grows at the excess arrival rate: fixed share - slow capacity.
+  const double excess_rps = plan.fixed_share_big_rps - plan.slow_server_capacity_rps;
+  const double duration = half_speed().scenario.duration_s;
+  EXPECT_NEAR(static_cast<double>(big.queue_at_end), excess_rps * duration, excess_rps * duration * 0.1);
+
+  const PolicyResult& lc = policy(half_speed(), PolicyKind::least_conn);
+  for (const ServerResult& s : lc.servers) {
+    EXPECT_LT(s.utilisation, 1.0) << s.name;
+    EXPECT_NEAR(s.utilisation * 100, plan.perfect_split_percent, plan.perfect_split_percent * 0.02) << s.name;
+    EXPECT_LT(s.latency.p99_s, 0.5) << s.name;
+    EXPECT_EQ(s.queue_at_end < 50, true) << s.name;
+  }
+}
+
+// Utilisation is the offered load whatever the distribution: for a range of
+// planner inputs, a weighted round robin simulation of one group matches step 4
+// and round robin matches step 5 within 2 %.
+TEST(PlannerAgreementTest, UtilisationWithinTwoPercentOfPlan) {
+  struct Case {
+    double dau, peak, busy;
+    std::vector<double> group;
+    ServiceDist dist;
+  };
+  const Case cases[] = {
+      {1'000'000, 2, 60, {3, 1, 1}, ServiceDist::exponential},
+      {2'000'000, 1.5, 70, {2, 1}, ServiceDist::fixed},
+      {500'000, 3, 50, {4, 2, 1, 1}, ServiceDist::lognormal},
+  };
+  for (const Case& c : cases) {
+    PlanInputs in;
+    in.daily_active_users = c.dau;
+    in.peak_factor = c.peak;
+    in.target_busy_percent = c.busy;
+    in.group = c.group;
+    const Plan plan = make_plan(in);
+    Scenario s;
+    s.duration_s = 300;
+    s.rate = plan.traffic_now_rps / static_cast<double>(plan.groups);
+    for (double units : c.group) {
+      ServerSpec server;
+      server.units = units;
+      server.size = static_cast<uint32_t>(units * 4);
+      server.service_s = 4 / in.server_rps;
+      server.dist = c.dist;
+      s.servers.push_back(server);
+    }
+    s.policies = {PolicyKind::weighted_round_robin, PolicyKind::round_robin};
+    const SimResult r = simulate(s);
+    for (const ServerResult& server : r.policies[0].servers)
+      EXPECT_NEAR(server.utilisation * 100, plan.utilisation_weighted_percent,
+                  plan.utilisation_weighted_percent * 0.02)
+          << "dau " << c.dau << " server " << server.name;
+    for (size_t i = 0; i < c.group.size(); ++i) {
+      double expected = 0;
+      for (const SizeUtilisation& u : plan.utilisation_unweighted)
+        if (u.size == c.group[i]) expected = u.busy_percent;
+      if (expected >= 100) continue;  // unstable: the simulation caps at 100 %
+      EXPECT_NEAR(r.policies[1].servers[i].utilisation * 100, expected, expected * 0.02)
+          << "dau " << c.dau << " server " << i;
+    }
+  }
+}
+
+TEST(EventsTest, FailureMovesTrafficOffAServer) {
+  Scenario s = three_equal(100);
+  s.policies = {PolicyKind::round_robin, PolicyKind::least_conn};
+  s.events.push_back(parse_event("50s:s1:fail"));
+  SimResult r = simulate(s);
+  for (const PolicyResult& p : r.policies) {
+    const ServerResult& failed = p.servers[0];
+    EXPECT_NEAR(failed.share, 1.0 / 6, 0.02) << "only the first half";
+    EXPECT_GT(failed.failed, 0u) << "requests in service when it failed are lost";
+    EXPECT_EQ(failed.requests, failed.completed + failed.failed);
+    // Its utilisation series drops to zero after the failure.
+    ASSERT_EQ(failed.utilisation_series.size(), 10u);
+    EXPECT_GT(failed.utilisation_series[2], 0.2);
+    EXPECT_EQ(failed.utilisation_series[7], 0);
+    EXPECT_NEAR(p.servers[1].share + p.servers[2].share, 5.0 / 6, 0.02);
+  }
+}
+
+TEST(EventsTest, RecoveryBringsTrafficBack) {
+  Scenario s = three_equal(100);
+  s.policies = {PolicyKind::round_robin};
+  s.events.push_back(parse_event("20s:s1:fail"));
+  s.events.push_back(parse_event("60s:s1:recover"));
+  SimResult r = simulate(s);
+  const ServerResult& s1 = r.policies[0].servers[0];
+  EXPECT_EQ(s1.utilisation_series[4], 0);
+  EXPECT_GT(s1.utilisation_series[8], 0.3);
+}
+
+TEST(EventsTest, WeightChangeChangesShares) {
+  Scenario s = three_equal(100);
+  s.policies = {PolicyKind::weighted_round_robin, PolicyKind::least_conn};
+  s.events.push_back(parse_event("50s:weights=4,1,1"));
+  SimResult r = simulate(s);
+  // Weighted round robin: half the run at 1/3, half at 4/6.
+  const PolicyResult& wrr = r.policies[0];
+  EXPECT_NEAR(wrr.servers[0].share, (1.0 / 3 + 4.0 / 6) / 2, 0.02);
+  EXPECT_GT(wrr.servers[0].utilisation_series[8], 1.5 * wrr.servers[0].utilisation_series[2]);
+  // Least connections trusts s1 with 4x the requests in progress, but s1 is no
+  // faster, so it ends up with more than before yet less than 4/6.
+  const PolicyResult& lc = r.policies[1];
+  EXPECT_GT(lc.servers[0].share, 1.0 / 3 + 0.05);
+  EXPECT_LT(lc.servers[0].share, 0.5);
+  EXPECT_GT(lc.servers[0].utilisation_series[8], 1.3 * lc.servers[0].utilisation_series[2]);
+  // A single server's weight (a canary at weight 0 gets nothing after the event).
+  Scenario canary = three_equal(100);
+  canary.policies = {PolicyKind::weighted_round_robin};
+  canary.events.push_back(parse_event("50s:s3:weight=0"));
+  SimResult rc = simulate(canary);
+  EXPECT_NEAR(rc.policies[0].servers[2].share, 1.0 / 6, 0.01);
+}
+
+TEST(EventsTest, SlowDownRaisesUtilisationAndLatency) {
+  Scenario s = three_equal(100);
+  s.policies = {PolicyKind::round_robin};
+  s.events.push_back(parse_event("50s:s2:slow=2"));
+  SimResult r = simulate(s);
+  const ServerResult& s2 = r.policies[0].servers[1];
+  EXPECT_NEAR(s2.utilisation_series[2], 0.5, 0.05);
+  EXPECT_NEAR(s2.utilisation_series[8], 1.0, 0.05) << "twice the service time: 100 %";
+}
+
+TEST(LimitsTest, QueueLimitRefusesAndTimeoutTimesOut) {
+  Scenario s = three_equal(60);
+  s.servers.resize(1);
+  s.rate = 300;  // 1.5x its capacity
+  s.servers[0].queue_limit = 10;
+  s.policies = {PolicyKind::round_robin};
+  SimResult r = simulate(s);
+  const ServerResult& limited = r.policies[0].servers[0];
+  EXPECT_GT(limited.refused, 0u);
+  EXPECT_LE(limited.peak_queue, 10u);
+  EXPECT_EQ(limited.requests, limited.completed + limited.refused);
+
+  s.servers[0].queue_limit.reset();
+  s.servers[0].timeout_s = 0.1;
+  r = simulate(s);
+  const ServerResult& timed = r.policies[0].servers[0];
+  EXPECT_GT(timed.timed_out, 0u);
+  EXPECT_EQ(timed.requests, timed.completed + timed.timed_out);
+  // Nobody served waited more than the timeout: latency <= timeout + a service time tail.
+  EXPECT_LT(timed.latency.p50_s, 0.1 + 0.1);
+}
+
+TEST(ArrivalsTest, TraceReplaysArrivalsAndKeys) {
+  Scenario s = three_equal(10);
+  std::string trace = "# time key\n";
+  for (int i = 0; i < 1000; ++i) trace += std::to_string(i * 0.01) + " user" + std::to_string(i % 7) + "\n";
+  load_trace(trace, s);
+  s.policies = {PolicyKind::hash, PolicyKind::round_robin};
+  SimResult r = simulate(s);
+  EXPECT_EQ(r.policies[0].arrivals, 1000u);
+  // 7 keys: a hash policy maps each to one server, so shares are multiples of 1/7.
+  for (const ServerResult& server : r.policies[0].servers) {
+    double sevenths = server.share * 7;
+    EXPECT_NEAR(sevenths, std::round(sevenths), 0.02);
+  }
+  EXPECT_NEAR(r.policies[1].servers[0].share, 1.0 / 3, 0.01);
+}
+
+TEST(ScenarioTest, ParsesFlagsAndJson) {
+  EXPECT_DOUBLE_EQ(parse_duration("600s"), 600);
+  EXPECT_DOUBLE_EQ(parse_duration("20ms"), 0.02);
+  EXPECT_DOUBLE_EQ(parse_duration("2m"), 120);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5"), 1.5);
+  EXPECT_THROW(parse_duration("fast"), std::invalid_argument);
+  EXPECT_EQ(parse_units("3x,1x,1x"), (std::vector<double>{3, 1, 1}));
+  ServerSpec big = parse_server("name=big,size=12,service=20ms,dist=lognormal,sigma=0.8,weight=3,queue=5,timeout=1s");
+  EXPECT_EQ(big.name, "big");
+  EXPECT_EQ(big.size, 12u);
+  EXPECT_EQ(big.dist, ServiceDist::lognormal);
+  EXPECT_EQ(*big.weight, 3u);
+  EXPECT_EQ(*big.queue_limit, 5u);
+  EXPECT_THROW(parse_server("colour=red"), std::invalid_argument);
+  Event e = parse_event("300s:big:slow=2");
+  EXPECT_EQ(e.kind, Event::Kind::slow);
+  EXPECT_EQ(e.server, "big");
+  EXPECT_DOUBLE_EQ(e.factor, 2);
+  EXPECT_EQ(event_text(e), "300s:big:slow=2");
+  EXPECT_THROW(parse_event("300s:big:explode"), std::invalid_argument);
+  EXPECT_THROW(parse_policies("round_robin,fastest"), std::invalid_argument);
+
+  auto j = nlohmann::json::parse(R"({
+    "name": "file", "seed": 3, "duration": "60s", "rate": 100,
+    "servers": [{"name": "a", "size": 4, "service": "20ms", "weight": 2}, {"name": "b", "size": 4, "service": 0.02}],
+    "policies": ["least_conn"], "events": ["30s:a:fail"], "bucket": "5s"
+  })");
+  Scenario s = scenario_from_json(j, nullptr);
+  validate(s);
+  EXPECT_EQ(s.seed, 3u);
+  EXPECT_EQ(s.servers.size(), 2u);
+  EXPECT_EQ(initial_weight(s.servers[0]), 2u);
+  EXPECT_EQ(initial_weight(s.servers[1]), 4u);
+  EXPECT_EQ(s.events.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.bucket_s, 5);
+  Scenario bad = s;
+  bad.events.push_back(parse_event("1s:nobody:fail"));
+  EXPECT_THROW(validate(bad), std::invalid_argument);
+  EXPECT_THROW(scenario_from_json(nlohmann::json::parse(R"({"colour": 1})"), nullptr), std::invalid_argument);
+}
+
+TEST(LatencySketchTest, QuantilesWithinOnePercent) {
+  LatencySketch sketch;
+  // 1 us .. 10 s, log-uniform-ish: the exact quantiles are known.
+  std::vector<double> values;
+  for (int i = 0; i < 100000; ++i) values.push_back(1e-6 * std::pow(1e7, i / 99999.0));
+  for (double v : values) sketch.record_seconds(v);
+  for (double q : {0.01, 0.5, 0.9, 0.95, 0.99, 0.999}) {
+    double exact = values[static_cast<size_t>(std::ceil(q * values.size())) - 1];
+    EXPECT_NEAR(sketch.quantile_seconds(q), exact, exact * 0.01) << q;
+  }
+  EXPECT_EQ(sketch.count(), values.size());
+  // Bucket bounds are consistent with index_of.
+  for (uint64_t v : {0ull, 1ull, 127ull, 128ull, 129ull, 1000ull, 123456789ull, 1ull << 62}) {
+    size_t i = LatencySketch::index_of(v);
+    EXPECT_LE(LatencySketch::lower_ns(i), static_cast<double>(v));
+    EXPECT_GT(LatencySketch::lower_ns(i + 1), static_cast<double>(v));
+  }
+}
+
+TEST(ReportTest, FormatsAreDeterministicAndComplete) {
+  Scenario s = three_equal(20);
+  std::vector<SimResult> results = {simulate(s)};
+  std::string table = format_table(results);
+  EXPECT_NE(table.find("weighted_round_robin"), std::string::npos);
+  EXPECT_NE(table.find("p99"), std::string::npos);
+  std::string csv = format_csv(results);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 3 * 4);
+  std::string svg = format_svg(results);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("utilisation (%)"), std::string::npos);
+  EXPECT_NE(svg.find("time (s)"), std::string::npos);
+  EXPECT_NE(svg.find("latency (log scale)"), std::string::npos);
+  EXPECT_EQ(svg, format_svg({simulate(s)}));
+}
+
+}  // namespace
+}  // namespace heft::sim
