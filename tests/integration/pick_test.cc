@@ -1,0 +1,84 @@
+// `heft pick` as a user runs it: a real process, its output and exit code.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct PickRun {
+  int exit_code;
+  std::string out;
+};
+
+// Runs heft with `args` (shell words), capturing stdout and stderr.
+PickRun heft(const std::string& args) {
+  std::string command = std::string(HEFT_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(HeftPick, SeedTraceFiveOneOne) {
+  PickRun r = heft("pick --policy weighted_round_robin --weights 5,1,1 --count 7 --trace");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("sequence: A A B A C A A"), std::string::npos) << r.out;
+  // The trace ends with every current weight back at 0.
+  EXPECT_NE(r.out.find("    7  A           2->0   -1->0   -1->0"), std::string::npos) << r.out;
+}
+
+TEST(HeftPick, JsonSequenceAndNames) {
+  PickRun r = heft("pick --policy weighted_round_robin --weights 5,1,1 --count 7 --names web1,web2,web3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["sequence"], nlohmann::json({"web1", "web1", "web2", "web1", "web3", "web1", "web1"}));
+}
+
+TEST(HeftPick, LeastConnSeedExample) {
+  PickRun r = heft("pick --policy least_conn --weights 2,5 --active 10,15 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["choice"], "B");
+  EXPECT_DOUBLE_EQ(j["load_ratio"][0].get<double>(), 5.0);
+  EXPECT_DOUBLE_EQ(j["load_ratio"][1].get<double>(), 3.0);
+  PickRun text = heft("pick --policy least_conn --weights 2,5 --active 10,15");
+  EXPECT_NE(text.out.find("choice: B"), std::string::npos) << text.out;
+}
+
+TEST(HeftPick, BadArgumentsExitTwoWithOneLine) {
+  for (const char* args : {"pick --weights 5,x", "pick --policy nope --weights 1", "pick", "pick --weights 1,2 --names a",
+                           "pick --weights 1,2 --active 3", "pick --weights 2000000"}) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
+}
+
+// Every heft instance maps a key to the same backend: two processes agree.
+TEST(HeftPick, HashIsTheSameInSeparateProcesses) {
+  std::string keys;
+  for (int i = 0; i < 200; ++i) keys += (i ? "," : "") + std::string("user-") + std::to_string(i);
+  for (const char* strategy : {"ring", "maglev"}) {
+    std::string args = std::string("pick --policy hash --hash-strategy ") + strategy +
+                       " --weights 5,3,2 --names 10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 --json --keys " + keys;
+    PickRun first = heft(args);
+    PickRun second = heft(args);
+    ASSERT_EQ(first.exit_code, 0) << first.out;
+    EXPECT_EQ(first.out, second.out);
+    auto seq = nlohmann::json::parse(first.out)["sequence"];
+    std::map<std::string, int> counts;
+    for (auto& s : seq) counts[s.get<std::string>()]++;
+    EXPECT_EQ(counts.size(), 3u) << strategy;  // all three own keys
+  }
+}
+
+}  // namespace
