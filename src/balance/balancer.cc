@@ -57,6 +57,22 @@ void Balancer::set_available(uint32_t index, bool available) {
   policy.availability_changed(index);
 }
 
+void Balancer::begin_request(uint32_t index) {
+  if (index >= live_.size()) return;
+  live_[index]->active.fetch_add(1, std::memory_order_relaxed);
+  (backends_[index].backup ? *backup_ : *primary_).active_changed(index);
+}
+
+void Balancer::end_request(uint32_t index) {
+  if (index >= live_.size()) return;
+  std::atomic<uint32_t>& active = live_[index]->active;
+  uint32_t a = active.load(std::memory_order_relaxed);
+  while (a != 0 && !active.compare_exchange_weak(a, a - 1, std::memory_order_relaxed)) {
+  }
+  if (a == 0) return;  // already 0: nothing changed
+  (backends_[index].backup ? *backup_ : *primary_).active_changed(index);
+}
+
 void Balancer::report_failure(uint32_t index) {
   if (index >= backends_.size()) return;
   Policy& policy = backends_[index].backup ? *backup_ : *primary_;

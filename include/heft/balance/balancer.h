@@ -39,6 +39,12 @@ class Balancer {
   // backup. nullopt when nothing is eligible.
   std::optional<uint32_t> pick(const PickContext& ctx = {});
 
+  // A request starts on / finishes with a backend: its active count goes up /
+  // down by one (never below 0) and the policy is told, so least_conn can keep
+  // its index instead of scanning. Prefer these to touching live(i).active.
+  void begin_request(uint32_t index);
+  void end_request(uint32_t index);
+
   // Marks a backend available or not (health checks, passive failure).
   void set_available(uint32_t index, bool available);
 

@@ -6,8 +6,8 @@
 // no threads of their own. Randomness and keys come in through PickContext, so
 // the proxy and the simulator drive the very same code.
 //
-// Thread safety: pick(), availability_changed() and attempt_failed() may be
-// called from any number of threads at once. Construction is single-threaded.
+// Thread safety: pick(), availability_changed(), active_changed() and
+// attempt_failed() may be called from any number of threads at once. Construction is single-threaded.
 #pragma once
 
 #include <atomic>
@@ -111,6 +111,13 @@ class Policy {
   // The `available` flag of a member's BackendLive changed. Policies whose
   // sequence depends on the eligible set (smooth WRR) re-synchronise here.
   virtual void availability_changed(uint32_t index) {}
+
+  // The `active` count of a member's BackendLive changed (Balancer::begin_request
+  // and end_request; the atomic already holds the new value). Policies that
+  // index active counts (least_conn) re-synchronise here. A policy must stay
+  // correct when an active count changes without this call; it may only be
+  // slower until it notices.
+  virtual void active_changed(uint32_t index) {}
 
   // An attempt at a member failed. nginx semantics: its effective weight drops
   // by weight / max_fails (integer division), not below 0, and recovers by 1
