@@ -60,7 +60,9 @@ void Balancer::set_available(uint32_t index, bool available) {
 void Balancer::begin_request(uint32_t index) {
   if (index >= live_.size()) return;
   live_[index]->active.fetch_add(1, std::memory_order_relaxed);
-  (backends_[index].backup ? *backup_ : *primary_).active_changed(index);
+  // Both policies: each ignores non-members cheaply (no BackendSpec to read).
+  primary_->active_changed(index);
+  backup_->active_changed(index);
 }
 
 void Balancer::end_request(uint32_t index) {
@@ -70,7 +72,8 @@ void Balancer::end_request(uint32_t index) {
   while (a != 0 && !active.compare_exchange_weak(a, a - 1, std::memory_order_relaxed)) {
   }
   if (a == 0) return;  // already 0: nothing changed
-  (backends_[index].backup ? *backup_ : *primary_).active_changed(index);
+  primary_->active_changed(index);
+  backup_->active_changed(index);
 }
 
 void Balancer::report_failure(uint32_t index) {

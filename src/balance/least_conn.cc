@@ -37,9 +37,9 @@
 // change without active_changed() (callers still touching live(i).active) are
 // caught two ways: every candidate is checked against its atomic (and the
 // available flag) before it is returned, and a mismatch re-indexes it and
-// retries (after kMaxRetries, an O(n) scan decides); and every pick audits two
-// more members round robin, so an unnotified decrease elsewhere is repaired
-// within n/2 picks. Never returns an unavailable or tried member.
+// retries (after kMaxRetries, an O(n) scan decides); and every pick audits one
+// more member round robin, so an unnotified decrease elsewhere is repaired
+// within n picks. Never returns an unavailable or tried member.
 //
 // Picks with a non-empty tried set and pools of up to kScanMax members use the
 // plain O(n) nginx scan (exact, needs no index).
@@ -92,11 +92,16 @@ class LeastConn final : public Policy {
   std::optional<uint32_t> pick(const PickContext& ctx) override {
     if (!indexed_ || (ctx.tried && !ctx.tried->empty())) return scan_pick(ctx);
     std::unique_lock lock(mu_);
-    audit(2);
+    audit();
     for (int attempt = 0; attempt < kMaxRetries; ++attempt) {
       const Node root = tree_[1];
       if (root.cls == kNil) return std::nullopt;
-      if (root.ties <= kExactTies) {
+      if (root.ties == 1) {  // the common case: one member has the lowest ratio
+        const Class& k = classes_[root.cls];
+        uint32_t pos = k.buckets[k.min].head;
+        if (fresh(pos, k.min)) return members_[pos].index;
+        reindex(pos);
+      } else if (root.ties <= kExactTies) {
         if (auto pos = exact_tied_pick(root)) return members_[*pos].index;
       } else {
         if (auto pos = large_tied_pick(root.cls)) return members_[*pos].index;
@@ -317,11 +322,9 @@ class LeastConn final : public Policy {
     return true;
   }
 
-  void audit(int count) {
-    for (int i = 0; i < count; ++i) {
-      reindex(audit_cursor_);
-      if (++audit_cursor_ == members_.size()) audit_cursor_ = 0;
-    }
+  void audit() {
+    reindex(audit_cursor_);
+    if (++audit_cursor_ == members_.size()) audit_cursor_ = 0;
   }
 
   bool fresh(uint32_t pos, uint64_t active) const {
