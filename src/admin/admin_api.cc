@@ -1,0 +1,276 @@
+// Admin API request handling: access checks, routing and the write transaction.
+#include "admin/admin_api.h"
+
+#include <cctype>
+#include <cstdint>
+
+#include <fmt/format.h>
+
+#include "admin/config_tree.h"
+#include "admin/state_file.h"
+#include "config/heftfile.h"
+#include "config/json.h"
+#include "config/values.h"
+
+namespace heft::admin {
+namespace {
+
+using json = nlohmann::json;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool is_loopback_host(const std::string& host) {
+  std::string h = lower(host);
+  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
+}
+
+bool is_wildcard_host(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
+
+// FNV-1a over the serialized tree: cheap, stable, good enough to detect change.
+std::string make_etag(const std::string& serialized) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : serialized) h = (h ^ c) * 1099511628211ULL;
+  return fmt::format("\"{:016x}\"", h);
+}
+
+// Constant-time comparison (for equal lengths), so the token cannot be guessed byte by byte.
+bool same_secret(const std::string& given, const std::string& expected) {
+  if (expected.empty() || given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  return diff == 0;
+}
+
+// An entity tag without W/ and quotes, so "abc", W/"abc" and abc compare equal.
+std::string bare_tag(std::string tag) {
+  if (tag.rfind("W/", 0) == 0) tag.erase(0, 2);
+  if (tag.size() >= 2 && tag.front() == '"' && tag.back() == '"') tag = tag.substr(1, tag.size() - 2);
+  return tag;
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+// The media type without parameters ("application/json; charset=utf-8" → "application/json").
+std::string media_type(const std::string& content_type) {
+  std::string t = lower(content_type.substr(0, content_type.find(';')));
+  while (!t.empty() && t.back() == ' ') t.pop_back();
+  return t;
+}
+
+}  // namespace
+
+std::string admin_config_error(const config::AdminConfig& admin) {
+  if (!admin.enabled) return "";
+  auto split = config::split_host_port(admin.address, 0);
+  if (!split.value) return "admin.listen: " + split.error;
+  if (!is_loopback_host(split.value->host) && admin.token.empty())
+    return fmt::format("admin.token: required when the admin API listens on a non-loopback address ({})",
+                       admin.address);
+  return "";
+}
+
+AdminResponse error_response(int status, const std::string& message) {
+  AdminResponse r;
+  r.status = status;
+  r.body = json{{"error", message}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  return r;
+}
+
+AdminApi::AdminApi(const config::Config& running, AdminHooks hooks, std::string state_path)
+    : hooks_(std::move(hooks)), state_path_(std::move(state_path)), admin_(running.admin) {
+  current_ = config::to_json(running);
+  etag_ = make_etag(current_.dump());
+}
+
+json AdminApi::config_json() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+std::string AdminApi::etag() const {
+  std::lock_guard lock(mu_);
+  return etag_;
+}
+
+AdminResponse AdminApi::check_access(const AdminRequest& request) const {
+  auto listen = config::split_host_port(admin_.address, 0);
+  const uint16_t port = listen.value ? listen.value->port : 0;
+  const std::string listen_host = listen.value ? lower(listen.value->host) : "";
+  // Caddy's rule against DNS rebinding: the Host (and Origin, if sent) must be
+  // the admin address itself, or a loopback name with its port.
+  auto allowed = [&](const std::string& authority) {
+    auto split = config::split_host_port(authority, 0);
+    if (!split.value || split.value->port != port) return false;
+    std::string host = lower(split.value->host);
+    if (host == listen_host) return true;
+    if (is_loopback_host(listen_host) || is_wildcard_host(listen_host))
+      return host == "localhost" || host == "127.0.0.1" || host == "::1" || is_wildcard_host(listen_host);
+    return false;
+  };
+  std::string host = request.header("host");
+  if (host.empty() || !allowed(host)) return error_response(403, fmt::format("host not allowed: \"{}\"", host));
+  if (std::string origin = request.header("origin"); !origin.empty()) {
+    std::string authority = origin;
+    if (auto scheme = authority.find("://"); scheme != std::string::npos) authority.erase(0, scheme + 3);
+    authority = authority.substr(0, authority.find('/'));
+    if (!allowed(authority)) return error_response(403, fmt::format("origin not allowed: \"{}\"", origin));
+  }
+  if (!admin_.token.empty()) {
+    std::string auth = request.header("authorization");
+    const std::string scheme = "bearer ";
+    bool ok = auth.size() > scheme.size() && lower(auth.substr(0, scheme.size())) == scheme &&
+              same_secret(auth.substr(scheme.size()), admin_.token);
+    if (!ok) {
+      AdminResponse r = error_response(401, "missing or wrong bearer token (Authorization: Bearer <token>)");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return r;
+    }
+  }
+  AdminResponse allowed_response;
+  allowed_response.status = 0;  // 0: go on
+  return allowed_response;
+}
+
+AdminResponse AdminApi::handle(const AdminRequest& request) {
+  if (AdminResponse denied = check_access(request); denied.status != 0) return denied;
+  const std::string path = path_of(request.target);
+  const std::string& method = request.method;
+
+  if (path == "/config" || path.rfind("/config/", 0) == 0) return handle_config(request, path.substr(7));
+  if (path == "/load") {
+    if (method != "POST") return error_response(405, "method not allowed: /load takes POST");
+    return handle_load(request);
+  }
+  if (path == "/stop") {
+    if (method != "POST") return error_response(405, "method not allowed: /stop takes POST");
+    AdminResponse r;
+    r.body = "{}\n";
+    r.stop_after = true;
+    return r;
+  }
+  if (path == "/reverse_proxy/upstreams") {
+    if (method != "GET") return error_response(405, "method not allowed: /reverse_proxy/upstreams takes GET");
+    AdminResponse r;
+    r.body = (hooks_.upstreams ? hooks_.upstreams() : json::array()).dump() + "\n";
+    return r;
+  }
+  if (path == "/metrics") {
+    if (method != "GET") return error_response(405, "method not allowed: /metrics takes GET");
+    AdminResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = hooks_.metrics ? hooks_.metrics() : "";
+    return r;
+  }
+  return error_response(404, fmt::format("not found: {}", path));
+}
+
+AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::string& tree_path) {
+  const std::string& method = request.method;
+  if (method == "GET") {
+    TreeError error;
+    json value;
+    std::string tag;
+    {
+      std::lock_guard lock(mu_);
+      value = tree_get(current_, tree_path, error);
+      tag = etag_;
+    }
+    if (error) return error_response(error.status, error.message);
+    AdminResponse r;
+    r.body = value.dump() + "\n";
+    r.headers.emplace_back("ETag", tag);
+    return r;
+  }
+  TreeMethod op;
+  if (method == "POST") op = TreeMethod::post;
+  else if (method == "PUT") op = TreeMethod::put;
+  else if (method == "PATCH") op = TreeMethod::patch;
+  else if (method == "DELETE") op = TreeMethod::remove;
+  else return error_response(405, fmt::format("method not allowed: {}", method));
+
+  json value;
+  if (op != TreeMethod::remove) {
+    if (media_type(request.header("content-type")) != "application/json")
+      return error_response(400, "Content-Type must be application/json");
+    value = json::parse(request.body, nullptr, false);
+    if (value.is_discarded()) return error_response(400, "request body is not valid JSON");
+  }
+  json candidate = config_json();
+  if (TreeError error = tree_apply(candidate, op, tree_path, std::move(value)))
+    return error_response(error.status, error.message);
+  return commit(request, std::move(candidate));
+}
+
+AdminResponse AdminApi::handle_load(const AdminRequest& request) {
+  std::string type = media_type(request.header("content-type"));
+  if (type == "text/heftfile") {
+    config::Result<config::Config> parsed = config::parse_heftfile(request.body, "request body");
+    if (!parsed.ok()) {
+      std::string message;
+      for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
+      return error_response(400, message.empty() ? "invalid Heftfile" : message);
+    }
+    return commit(request, config::to_json(*parsed));
+  }
+  if (type != "application/json") return error_response(400, "Content-Type must be application/json or text/heftfile");
+  json value = json::parse(request.body, nullptr, false);
+  if (value.is_discarded()) return error_response(400, "request body is not valid JSON");
+  return commit(request, std::move(value));
+}
+
+AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
+  if (std::string match = request.header("if-match"); !match.empty() && match != "*" && bare_tag(match) != bare_tag(etag()))
+    return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
+
+  config::Result<config::Config> parsed = config::from_json(candidate);
+  if (!parsed.ok()) {
+    std::string message;
+    for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
+    return error_response(400, message.empty() ? "invalid configuration" : message);
+  }
+  const config::Config& next = *parsed;
+  if (std::string problem = admin_config_error(next.admin); !problem.empty()) return error_response(400, problem);
+  // The listener is not moved under a live API: it would cut off the caller.
+  if (next.admin.enabled != admin_.enabled || next.admin.address != admin_.address)
+    return error_response(400, "admin.listen and admin.disabled take effect only at start; restart heft to change them");
+
+  json canonical = config::to_json(next);
+  std::string serialized = canonical.dump();
+  if (canonical == config_json()) {
+    AdminResponse r;
+    r.headers.emplace_back("ETag", etag());
+    return r;
+  }
+  if (hooks_.apply) {
+    std::string error;
+    if (!hooks_.apply(next, error)) return error_response(422, error.empty() ? "the proxy refused the configuration" : error);
+  }
+  if (!state_path_.empty()) {
+    std::string error;
+    if (!write_state_file(state_path_, canonical.dump(2) + "\n", error)) {
+      // Not durable, so not accepted: put the old configuration back in service.
+      if (hooks_.apply) {
+        config::Result<config::Config> old = config::from_json(config_json());
+        std::string ignored;
+        if (old.ok()) hooks_.apply(*old, ignored);
+      }
+      return error_response(500, "cannot save the configuration: " + error);
+    }
+  }
+  std::string tag = make_etag(serialized);
+  {
+    std::lock_guard lock(mu_);
+    current_ = std::move(canonical);
+    etag_ = tag;
+  }
+  admin_.token = next.admin.token;
+  AdminResponse r;
+  r.body = "{}\n";
+  r.headers.emplace_back("ETag", tag);
+  return r;
+}
+
+}  // namespace heft::admin

@@ -1,0 +1,100 @@
+// The admin API's request handling, without any networking: routing, auth,
+// Host/Origin checks, ETags and the write transaction (see admin_server.h for
+// the endpoints). AdminServer feeds it parsed HTTP requests; tests call it
+// directly.
+//
+// Threads: handle() and tick() are for one thread at a time (the admin
+// thread), which serialises writes; config_json() and etag() may be called
+// from any thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/json.h"
+#include "config/model.h"
+
+namespace heft::admin {
+
+// What the admin API needs from the proxy (kept small so it does not depend
+// on the proxy's internals). Every member may be empty.
+struct AdminHooks {
+  // Puts a validated configuration in service; false + `error` to refuse.
+  std::function<bool(const config::Config&, std::string& error)> apply;
+  // GET /reverse_proxy/upstreams.
+  std::function<nlohmann::json()> upstreams;
+  // GET /metrics (Prometheus text format).
+  std::function<std::string()> metrics;
+  // Called (after the response is sent) on POST /stop.
+  std::function<void()> stop;
+  // Called about once a second on the admin thread (e.g. to sample counters).
+  std::function<void()> tick;
+};
+
+// Why `admin` cannot be served as configured ("" if it can): a non-loopback
+// address requires a token.
+std::string admin_config_error(const config::AdminConfig& admin);
+
+inline constexpr size_t kMaxAdminBody = 1 << 20;
+
+struct AdminRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // "/config/apps/http?x" (query ignored)
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+struct AdminResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  bool stop_after = false;  // call AdminHooks::stop once this is sent
+};
+
+// {"error": message} with `status`.
+AdminResponse error_response(int status, const std::string& message);
+
+class AdminApi {
+ public:
+  AdminApi(const config::Config& running, AdminHooks hooks, std::string state_path);
+
+  AdminResponse handle(const AdminRequest& request);
+  // A whole new configuration from elsewhere (SIGHUP): the same transaction as POST /load.
+  AdminResponse load(const config::Config& next) { return commit(AdminRequest{}, config::to_json(next)); }
+  void tick() {
+    if (hooks_.tick) hooks_.tick();
+  }
+  const AdminHooks& hooks() const { return hooks_; }
+  const config::AdminConfig& admin() const { return admin_; }
+
+  nlohmann::json config_json() const;
+  std::string etag() const;
+
+ private:
+  AdminResponse check_access(const AdminRequest& request) const;
+  AdminResponse handle_config(const AdminRequest& request, const std::string& path);
+  AdminResponse handle_load(const AdminRequest& request);
+  // Validates, applies, persists and publishes `candidate`.
+  AdminResponse commit(const AdminRequest& request, nlohmann::json candidate);
+
+  AdminHooks hooks_;
+  std::string state_path_;
+  config::AdminConfig admin_;  // the admin section in service
+  mutable std::mutex mu_;      // guards current_ and etag_ for readers on other threads
+  nlohmann::json current_;
+  std::string etag_;
+};
+
+}  // namespace heft::admin

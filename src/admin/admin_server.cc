@@ -1,0 +1,208 @@
+// The admin API's HTTP/1.1 transport (Beast, C++20 coroutines, one thread).
+#include "admin/admin_server.h"
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "config/values.h"
+
+namespace heft::admin {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+struct AdminServer::Impl {
+  Impl(const config::Config& running, AdminHooks hooks, std::string state_path)
+      : api(running, std::move(hooks), std::move(state_path)) {}
+
+  AdminApi api;
+  asio::io_context io{1};
+  std::optional<tcp::acceptor> acceptor;
+  asio::steady_timer ticker{io};
+  std::thread thread;
+  uint16_t port = 0;
+};
+
+namespace {
+
+AdminRequest to_admin_request(const http::request<http::string_body>& req) {
+  AdminRequest out;
+  out.method = std::string(req.method_string());
+  out.target = std::string(req.target());
+  for (const auto& field : req) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out.headers[name] = std::string(field.value());
+  }
+  out.body = req.body();
+  return out;
+}
+
+// Reads and discards what the client is still sending (bounded), so closing
+// does not reset the connection before it has read our error response.
+asio::awaitable<void> drain(beast::tcp_stream& stream) {
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  char scratch[65536];
+  size_t total = 0;
+  stream.expires_after(2s);
+  while (total < (32u << 20)) {
+    auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_tuple);
+    if (ec) break;
+    total += n;
+  }
+}
+
+asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(kMaxAdminBody);
+    parser.header_limit(16 * 1024);
+    stream.expires_after(30s);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
+    AdminResponse response;
+    bool close = false;
+    unsigned version = 11;
+    if (ec == http::error::body_limit) {
+      response = error_response(413, fmt::format("request body larger than {} bytes", kMaxAdminBody));
+      close = true;
+    } else if (ec && ec.category() == make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
+               ec != http::error::partial_message) {
+      response = error_response(400, "malformed HTTP request: " + ec.message());
+      close = true;
+    } else if (ec) {
+      break;  // closed, timed out or cut off: nobody to answer
+    } else {
+      const auto& req = parser.get();
+      version = req.version();
+      close = !req.keep_alive();
+      try {
+        response = impl.api.handle(to_admin_request(req));
+      } catch (const std::exception& e) {
+        response = error_response(500, std::string("internal error: ") + e.what());
+      }
+    }
+    http::response<http::string_body> res{static_cast<http::status>(response.status), version};
+    res.set(http::field::server, "heft");
+    res.set(http::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) res.set(name, value);
+    res.body() = std::move(response.body);
+    res.keep_alive(!close);
+    res.prepare_payload();
+    stream.expires_after(30s);
+    auto [write_ec, written] = co_await http::async_write(stream, res, use_tuple);
+    if (response.stop_after && impl.api.hooks().stop) impl.api.hooks().stop();
+    if (write_ec) break;
+    if (close) {
+      co_await drain(stream);
+      break;
+    }
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+}
+
+asio::awaitable<void> accept_loop(AdminServer::Impl& impl) {
+  for (;;) {
+    auto [ec, socket] = co_await impl.acceptor->async_accept(use_tuple);
+    if (ec == asio::error::operation_aborted || !impl.acceptor->is_open()) co_return;
+    if (ec) continue;
+    asio::co_spawn(impl.io, serve_connection(impl, std::move(socket)), asio::detached);
+  }
+}
+
+void schedule_tick(AdminServer::Impl& impl) {
+  impl.ticker.expires_after(1s);
+  impl.ticker.async_wait([&impl](const boost::system::error_code& ec) {
+    if (ec) return;
+    impl.api.tick();
+    schedule_tick(impl);
+  });
+}
+
+}  // namespace
+
+AdminServer::AdminServer(const config::Config& running, AdminHooks hooks, std::string state_path)
+    : impl_(std::make_unique<Impl>(running, std::move(hooks), std::move(state_path))) {}
+
+AdminServer::~AdminServer() { stop(); }
+
+void AdminServer::start() {
+  const config::AdminConfig& admin = impl_->api.admin();
+  if (std::string problem = admin_config_error(admin); !problem.empty()) throw std::runtime_error(problem);
+  auto split = config::split_host_port(admin.address, 0);
+  boost::system::error_code ec;
+  std::string host = split.value->host.empty() ? "0.0.0.0" : split.value->host;
+  if (host == "localhost") host = "127.0.0.1";
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error(fmt::format("admin address {}: not an IP address", admin.address));
+  tcp::endpoint endpoint(address, split.value->port);
+  tcp::acceptor acceptor(impl_->io);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error(fmt::format("admin API cannot listen on {}: {}", admin.address, ec.message()));
+  impl_->port = acceptor.local_endpoint().port();
+  impl_->acceptor.emplace(std::move(acceptor));
+  asio::co_spawn(impl_->io, accept_loop(*impl_), asio::detached);
+  schedule_tick(*impl_);
+  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+}
+
+void AdminServer::stop() {
+  if (!impl_->thread.joinable()) return;
+  asio::post(impl_->io, [impl = impl_.get()] {
+    boost::system::error_code ignored;
+    if (impl->acceptor) impl->acceptor->close(ignored);
+    impl->ticker.cancel();
+    impl->io.stop();
+  });
+  if (std::this_thread::get_id() == impl_->thread.get_id()) {
+    impl_->thread.detach();  // called from a hook on our own thread: it ends when the loop returns
+    return;
+  }
+  impl_->thread.join();
+}
+
+bool AdminServer::load(const config::Config& next, std::string& error) {
+  AdminResponse response;
+  if (!impl_->thread.joinable() || std::this_thread::get_id() == impl_->thread.get_id()) {
+    response = impl_->api.load(next);
+  } else {
+    std::promise<AdminResponse> done;
+    asio::post(impl_->io, [&] { done.set_value(impl_->api.load(next)); });
+    response = done.get_future().get();
+  }
+  if (response.status == 200) return true;
+  auto body = nlohmann::json::parse(response.body, nullptr, false);
+  error = body.is_object() ? body.value("error", response.body) : response.body;
+  return false;
+}
+
+uint16_t AdminServer::port() const { return impl_->port; }
+nlohmann::json AdminServer::config_json() const { return impl_->api.config_json(); }
+std::string AdminServer::etag() const { return impl_->api.etag(); }
+
+}  // namespace heft::admin

@@ -1,0 +1,69 @@
+// heft's admin API: Caddy's HTTP endpoints over the running configuration.
+//
+//   GET    /config/<path>             the JSON tree (or a part), with an ETag
+//   POST|PUT|PATCH|DELETE /config/<path>   Caddy's semantics (config_tree.h)
+//   POST   /load                      replaces everything (application/json,
+//                                     or a Heftfile as text/heftfile)
+//   POST   /stop                      stops heft gracefully
+//   GET    /reverse_proxy/upstreams   per-backend runtime state
+//   GET    /metrics                   Prometheus text exposition
+//
+// Every write is one transaction: the change is applied to a copy of the
+// tree, the whole result is validated (config::from_json), handed to
+// AdminHooks::apply, written to the state file (if any), and only then is the
+// copy published and 200 answered. Any refusal answers 4xx with
+// {"error":"..."} and leaves the running configuration byte-for-byte as it
+// was. `If-Match` with a stale ETag → 412. Bodies over 1 MiB → 413.
+// Host/Origin must name the admin address (or a loopback alias with its port)
+// → else 403, against DNS rebinding. With a token, every request needs
+// `Authorization: Bearer <token>` → else 401.
+//
+// Threads: the server runs on its own thread and io_context; the hooks are
+// called on that thread, one request at a time, so writes are serialised.
+// start() and stop() are for the owning thread. No Boost type appears here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "admin/admin_api.h"
+#include "config/model.h"
+
+namespace heft::admin {
+
+class AdminServer {
+ public:
+  // `running` is the configuration in service (its admin section says where
+  // to listen). `state_path` empty = no autosave.
+  AdminServer(const config::Config& running, AdminHooks hooks, std::string state_path);
+  ~AdminServer();  // stops
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  // Binds the admin address and starts the thread. Throws std::runtime_error
+  // naming the address (or the config problem) on failure.
+  void start();
+  // Closes the listener and connections and joins the thread. Idempotent.
+  void stop();
+
+  // Runs `next` through the same transaction as POST /load, on the admin
+  // thread (for SIGHUP reloads, so the API's tree stays what is in service).
+  // False with `error` set when refused.
+  bool load(const config::Config& next, std::string& error);
+
+  // The port actually bound (useful with port 0 in tests).
+  uint16_t port() const;
+  // The JSON tree in service and its ETag (thread-safe copies).
+  nlohmann::json config_json() const;
+  std::string etag() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace heft::admin

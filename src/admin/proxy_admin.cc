@@ -1,0 +1,131 @@
+// AdminHooks over a Proxy (see proxy_admin.h).
+#include "admin/proxy_admin.h"
+
+#include "config/heftfile.h"
+#include "proxy/proxy.h"
+
+namespace heft::admin {
+
+using json = nlohmann::json;
+
+void ShareTracker::sample(proxy::Proxy& proxy) {
+  config::Config running = proxy.snapshot_config();
+  rings_.resize(running.sites.size());
+  for (size_t site = 0; site < running.sites.size(); ++site) {
+    auto pool = proxy.pool(site);
+    if (!pool) continue;
+    auto snapshot = pool->snapshot();
+    std::vector<std::pair<std::string, Ring>> next;
+    for (uint32_t i = 0; i < snapshot->size(); ++i) {
+      const std::string& name = snapshot->backend(i).name;
+      Ring ring;
+      for (auto& [old_name, old_ring] : rings_[site])
+        if (old_name == name) ring = old_ring;
+      ring.values[ring.next] = snapshot->state(i).requests_total.load(std::memory_order_relaxed);
+      ring.next = (ring.next + 1) % kSamples;
+      if (ring.filled < kSamples) ++ring.filled;
+      next.emplace_back(name, ring);
+    }
+    rings_[site] = std::move(next);
+  }
+}
+
+uint64_t ShareTracker::recent(size_t site, const std::string& backend, uint64_t total_now) const {
+  if (site >= rings_.size()) return total_now;
+  for (const auto& [name, ring] : rings_[site]) {
+    if (name != backend || ring.filled == 0) continue;
+    size_t oldest = ring.filled < kSamples ? 0 : ring.next;
+    uint64_t then = ring.values[oldest];
+    return total_now >= then ? total_now - then : 0;
+  }
+  return total_now;  // not sampled yet: everything so far is recent
+}
+
+json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
+  config::Config running = proxy.snapshot_config();
+  std::vector<std::string> servers = observe::server_labels(running);
+  json out = json::array();
+  for (size_t site = 0; site < running.sites.size(); ++site) {
+    auto pool = proxy.pool(site);
+    if (!pool) continue;
+    auto snapshot = pool->snapshot();
+    std::vector<uint64_t> recent(snapshot->size());
+    uint64_t recent_sum = 0;
+    for (uint32_t i = 0; i < snapshot->size(); ++i) {
+      recent[i] = shares.recent(site, snapshot->backend(i).name,
+                                snapshot->state(i).requests_total.load(std::memory_order_relaxed));
+      recent_sum += recent[i];
+    }
+    for (uint32_t i = 0; i < snapshot->size(); ++i) {
+      upstream::BackendState& state = snapshot->state(i);
+      uint32_t fails;
+      {
+        std::lock_guard lock(state.mu);
+        fails = state.fails;
+      }
+      uint32_t active = snapshot->live(i).active.load(std::memory_order_relaxed);
+      out.push_back({{"server", servers[site]},
+                     {"site", site},
+                     {"address", snapshot->backend(i).name},
+                     {"num_requests", active},
+                     {"fails", fails},
+                     {"weight", snapshot->backend(i).weight},
+                     {"effective_weight", snapshot->balancer().effective_weight(i)},
+                     {"active", active},
+                     {"healthy", snapshot->available(i)},
+                     {"requests_total", state.requests_total.load(std::memory_order_relaxed)},
+                     {"share", recent_sum ? double(recent[i]) / double(recent_sum) : 0.0}});
+    }
+  }
+  return out;
+}
+
+std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
+  config::Config running = proxy.snapshot_config();
+  std::vector<std::string> servers = observe::server_labels(running);
+  std::vector<observe::UpstreamGauge> gauges;
+  for (size_t site = 0; site < running.sites.size(); ++site) {
+    auto pool = proxy.pool(site);
+    if (!pool) continue;
+    auto snapshot = pool->snapshot();
+    for (uint32_t i = 0; i < snapshot->size(); ++i)
+      gauges.push_back({servers[site], snapshot->backend(i).name, snapshot->live(i).active.load(),
+                        snapshot->backend(i).weight, double(snapshot->balancer().effective_weight(i)),
+                        snapshot->available(i)});
+  }
+  return gauges;
+}
+
+std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string state_path) {
+  config::Config running = proxy.snapshot_config();
+  if (!running.admin.enabled) return nullptr;
+  std::unique_ptr<ProxyAdmin> admin(new ProxyAdmin());
+  ProxyAdmin* self = admin.get();
+  AdminHooks hooks;
+  hooks.apply = [&proxy](const config::Config& next, std::string& error) {
+    config::Config resolved = next;
+    std::vector<config::Diagnostic> unresolved = config::resolve(resolved);
+    bool ok = unresolved.empty();
+    if (!ok) {
+      for (const config::Diagnostic& d : unresolved) error += (error.empty() ? "" : "; ") + d.message;
+    } else {
+      ok = proxy.reload(std::move(resolved), error);
+    }
+    observe::record_reload(ok);
+    return ok;
+  };
+  hooks.upstreams = [&proxy, self] { return upstreams_json(proxy, self->shares_); };
+  hooks.metrics = [&proxy] { return observe::render_metrics(upstream_gauges(proxy)); };
+  const auto grace = running.grace_period;
+  hooks.stop = [&proxy, grace] { proxy.shutdown(grace); };
+  hooks.tick = [&proxy, self] { self->shares_.sample(proxy); };
+  admin->server_ = std::make_unique<AdminServer>(running, std::move(hooks), std::move(state_path));
+  admin->server_->start();
+  return admin;
+}
+
+ProxyAdmin::~ProxyAdmin() {
+  if (server_) server_->stop();
+}
+
+}  // namespace heft::admin

@@ -1,0 +1,70 @@
+// The admin API wired to a running Proxy: what `heft run` starts beside the
+// data plane. Builds AdminHooks over the proxy's public interface only:
+//   apply      → config::resolve + Proxy::reload (counted in heft_config_reloads_total)
+//   upstreams  → per-backend state from the pools (Caddy's fields + heft's)
+//   metrics    → observe::render_metrics with the pools' gauges
+//   stop       → Proxy::shutdown(grace_period)
+//   tick       → samples request counters each second for `share` (last minute)
+//
+// Threads: start() and the destructor are for the controlling thread; the
+// hooks run on the admin thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "admin/admin_server.h"
+#include "observe/metrics.h"
+
+namespace heft::proxy {
+class Proxy;
+}
+
+namespace heft::admin {
+
+// Per-backend request counts over the last minute, sampled once a second.
+class ShareTracker {
+ public:
+  // Records the counters now (call about once a second).
+  void sample(proxy::Proxy& proxy);
+  // Requests to `backend` of site `site` in the last minute (since the
+  // oldest kept sample); `total_now` is its counter now.
+  uint64_t recent(size_t site, const std::string& backend, uint64_t total_now) const;
+
+ private:
+  static constexpr size_t kSamples = 61;  // one a second: a minute of deltas
+  struct Ring {
+    uint64_t values[kSamples] = {};
+    size_t next = 0, filled = 0;
+  };
+  std::vector<std::vector<std::pair<std::string, Ring>>> rings_;  // [site] → (backend, ring)
+};
+
+// GET /reverse_proxy/upstreams: one object per backend of every site.
+nlohmann::json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares);
+// The pools' gauges for /metrics.
+std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy);
+
+class ProxyAdmin {
+ public:
+  // Starts the admin API for `proxy` (its running config says where), or
+  // returns null when the config disables it. `state_path` empty = no
+  // autosave. Throws std::runtime_error if it cannot listen.
+  static std::unique_ptr<ProxyAdmin> start(proxy::Proxy& proxy, std::string state_path);
+  ~ProxyAdmin();
+  uint16_t port() const { return server_->port(); }
+  // Puts `next` in service through the admin transaction (validate, apply,
+  // autosave), so the API's tree follows SIGHUP reloads. False + `error` if refused.
+  bool load(const config::Config& next, std::string& error) { return server_->load(next, error); }
+
+ private:
+  ProxyAdmin() = default;
+  ShareTracker shares_;
+  std::unique_ptr<AdminServer> server_;
+};
+
+}  // namespace heft::admin

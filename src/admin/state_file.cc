@@ -1,0 +1,98 @@
+// Crash-safe autosave: temp file + fsync + rename + fsync(dir).
+#include "admin/state_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "config/json.h"
+
+namespace heft::admin {
+namespace {
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string default_state_path() {
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) return std::string(xdg) + "/heft/autosave.json";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.local/share/heft/autosave.json";
+  return "heft-autosave.json";
+}
+
+bool write_state_file(const std::string& path, const std::string& text, std::string& error) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    error = "cannot create " + dir.string() + ": " + ec.message();
+    return false;
+  }
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    error = errno_text("cannot create " + temp);
+    return false;
+  }
+  bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  if (!ok) error = errno_text("cannot write " + temp);
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    error = errno_text("cannot close " + temp);
+  }
+  if (ok && ::rename(temp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    error = errno_text("cannot rename " + temp + " to " + path);
+  }
+  if (!ok) {
+    ::unlink(temp.c_str());
+    return false;
+  }
+  // The rename is durable only once the directory entry is.
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+    error = errno_text("cannot fsync " + dir.string());
+    if (dir_fd >= 0) ::close(dir_fd);
+    return false;
+  }
+  ::close(dir_fd);
+  return true;
+}
+
+config::Result<config::Config> load_state_file(const std::string& path) {
+  config::Result<config::Config> result;
+  std::ifstream in(path);
+  if (!in) {
+    result.errors.push_back({path, 0, 0, "", "no saved configuration"});
+    return result;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json document = nlohmann::json::parse(text.str(), nullptr, false);
+  if (document.is_discarded()) {
+    result.errors.push_back({path, 0, 0, "", "not valid JSON"});
+    return result;
+  }
+  return config::from_json(document);
+}
+
+}  // namespace heft::admin

@@ -1,0 +1,314 @@
+// Sharded counters and histograms, merged into Prometheus text at scrape time.
+#include "observe/metrics.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "observe/access_log.h"
+
+namespace heft::observe {
+namespace {
+
+constexpr size_t kBuckets = std::size(kDurationBuckets);
+constexpr char kSep = '\x1f';  // joins label values into one key; never valid in them
+
+struct Histogram {
+  std::array<uint64_t, kBuckets> buckets{};  // per bucket (not cumulative) until render
+  uint64_t count = 0;
+  double sum = 0;
+  void observe(double seconds) {
+    size_t i = 0;
+    while (i < kBuckets && seconds > kDurationBuckets[i]) ++i;
+    if (i < kBuckets) ++buckets[i];
+    ++count;
+    sum += seconds;
+  }
+  void merge(const Histogram& o) {
+    for (size_t i = 0; i < kBuckets; ++i) buckets[i] += o.buckets[i];
+    count += o.count;
+    sum += o.sum;
+  }
+};
+
+// Lets the maps be searched with a string_view key, without building a string.
+struct KeyHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using KeyMap = std::unordered_map<std::string, V, KeyHash, std::equal_to<>>;
+
+template <typename V>
+V& slot(KeyMap<V>& map, std::string_view key) {
+  auto it = map.find(key);
+  if (it == map.end()) it = map.emplace(std::string(key), V{}).first;
+  return it->second;
+}
+
+struct alignas(64) Shard {
+  std::mutex mu;
+  KeyMap<uint64_t> requests;             // server, code
+  KeyMap<Histogram> request_durations;   // server
+  KeyMap<uint64_t> upstream_requests;    // server, upstream, code
+  KeyMap<Histogram> upstream_durations;  // server, upstream
+  KeyMap<uint64_t> failures;             // server, upstream, reason
+};
+
+struct Registry {
+  std::array<Shard, kMetricShards> shards;
+  std::atomic<int64_t> connections{0};
+  std::atomic<uint64_t> reloads_ok{0};
+  std::atomic<uint64_t> reloads_failed{0};
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+// The key for label values a, b, ...: built in a per-thread buffer (no allocation once warm).
+template <typename... Parts>
+std::string_view make_key(Parts... parts) {
+  thread_local std::string key;
+  key.clear();
+  bool first = true;
+  for (std::string_view p : {std::string_view(parts)...}) {
+    if (!first) key += kSep;
+    key += p;
+    first = false;
+  }
+  return key;
+}
+
+std::string code_text(int status) {
+  char buf[4] = {'0', '0', '0', 0};
+  if (status >= 100 && status <= 999) {
+    buf[0] = char('0' + status / 100);
+    buf[1] = char('0' + status / 10 % 10);
+    buf[2] = char('0' + status % 10);
+  }
+  return buf;
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t end = key.find(kSep, start);
+    parts.push_back(key.substr(start, end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+std::string escape(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// {a="x",b="y"} from names and the values packed in `key`.
+std::string labels(const std::vector<const char*>& names, const std::string& key, const std::string& extra = "") {
+  std::vector<std::string> values = split_key(key);
+  std::string out = "{";
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    if (i) out += ',';
+    out += fmt::format("{}=\"{}\"", names[i], escape(values[i]));
+  }
+  if (!extra.empty()) out += (out.size() > 1 ? "," : "") + extra;
+  return out + "}";
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+template <typename Map>
+void counters(std::string& out, const char* name, const char* help, const std::vector<const char*>& names,
+              const Map& merged) {
+  header(out, name, "counter", help);
+  for (const auto& [key, value] : merged) out += fmt::format("{}{} {}\n", name, labels(names, key), value);
+}
+
+void histograms(std::string& out, const char* name, const char* help, const std::vector<const char*>& names,
+                const std::map<std::string, Histogram>& merged) {
+  header(out, name, "histogram", help);
+  for (const auto& [key, h] : merged) {
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kBuckets; ++i) {
+      cumulative += h.buckets[i];
+      out += fmt::format("{}_bucket{} {}\n", name, labels(names, key, fmt::format("le=\"{}\"", kDurationBuckets[i])),
+                         cumulative);
+    }
+    out += fmt::format("{}_bucket{} {}\n", name, labels(names, key, "le=\"+Inf\""), h.count);
+    out += fmt::format("{}_sum{} {}\n", name, labels(names, key), h.sum);
+    out += fmt::format("{}_count{} {}\n", name, labels(names, key), h.count);
+  }
+}
+
+double process_start_time() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // Fields after the parenthesised command name; starttime is field 22.
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  unsigned long long start_ticks = 0;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) start_ticks = std::stoull(field);
+  std::ifstream proc_stat("/proc/stat");
+  std::string line;
+  double boot = 0;
+  while (std::getline(proc_stat, line))
+    if (line.rfind("btime ", 0) == 0) boot = std::stod(line.substr(6));
+  return boot + double(start_ticks) / double(sysconf(_SC_CLK_TCK));
+}
+
+void process_metrics(std::string& out) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  double cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+               double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  header(out, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+  out += fmt::format("process_cpu_seconds_total {}\n", cpu);
+  long pages = 0, resident = 0;
+  std::ifstream statm("/proc/self/statm");
+  statm >> pages >> resident;
+  header(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  out += fmt::format("process_resident_memory_bytes {}\n", resident * sysconf(_SC_PAGESIZE));
+  static const double start = process_start_time();
+  header(out, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+  out += fmt::format("process_start_time_seconds {}\n", start);
+  size_t fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++fds;
+  header(out, "process_open_fds", "gauge", "Number of open file descriptors.");
+  out += fmt::format("process_open_fds {}\n", fds);
+}
+
+}  // namespace
+
+void record_request(unsigned worker, std::string_view server, int status, double seconds) {
+  Shard& s = registry().shards[worker % kMetricShards];
+  std::string code = code_text(status);
+  std::lock_guard lock(s.mu);
+  ++slot(s.requests, make_key(server, code));
+  slot(s.request_durations, server).observe(seconds);
+}
+
+void record_upstream(unsigned worker, std::string_view server, std::string_view upstream, int status,
+                     double seconds) {
+  Shard& s = registry().shards[worker % kMetricShards];
+  std::string code = code_text(status);
+  std::lock_guard lock(s.mu);
+  ++slot(s.upstream_requests, make_key(server, upstream, code));
+  slot(s.upstream_durations, make_key(server, upstream)).observe(seconds);
+}
+
+void record_failure(unsigned worker, std::string_view server, std::string_view upstream, std::string_view reason) {
+  Shard& s = registry().shards[worker % kMetricShards];
+  std::lock_guard lock(s.mu);
+  ++slot(s.failures, make_key(server, upstream, reason));
+}
+
+void connection_opened() { registry().connections.fetch_add(1, std::memory_order_relaxed); }
+void connection_closed() { registry().connections.fetch_sub(1, std::memory_order_relaxed); }
+
+void record_reload(bool success) {
+  (success ? registry().reloads_ok : registry().reloads_failed).fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
+  std::map<std::string, uint64_t> requests, upstream_requests, failures;
+  std::map<std::string, Histogram> request_durations, upstream_durations;
+  for (Shard& s : registry().shards) {
+    std::lock_guard lock(s.mu);
+    for (const auto& [k, v] : s.requests) requests[k] += v;
+    for (const auto& [k, v] : s.upstream_requests) upstream_requests[k] += v;
+    for (const auto& [k, v] : s.failures) failures[k] += v;
+    for (const auto& [k, v] : s.request_durations) request_durations[k].merge(v);
+    for (const auto& [k, v] : s.upstream_durations) upstream_durations[k].merge(v);
+  }
+  std::string out;
+  out.reserve(4096);
+  counters(out, "heft_requests_total", "Client requests answered, by server and status code.", {"server", "code"},
+           requests);
+  histograms(out, "heft_request_duration_seconds", "Time from a request's head to its response's end.", {"server"},
+             request_durations);
+  counters(out, "heft_upstream_requests_total", "Attempts answered by a backend, by status code.",
+           {"server", "upstream", "code"}, upstream_requests);
+  histograms(out, "heft_upstream_response_duration_seconds", "Time for a backend to answer an attempt.",
+             {"server", "upstream"}, upstream_durations);
+  counters(out, "heft_upstream_failures_total", "Failed attempts to a backend, by reason.",
+           {"server", "upstream", "reason"}, failures);
+
+  auto gauge = [&](const char* name, const char* help, auto value_of) {
+    header(out, name, "gauge", help);
+    for (const UpstreamGauge& g : gauges)
+      out += fmt::format("{}{{server=\"{}\",upstream=\"{}\"}} {}\n", name, escape(g.server), escape(g.upstream),
+                         value_of(g));
+  };
+  gauge("heft_upstream_active_requests", "Requests in flight to a backend.", [](const UpstreamGauge& g) { return double(g.active); });
+  gauge("heft_upstream_weight", "Configured weight of a backend.", [](const UpstreamGauge& g) { return double(g.weight); });
+  gauge("heft_upstream_effective_weight", "Weight the balancer uses now (after slow start and adaptation).",
+        [](const UpstreamGauge& g) { return g.effective_weight; });
+  gauge("heft_upstream_healthy", "1 if the backend may receive requests, else 0.",
+        [](const UpstreamGauge& g) { return g.healthy ? 1.0 : 0.0; });
+
+  header(out, "heft_connections_active", "gauge", "Client connections open.");
+  out += fmt::format("heft_connections_active {}\n", registry().connections.load(std::memory_order_relaxed));
+  header(out, "heft_config_reloads_total", "counter", "Configuration changes, by result.");
+  out += fmt::format("heft_config_reloads_total{{result=\"success\"}} {}\n", registry().reloads_ok.load());
+  out += fmt::format("heft_config_reloads_total{{result=\"failure\"}} {}\n", registry().reloads_failed.load());
+  header(out, "heft_access_log_dropped_total", "counter", "Access log lines dropped because the queue was full.");
+  out += fmt::format("heft_access_log_dropped_total {}\n", access_log_dropped_total());
+  process_metrics(out);
+  return out;
+}
+
+std::vector<std::string> server_labels(const config::Config& config) {
+  std::vector<uint16_t> ports;
+  std::vector<std::string> labels;
+  for (const config::SiteConfig& site : config.sites) {
+    auto it = std::find(ports.begin(), ports.end(), site.port);
+    if (it == ports.end()) it = ports.insert(ports.end(), site.port);
+    labels.push_back(fmt::format("srv{}", it - ports.begin()));
+  }
+  return labels;
+}
+
+void reset_metrics() {
+  for (Shard& s : registry().shards) {
+    std::lock_guard lock(s.mu);
+    s.requests.clear();
+    s.upstream_requests.clear();
+    s.failures.clear();
+    s.request_durations.clear();
+    s.upstream_durations.clear();
+  }
+  registry().connections = 0;
+  registry().reloads_ok = 0;
+  registry().reloads_failed = 0;
+}
+
+}  // namespace heft::observe

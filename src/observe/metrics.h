@@ -1,0 +1,65 @@
+// Prometheus metrics for heft, cheap on the request path.
+//
+// Recording: each worker passes its index; counters and histograms live in a
+// per-worker shard (a cache-line-aligned slot with its own mutex that only
+// that worker and the scraper ever take, so the lock is uncontended in the
+// steady state). render() merges the shards at scrape time. Labels are
+// bounded: `server` is the JSON server name ("srv0"), `upstream` the dial
+// address as configured, `code` the 3-digit status, `reason` a short word
+// from a fixed set the caller uses ("connect", "timeout", "status", ...).
+//
+// Gauges that describe pools (weights, health, active requests) are not
+// recorded: the caller passes their current values to render().
+//
+// Threads: every function may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/model.h"
+
+namespace heft::observe {
+
+// Histogram bucket upper bounds, in seconds (+Inf is implied).
+inline constexpr double kDurationBuckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                              0.25,  0.5,    1,     2.5,  5,     10,   30};
+inline constexpr unsigned kMetricShards = 64;  // worker indexes wrap around this
+
+// One client request answered by `server` (heft_requests_total, heft_request_duration_seconds).
+void record_request(unsigned worker, std::string_view server, int status, double seconds);
+// One attempt answered by a backend (heft_upstream_requests_total, heft_upstream_response_duration_seconds).
+void record_upstream(unsigned worker, std::string_view server, std::string_view upstream, int status,
+                     double seconds);
+// One failed attempt (heft_upstream_failures_total).
+void record_failure(unsigned worker, std::string_view server, std::string_view upstream, std::string_view reason);
+// A client connection opened / closed (heft_connections_active).
+void connection_opened();
+void connection_closed();
+// A configuration change was applied or refused (heft_config_reloads_total).
+void record_reload(bool success);
+
+// The current state of one backend, for the gauges.
+struct UpstreamGauge {
+  std::string server;
+  std::string upstream;
+  uint64_t active = 0;
+  uint32_t weight = 0;
+  double effective_weight = 0;
+  bool healthy = true;
+};
+
+// The whole exposition (text format 0.0.4): recorded metrics, `gauges`, the
+// access log's drop counter and process metrics.
+std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
+
+// The `server` label of each site (by index into config.sites): "srvN" as in
+// the JSON form, one server per listening port in order of first appearance.
+std::vector<std::string> server_labels(const config::Config& config);
+
+// Forgets everything recorded (tests).
+void reset_metrics();
+
+}  // namespace heft::observe

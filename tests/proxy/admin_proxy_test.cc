@@ -1,0 +1,236 @@
+// The admin API wired to a real in-process Proxy (admin/proxy_admin.h) with
+// demo backends: the guide's canary script moves traffic stage by stage,
+// bad inputs change nothing, /reverse_proxy/upstreams and /metrics report.
+#include "admin/proxy_admin.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "config/heftfile.h"
+#include "integration/process_util.h"
+#include "proxy/demo_backend.h"
+#include "proxy/proxy.h"
+
+namespace heft::admin {
+namespace {
+
+using json = nlohmann::json;
+using test::HttpClient;
+using test::Response;
+const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+
+// Two demo backends ("v1", "v2"), a proxy on a free port and its admin API.
+struct Stack {
+  boost::asio::io_context backend_io{1};
+  std::vector<std::unique_ptr<proxy::DemoBackend>> backends;
+  std::thread backend_thread;
+  uint16_t port = test::free_port();
+  uint16_t admin_port = test::free_port();
+  std::unique_ptr<proxy::Proxy> proxy;
+  std::unique_ptr<ProxyAdmin> admin;
+  std::string dir = test::make_temp_dir();
+
+  explicit Stack(const std::string& weights = "weight 100|weight 0") {
+    for (const char* name : {"v1", "v2"}) {
+      proxy::DemoBackendOptions o;
+      o.name = name;
+      o.body_bytes = 16;
+      backends.push_back(std::make_unique<proxy::DemoBackend>(backend_io, o));
+      backends.back()->start();
+    }
+    backend_thread = std::thread([this] { backend_io.run(); });
+    auto bar = weights.find('|');
+    std::string heftfile = fmt::format(
+        "{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} {}\n"
+        "\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
+        admin_port, port, backends[0]->port(), weights.substr(0, bar), backends[1]->port(), weights.substr(bar + 1));
+    auto parsed = config::parse_heftfile(heftfile);
+    EXPECT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].to_string());
+    EXPECT_TRUE(config::resolve(*parsed).empty());
+    proxy = std::make_unique<proxy::Proxy>(*parsed);
+    proxy->start();
+    admin = ProxyAdmin::start(*proxy, dir + "/autosave.json");
+  }
+  ~Stack() {
+    admin.reset();
+    proxy->shutdown(std::chrono::milliseconds(100));
+    proxy->wait();
+    for (auto& b : backends) b->stop();
+    backend_thread.join();
+  }
+  std::string dial(int i) const { return fmt::format("127.0.0.1:{}", backends[i]->port()); }
+
+  // Sends `n` requests and counts who answered.
+  std::map<std::string, int> measure(int n) {
+    HttpClient client(port);
+    std::map<std::string, int> counts;
+    for (int i = 0; i < n; ++i) counts[client.get("/").header("x-backend")]++;
+    return counts;
+  }
+  Response admin_call(const std::string& method, const std::string& path, const std::string& body = "",
+                      const std::string& extra = "") {
+    HttpClient client(admin_port);
+    std::string raw = fmt::format("{} {} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n{}", method, path,
+                                  admin_port, extra);
+    if (!body.empty() || method != "GET")
+      raw += fmt::format("Content-Type: application/json\r\nContent-Length: {}\r\n", body.size());
+    return client.request(raw + "\r\n" + body);
+  }
+};
+
+// The guide's canary_rollout.sh (seed 000), verbatim but for: its addresses,
+// the log path, and `sleep 300`, which hands the stage to the test and waits.
+const char* kCanaryScript = R"SCRIPT(#!/bin/bash
+# canary_rollout.sh
+
+CADDY_API_UPSTREAMS="http://localhost:2019/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams"
+
+# Array of Canary percentage stages (weights of v1 vs v2)
+# Stage 1: 95 vs 5, Stage 2: 80 vs 20, Stage 3: 50 vs 50, Stage 4: 0 vs 100
+stages=("95:5" "80:20" "50:50" "0:100")
+
+check_health() {
+    # Check the 5xx error rate in the last minute of Caddy logs
+    error_count=$(tail -n 100 /var/log/caddy/access.log | grep -c '"status":5')
+    if [ "$error_count" -gt 5 ]; then
+        echo "WARNING: Detected $error_count errors. Canceling the release (Rollback)!"
+        # Instant rollback to 100% v1
+        curl -X PUT "$CADDY_API_UPSTREAMS" \
+          -H "Content-Type: application/json" \
+          -d '[{"dial":"app-v1-node1:3000","weight":100},{"dial":"app-v2-canary:3000","weight":0}]'
+        exit 1
+    fi
+}
+
+for stage in "${stages[@]}"; do
+    w1=$(echo $stage | cut -d':' -f1)
+    w2=$(echo $stage | cut -d':' -f2)
+    
+    echo "Starting Canary Stage: v1=$w1%, v2=$w2%"
+    
+    # Update the weights dynamically in Caddy's memory
+    curl -s -X PUT "$CADDY_API_UPSTREAMS" \
+      -H "Content-Type: application/json" \
+      -d '[{"dial":"app-v1-node1:3000","weight":'$w1'},{"dial":"app-v2-canary:3000","weight":'$w2'}]' \
+      -o /dev/null
+      
+    # Wait 5 minutes for stability observation
+    sleep 300
+    check_health
+done
+
+echo "App v2 Canary Release Completed Successfully!"
+)SCRIPT";
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+}
+
+TEST(AdminProxy, CanaryScriptMovesTrafficStageByStage) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  std::string script = kCanaryScript;
+  std::string stage_fifo = stack.dir + "/stage", ack_fifo = stack.dir + "/ack";
+  ASSERT_EQ(mkfifo(stage_fifo.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(ack_fifo.c_str(), 0600), 0);
+  replace_all(script, "app-v1-node1:3000", stack.dial(0));
+  replace_all(script, "app-v2-canary:3000", stack.dial(1));
+  replace_all(script, "localhost:2019", fmt::format("localhost:{}", stack.admin_port));
+  replace_all(script, "/var/log/caddy/access.log", stack.dir + "/access.log 2>/dev/null");
+  replace_all(script, "sleep 300", fmt::format("echo \"$w1:$w2\" > {}; read -r ack < {}", stage_fifo, ack_fifo));
+  test::write_file(stack.dir + "/canary.sh", script);
+  test::Process bash({"/bin/bash", stack.dir + "/canary.sh"}, stack.dir + "/canary.log");
+
+  for (int stage = 0; stage < 4; ++stage) {
+    std::string weights;
+    {
+      std::ifstream in(stage_fifo);  // blocks until the script reaches its "sleep"
+      std::getline(in, weights);
+    }
+    int w1 = std::stoi(weights), w2 = std::stoi(weights.substr(weights.find(':') + 1));
+    auto counts = stack.measure(1000);
+    EXPECT_NEAR(counts["v1"] / 1000.0, w1 / 100.0, 0.02) << "stage " << weights;
+    EXPECT_NEAR(counts["v2"] / 1000.0, w2 / 100.0, 0.02) << "stage " << weights;
+    std::ofstream(ack_fifo) << "go\n";
+  }
+  ASSERT_EQ(bash.wait(std::chrono::seconds(20)), 0) << bash.log();
+  EXPECT_NE(bash.log().find("Completed Successfully"), std::string::npos) << bash.log();
+}
+
+TEST(AdminProxy, BadInputsChangeNothing) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  Response before = stack.admin_call("GET", "/config/");
+  ASSERT_EQ(before.status, 200);
+  std::string tag = before.header("etag");
+  ASSERT_FALSE(tag.empty());
+  std::string w = std::string(kUpstreams) + "/0/weight";
+  struct Case {
+    std::string method, path, body, extra;
+  };
+  std::vector<Case> cases = {
+      {"PUT", kUpstreams, R"([{"dial":"127.0.0.1:1","weight":)", ""},
+      {"PATCH", w, R"("heavy")", ""},
+      {"PATCH", w, "-1", ""},
+      {"POST", std::string(kUpstreams) + "/0/colour", R"("red")", ""},
+      {"PATCH", "/config/apps/http/servers/srv3", "{}", ""},
+      {"POST", "/load", std::string(10 << 20, ' '), ""},
+      {"PATCH", w, "7", "If-Match: \"0000000000000000\"\r\n"},
+      {"GET", "/config/", "", "Authorization: Bearer x\r\nOrigin: http://evil.example\r\n"},
+  };
+  for (const Case& c : cases) {
+    Response r = stack.admin_call(c.method, c.path, c.body, c.extra);
+    EXPECT_GE(r.status, 400) << c.method << " " << c.path;
+    EXPECT_LT(r.status, 500) << c.method << " " << c.path << " " << r.body;
+    EXPECT_TRUE(json::parse(r.body, nullptr, false).contains("error")) << r.body;
+    Response after = stack.admin_call("GET", "/config/");
+    EXPECT_EQ(after.body, before.body);
+    EXPECT_EQ(after.header("etag"), tag);
+  }
+  // And traffic still follows 3:1.
+  auto counts = stack.measure(400);
+  EXPECT_EQ(counts["v1"], 300);
+  EXPECT_EQ(counts["v2"], 100);
+}
+
+TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  stack.measure(400);
+  Response r = stack.admin_call("GET", "/reverse_proxy/upstreams");
+  ASSERT_EQ(r.status, 200);
+  json list = json::parse(r.body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["address"], stack.dial(0));
+  EXPECT_EQ(list[0]["weight"], 3);
+  EXPECT_EQ(list[0]["requests_total"], 300);
+  EXPECT_EQ(list[1]["requests_total"], 100);
+  EXPECT_NEAR(list[0]["share"].get<double>(), 0.75, 1e-9);
+  EXPECT_EQ(list[0]["healthy"], true);
+  for (const char* field : {"num_requests", "fails", "effective_weight", "active"})
+    EXPECT_TRUE(list[0].contains(field)) << field;
+
+  ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "5").status, 200);
+  Response m = stack.admin_call("GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight{{server=\"srv0\",upstream=\"{}\"}} 5", stack.dial(1))),
+            std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("heft_config_reloads_total{result=\"success\"}"), std::string::npos);
+  // The change was saved before the 200.
+  auto saved = json::parse(test::read_file(stack.dir + "/autosave.json"));
+  EXPECT_EQ(saved["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]["upstreams"][1]
+                 ["weight"],
+            5);
+}
+
+}  // namespace
+}  // namespace heft::admin
