@@ -1,5 +1,7 @@
 #include "heft/balance/balancer.h"
 
+#include <algorithm>
+
 #include "heft/balance/hash.h"
 
 namespace heft::balance {
@@ -32,13 +34,24 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
     }
     if (old) {
       live_.push_back(previous->live_[*old]);
-      if (const auto* e = old_state.find(*old)) carried.set(i, e->current_weight, e->effective_weight);
+      if (const auto* e = old_state.find(*old)) {
+        const BackendSpec& was = previous->backends_[*old];
+        if ((was.balance_weight || b.balance_weight) && was.weight > 0 && b.weight > 0) {
+          // A balance-weight rescale (slow start, adaptive): carry the state in the new units.
+          const int64_t from = was.balance_weight ? was.balance_weight : was.weight;
+          const int64_t to = b.balance_weight ? b.balance_weight : b.weight;
+          const int64_t eff = std::min<int64_t>(to, int64_t(e->effective_weight) * to / from);
+          carried.set(i, e->current_weight * to / from, static_cast<uint32_t>(eff));
+        } else {
+          carried.set(i, e->current_weight, e->effective_weight);
+        }
+      }
     } else {
       live_.push_back(std::make_shared<BackendLive>());
     }
     live_ptrs_.push_back(live_.back().get());
     if (b.weight == 0 || b.down) continue;  // drained or down: listed, never a member
-    (b.backup ? backups : primaries).push_back(Member{i, b.weight, id});
+    (b.backup ? backups : primaries).push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id});
   }
   const CarriedState* carry = previous ? &carried : nullptr;
   primary_ = make_policy(options_, std::move(primaries), live_ptrs_, carry);

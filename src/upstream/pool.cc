@@ -1,40 +1,59 @@
 #include "upstream/pool.h"
 
 #include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
 
 namespace heft::upstream {
 namespace {
 int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
 
-std::vector<balance::BackendSpec> specs_of(const PoolConfig& config) {
+// Balance weights: plain weights while every factor is 1, else every backend
+// on the common kWeightResolution scale (see weights.h).
+std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::vector<double>& factors) {
+  bool scaled = false;
+  for (size_t i = 0; i < factors.size(); ++i)
+    if (factors[i] < 1.0 && config.backends[i].weight > 0) scaled = true;
   std::vector<balance::BackendSpec> specs;
   specs.reserve(config.backends.size());
-  for (const BackendConfig& b : config.backends)
-    specs.push_back({b.name, b.weight, b.backup, b.down, b.max_fails});
+  for (size_t i = 0; i < config.backends.size(); ++i) {
+    const BackendConfig& b = config.backends[i];
+    specs.push_back({b.name, b.weight, b.backup, b.down, b.max_fails, scaled ? scaled_weight(b.weight, factors[i]) : 0});
+  }
   return specs;
 }
 }  // namespace
 
 PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previous)
     : config_(config) {
-  balancer_ = std::make_unique<balance::Balancer>(config_.policy, specs_of(config_),
-                                                  previous ? previous->balancer_.get() : nullptr);
   version_ = previous ? previous->version_ + 1 : 1;
   states_.reserve(config_.backends.size());
+  factors_.reserve(config_.backends.size());
   int64_t next_return = INT64_MAX;
   for (uint32_t i = 0; i < config_.backends.size(); ++i) {
     std::shared_ptr<BackendState> state;
     if (previous) {
       if (auto old = previous->balancer_->find(config_.backends[i].name)) state = previous->states_[*old];
     }
-    if (!state) state = std::make_shared<BackendState>();
+    if (!state) {
+      state = std::make_shared<BackendState>();
+      // Added to a running pool: slow start (from the floor until the next tick starts the ramp).
+      if (previous && config_.backends[i].slow_start.count() > 0) {
+        state->factor.store(kSlowStartFloor);
+        state->returned_at.store(0);
+        state->returned.store(true);
+      }
+    }
     {
       std::lock_guard lock(state->mu);
       if (state->out) next_return = std::min(next_return, ticks(state->out_until));
     }
+    factors_.push_back(state->factor.load(std::memory_order_relaxed));
     states_.push_back(std::move(state));
   }
   next_return_.store(next_return);
+  balancer_ = std::make_unique<balance::Balancer>(config_.policy, specs_of(config_, factors_),
+                                                  previous ? previous->balancer_.get() : nullptr);
   for (uint32_t i = 0; i < states_.size(); ++i) refresh_availability(i);
 }
 
@@ -68,6 +87,8 @@ void PoolSnapshot::return_expired(TimePoint now) const {
         s.out = false;
         s.trial = true;
         returned = true;
+        s.returned_at.store(ticks(now), std::memory_order_relaxed);
+        s.returned.store(true, std::memory_order_release);
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
       }
@@ -126,6 +147,62 @@ void PoolSnapshot::set_healthy(uint32_t i, bool healthy) const {
   refresh_availability(i);
 }
 
+void PoolSnapshot::set_healthy(uint32_t i, bool healthy, TimePoint now) const {
+  BackendState& s = *states_[i];
+  if (s.healthy.exchange(healthy, std::memory_order_relaxed) != healthy) {
+    s.health_changes_total.fetch_add(1, std::memory_order_relaxed);
+    if (healthy) {
+      s.returned_at.store(ticks(now), std::memory_order_relaxed);
+      s.returned.store(true, std::memory_order_release);
+    }
+  }
+  refresh_availability(i);
+}
+
+bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
+  BackendState& s = *states_[i];
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.out) return false;
+    s.out = false;
+    s.trial = false;
+    s.fails = 0;
+  }
+  s.returned_at.store(ticks(now), std::memory_order_relaxed);
+  s.returned.store(true, std::memory_order_release);
+  refresh_availability(i);
+  return true;
+}
+
+bool PoolSnapshot::passive_out(uint32_t i) const {
+  BackendState& s = *states_[i];
+  std::lock_guard lock(s.mu);
+  return s.out;
+}
+
+void PoolSnapshot::record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok) const {
+  BackendState& s = *states_[i];
+  const auto us = static_cast<uint64_t>(std::max<int64_t>(0, duration.count() / 1000));
+  s.responses_total.fetch_add(1, std::memory_order_relaxed);
+  if (status >= 500) s.responses_5xx_total.fetch_add(1, std::memory_order_relaxed);
+  size_t bucket = 0;
+  while (bucket < std::size(kLatencyBucketsMs) && us > uint64_t{kLatencyBucketsMs[bucket]} * 1000) ++bucket;
+  s.latency_buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+  if (!config_.adaptive.enabled) return;
+  s.interval_count.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) s.interval_errors.fetch_add(1, std::memory_order_relaxed);
+  s.interval_latency_us.fetch_add(us, std::memory_order_relaxed);
+}
+
+double PoolSnapshot::display_effective_weight(uint32_t i) const {
+  const balance::BackendSpec& spec = balancer_->backend(i);
+  uint32_t member = spec.balance_weight ? spec.balance_weight : spec.weight;
+  if (member == 0) return 0;
+  // The policy's effective weight relative to its member weight (nginx's
+  // passive-failure dip), times the configured weight and the factor.
+  return double(balancer_->effective_weight(i)) / double(member) * double(spec.weight) * factors_[i];
+}
+
 Pool::Pool(const PoolConfig& config) : current_(std::make_shared<PoolSnapshot>(config, nullptr)) {
   version_.store(current_->version());
 }
@@ -140,6 +217,124 @@ void Pool::update(const PoolConfig& config) {
   auto next = std::make_shared<PoolSnapshot>(config, current_.get());
   current_ = next;
   version_.store(next->version(), std::memory_order_release);
+}
+
+void Pool::republish() {
+  std::lock_guard lock(mu_);
+  auto next = std::make_shared<PoolSnapshot>(current_->config(), current_.get());
+  current_ = next;
+  version_.store(next->version(), std::memory_order_release);
+}
+
+std::vector<WeightEvent> Pool::tick(TimePoint now) {
+  std::lock_guard tick_lock(tick_mu_);
+  std::vector<WeightEvent> events;
+  auto snap = snapshot();
+  const PoolConfig& config = snap->config();
+  const size_t n = snap->size();
+  std::vector<double> before(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    BackendState& s = snap->state(i);
+    before[i] = s.ramp * s.adaptive;
+  }
+  auto note = [&](uint32_t i, WeightReason reason, double after, std::string detail) {
+    decisions_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
+    events.push_back({config.name, config.backends[i].name, reason, before[i], after, std::move(detail)});
+  };
+
+  // Slow start.
+  for (uint32_t i = 0; i < n; ++i) {
+    BackendState& s = snap->state(i);
+    const milliseconds window = config.backends[i].slow_start;
+    if (s.returned.exchange(false, std::memory_order_acquire) && window.count() > 0) {
+      int64_t at = s.returned_at.load(std::memory_order_relaxed);
+      s.ramp_start = at ? TimePoint(TimePoint::duration(at)) : now;
+      if (s.ramp_start > now) s.ramp_start = now;
+      s.ramping = true;
+      s.ramp = slow_start_factor(now - s.ramp_start, window);
+      note(i, WeightReason::slow_start, s.ramp * s.adaptive, fmt::format("back in service, ramping over {}ms", window.count()));
+    } else if (s.ramping) {
+      s.ramp = window.count() > 0 ? slow_start_factor(now - s.ramp_start, window) : 1.0;
+      if (s.ramp >= 1.0) {
+        s.ramping = false;
+        note(i, WeightReason::slow_start_done, s.adaptive, "ramp complete");
+      }
+    } else {
+      s.ramp = 1.0;
+    }
+  }
+
+  // Adaptive weights.
+  const AdaptiveOptions& adaptive = config.adaptive;
+  if (!adaptive.enabled) {
+    next_evaluation_.reset();
+    for (uint32_t i = 0; i < n; ++i) snap->state(i).adaptive = 1.0;
+  } else if (!next_evaluation_) {
+    next_evaluation_ = now + adaptive.interval;
+    for (uint32_t i = 0; i < n; ++i) {  // start a clean interval
+      BackendState& s = snap->state(i);
+      s.interval_count.exchange(0);
+      s.interval_errors.exchange(0);
+      s.interval_latency_us.exchange(0);
+    }
+  } else if (now >= *next_evaluation_) {
+    next_evaluation_ = std::max(*next_evaluation_ + adaptive.interval, now);
+    std::vector<AdaptiveInput> in(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      BackendState& s = snap->state(i);
+      uint64_t count = s.interval_count.exchange(0, std::memory_order_relaxed);
+      uint64_t errors = s.interval_errors.exchange(0, std::memory_order_relaxed);
+      uint64_t latency_us = s.interval_latency_us.exchange(0, std::memory_order_relaxed);
+      if (count > 0) {
+        s.ewma_latency_ms = ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count));
+        s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count));
+      }
+      in[i] = {count,           std::max(0.0, s.ewma_latency_ms), std::max(0.0, s.ewma_error), s.adaptive,
+               s.recover_hold,  s.clean_intervals,                   s.last_up,                    s.full_intervals};
+    }
+    std::vector<AdaptiveOutput> out = adaptive_evaluate(adaptive, in);
+    for (uint32_t i = 0; i < n; ++i) {
+      BackendState& s = snap->state(i);
+      s.recover_hold = out[i].hold;
+      s.clean_intervals = out[i].clean;
+      s.full_intervals = out[i].full;
+      s.last_up = out[i].last_up;
+      if (!out[i].reason) continue;
+      s.adaptive = out[i].factor;
+      std::string detail;
+      switch (*out[i].reason) {
+        case WeightReason::latency:
+          detail = fmt::format("latency {:.1f}ms > limit {:.1f}ms", in[i].ewma_latency_ms, out[i].latency_limit_ms);
+          break;
+        case WeightReason::errors:
+          detail = fmt::format("error rate {:.1f}% > {:.1f}%", in[i].ewma_error * 100, adaptive.error_threshold * 100);
+          break;
+        default:
+          detail = fmt::format("latency {:.1f}ms, error rate {:.1f}% within bounds", in[i].ewma_latency_ms,
+                               in[i].ewma_error * 100);
+      }
+      note(i, *out[i].reason, s.ramp * s.adaptive, std::move(detail));
+    }
+  }
+
+  // Publish when a balance weight changed.
+  bool changed = false;
+  for (uint32_t i = 0; i < n; ++i) {
+    BackendState& s = snap->state(i);
+    double f = std::clamp(s.ramp * s.adaptive, 0.0, 1.0);
+    s.factor.store(f, std::memory_order_relaxed);
+    if (f != snap->factor(i)) changed = true;
+  }
+  if (changed) {
+    std::vector<double> factors(n);
+    for (uint32_t i = 0; i < n; ++i) factors[i] = snap->state(i).factor.load(std::memory_order_relaxed);
+    auto specs = specs_of(config, factors);
+    bool same = true;
+    for (uint32_t i = 0; i < n; ++i)
+      if (specs[i].balance_weight != snap->balancer().backend(i).balance_weight) same = false;
+    if (!same) republish();
+  }
+  return events;
 }
 
 }  // namespace heft::upstream

@@ -16,6 +16,13 @@
 // out for fail_timeout, then gets one trial request: another failure puts it
 // out again at once, a success clears its failures. A pool with a single
 // backend never takes it out. max_fails 0 disables the accounting.
+//
+// Dynamic weights (slow start, adaptive; rules in upstream/weights.h): each
+// backend's factor lives in its BackendState; a snapshot balances by the
+// factors in force when it was built. Pool::tick(now), called periodically
+// from one thread, advances ramps and adaptive evaluations and publishes a new
+// snapshot only when some balance weight changed. The data plane feeds
+// adaptive weights with PoolSnapshot::record_response (lock-free).
 #pragma once
 
 #include <atomic>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "heft/balance/balancer.h"
+#include "upstream/weights.h"
 
 namespace heft::upstream {
 
@@ -42,13 +50,20 @@ struct BackendConfig {
   milliseconds fail_timeout{10000};
   bool backup = false;
   bool down = false;
+  milliseconds slow_start{0};  // 0 = no slow start
 };
 
 struct PoolConfig {
   std::string name;  // for logs and metrics
   balance::PolicyOptions policy;
   std::vector<BackendConfig> backends;
+  AdaptiveOptions adaptive;
 };
+
+// Upper bounds (ms) of the per-backend response-time histogram (+Inf implied).
+inline constexpr uint32_t kLatencyBucketsMs[] = {1,   2,   5,   10,  25,  50,   100,  150,  200,   250,
+                                                 300, 400, 500, 750, 1000, 2000, 5000, 10000, 30000};
+inline constexpr size_t kLatencyBuckets = std::size(kLatencyBucketsMs) + 1;
 
 // Run-time state of one backend that outlives snapshots.
 struct BackendState {
@@ -64,6 +79,33 @@ struct BackendState {
   // Counters for /metrics and /reverse_proxy/upstreams.
   std::atomic<uint64_t> requests_total{0};
   std::atomic<uint64_t> failures_total{0};
+
+  // Responses (record_response): totals, 5xx, and a response-time histogram
+  // (kLatencyBucketsMs, not cumulative; the last bucket is +Inf).
+  std::atomic<uint64_t> responses_total{0};
+  std::atomic<uint64_t> responses_5xx_total{0};
+  std::atomic<uint64_t> latency_buckets[kLatencyBuckets] = {};
+  std::atomic<uint64_t> health_changes_total{0};
+
+  // Adaptive accumulators for the current interval (drained by Pool::tick).
+  std::atomic<uint64_t> interval_count{0};
+  std::atomic<uint64_t> interval_errors{0};
+  std::atomic<uint64_t> interval_latency_us{0};
+  // The weight factor in force (slow start x adaptive), read by snapshots.
+  std::atomic<double> factor{1.0};
+  // Set when the backend comes back into service; Pool::tick starts its ramp
+  // at returned_at (steady ticks; 0 = at the tick itself).
+  std::atomic<bool> returned{false};
+  std::atomic<int64_t> returned_at{0};
+  // Owned by Pool::tick (under its lock).
+  bool ramping = false;
+  TimePoint ramp_start{};
+  double ramp = 1.0;
+  double adaptive = 1.0;
+  double ewma_latency_ms = -1;  // < 0: no history
+  double ewma_error = -1;
+  unsigned recover_hold = 1, clean_intervals = 0, full_intervals = 0;
+  bool last_up = false;
 };
 
 class PoolSnapshot {
@@ -88,6 +130,22 @@ class PoolSnapshot {
 
   // Active health check result.
   void set_healthy(uint32_t i, bool healthy) const;
+  // The same at `now`: a backend that becomes healthy again starts its slow start then.
+  void set_healthy(uint32_t i, bool healthy, TimePoint now) const;
+  // A passing active check: a backend out by passive failures comes back at
+  // once (the active check brings it back). True if it was out.
+  bool clear_passive(uint32_t i, TimePoint now) const;
+  bool passive_out(uint32_t i) const;
+
+  // One response from backend i (or a failed attempt: status 502/504), for
+  // adaptive weights and the per-backend counters. `ok` = not an error by the
+  // pool's rules (a 5xx or a transport failure is an error). Lock-free.
+  void record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok) const;
+
+  // The weight factor (slow start x adaptive) this snapshot balances backend i by.
+  double factor(uint32_t i) const { return factors_[i]; }
+  // The effective weight in configured units (the policy's, scaled back), for display.
+  double display_effective_weight(uint32_t i) const;
 
   // True when the backend may receive requests (not out, healthy, not down, weight > 0).
   bool available(uint32_t i) const;
@@ -99,6 +157,7 @@ class PoolSnapshot {
   PoolConfig config_;
   std::unique_ptr<balance::Balancer> balancer_;
   std::vector<std::shared_ptr<BackendState>> states_;
+  std::vector<double> factors_;
   uint64_t version_ = 0;
   // Earliest out_until among backends that are out (ns since epoch); INT64_MAX if none.
   mutable std::atomic<int64_t> next_return_{INT64_MAX};
@@ -114,13 +173,30 @@ class Pool {
   // Changes whenever a new snapshot is published.
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
-  // Builds and publishes the next snapshot, carrying state over.
+  // Builds and publishes the next snapshot, carrying state over. Backends
+  // added to the pool start a slow start (when configured).
   void update(const PoolConfig& config);
 
+  // Advances slow-start ramps and, every adaptive interval, the adaptive
+  // factors, as of `now`; publishes a new snapshot when a balance weight
+  // changed. Returns the decisions made (for the log). Call from one thread,
+  // a few times a second (e.g. every 250 ms).
+  std::vector<WeightEvent> tick(TimePoint now);
+
+  // Decisions made so far, by reason (for metrics).
+  uint64_t decisions(WeightReason reason) const {
+    return decisions_[static_cast<int>(reason)].load(std::memory_order_relaxed);
+  }
+
  private:
+  void republish();
+
   mutable std::mutex mu_;  // guards current_
   std::shared_ptr<const PoolSnapshot> current_;
   std::atomic<uint64_t> version_{0};
+  std::mutex tick_mu_;  // one tick at a time; guards the fields below and BackendState's tick-owned fields
+  std::optional<TimePoint> next_evaluation_;
+  std::atomic<uint64_t> decisions_[kWeightReasons] = {};
 };
 
 // A worker thread's view of a pool: one atomic load per use in the steady

@@ -28,6 +28,11 @@ struct BackendSpec {
   bool backup = false;     // picked only when no primary is eligible
   bool down = false;       // administratively down: never picked
   uint32_t max_fails = 1;  // nginx: a failure costs weight / max_fails of effective weight
+  // The weight the policy balances by; 0 = use `weight`. Set by the upstream
+  // layer when slow start or adaptive weights scale a backend (see
+  // src/upstream/weights.h). `weight` stays the configured value: what is
+  // displayed, and what 0 (drained) means.
+  uint32_t balance_weight = 0;
 };
 
 class Balancer {

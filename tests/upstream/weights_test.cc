@@ -1,0 +1,362 @@
+// Slow start and adaptive weights on virtual time (upstream/weights.h, Pool::tick).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "upstream/pool.h"
+#include "upstream/weights.h"
+
+namespace heft::upstream {
+namespace {
+
+using namespace std::chrono_literals;
+
+const TimePoint t0 = TimePoint(std::chrono::hours(1000));
+
+PoolConfig pool_config(const std::vector<uint32_t>& weights, milliseconds slow_start = 0ms) {
+  PoolConfig c;
+  c.name = "p";
+  for (size_t i = 0; i < weights.size(); ++i) {
+    BackendConfig b;
+    b.name = b.address = std::string(1, char('A' + i));
+    b.weight = weights[i];
+    b.fail_timeout = 1000ms;
+    b.slow_start = slow_start;
+    c.backends.push_back(b);
+  }
+  return c;
+}
+
+// Picks `n` times at `now`, returns counts by backend index.
+std::vector<uint64_t> picks(Pool& pool, int n, TimePoint now) {
+  auto snap = pool.snapshot();
+  std::vector<uint64_t> counts(snap->size());
+  for (int k = 0; k < n; ++k)
+    if (auto i = snap->pick({}, now)) ++counts[*i];
+  return counts;
+}
+
+TEST(SlowStartFactor, LinearMonotoneFromFloorToOne) {
+  const auto window = std::chrono::nanoseconds(10s);
+  EXPECT_DOUBLE_EQ(slow_start_factor(0ns, window), kSlowStartFloor);
+  EXPECT_DOUBLE_EQ(slow_start_factor(5s, window), kSlowStartFloor + (1 - kSlowStartFloor) * 0.5);
+  EXPECT_DOUBLE_EQ(slow_start_factor(10s, window), 1.0);
+  EXPECT_DOUBLE_EQ(slow_start_factor(20s, window), 1.0);
+  double last = 0;
+  for (int ms = 0; ms <= 10000; ms += 50) {
+    double f = slow_start_factor(std::chrono::milliseconds(ms), window);
+    EXPECT_GE(f, last);
+    // Linear within one step (1/20 of the window).
+    double exact = kSlowStartFloor + (1 - kSlowStartFloor) * ms / 10000.0;
+    EXPECT_NEAR(f, exact, (1 - kSlowStartFloor) / kSlowStartSteps + 1e-9);
+    last = f;
+  }
+}
+
+TEST(ScaledWeight, CommonScaleKeepsTheSplitExact) {
+  EXPECT_EQ(scaled_weight(1, 1.0), 100u);
+  EXPECT_EQ(scaled_weight(5, 0.5), 250u);
+  EXPECT_EQ(scaled_weight(1, 0.001), 1u);  // never 0 while the weight is not
+  EXPECT_EQ(scaled_weight(0, 0.5), 0u);
+}
+
+TEST(PoolSlowStart, NoRampAtProcessStart) {
+  Pool pool(pool_config({1, 1}, 10s));
+  EXPECT_TRUE(pool.tick(t0).empty());
+  auto c = picks(pool, 1000, t0);
+  EXPECT_EQ(c[0], 500u);
+  EXPECT_EQ(c[1], 500u);
+  EXPECT_EQ(pool.snapshot()->balancer().backend(0).balance_weight, 0u);
+}
+
+TEST(PoolSlowStart, ReturningBackendRampsLinearlyThenFullShare) {
+  Pool pool(pool_config({3, 1}, 10s));
+  pool.tick(t0);
+  // B fails: out for fail_timeout (1 s), then back on trial at t0 + 1 s.
+  pool.snapshot()->report_failure(1, t0);
+  EXPECT_FALSE(pool.snapshot()->available(1));
+  const TimePoint back = t0 + 1s;
+  picks(pool, 1, back);  // the pick that returns it
+  EXPECT_TRUE(pool.snapshot()->available(1));
+  auto events = pool.tick(back);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, WeightReason::slow_start);
+  EXPECT_EQ(pool.decisions(WeightReason::slow_start), 1u);
+  // Share of B over successive tenths of the window: rises, ends at 1/4.
+  double last = -1;
+  std::vector<double> shares;
+  for (int tenth = 0; tenth < 10; ++tenth) {
+    TimePoint now = back + tenth * 1s + 500ms;  // middle of the tenth
+    pool.tick(now);
+    auto c = picks(pool, 4000, now);
+    double share = double(c[1]) / double(c[0] + c[1]);
+    shares.push_back(share);
+    EXPECT_GT(share, last) << "tenth " << tenth;
+    last = share;
+  }
+  // Linear in the factor: share = f / (3 + f) with f from ~0.1 to ~1.
+  EXPECT_NEAR(shares.front(), (0.1 + 0.9 * 1 / 20.0) / (3 + 0.1 + 0.9 * 1 / 20.0), 0.01);
+  auto done = pool.tick(back + 10s);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].reason, WeightReason::slow_start_done);
+  auto c = picks(pool, 4000, back + 10s);
+  EXPECT_NEAR(double(c[1]), 1000, 2);  // its weight share again
+  EXPECT_EQ(pool.snapshot()->balancer().backend(1).balance_weight, 0u);  // plain weights again
+}
+
+TEST(PoolSlowStart, RebuildsAtMostOncePerStep) {
+  Pool pool(pool_config({1, 1}, 10s));
+  pool.snapshot()->set_healthy(1, false, t0);
+  pool.snapshot()->set_healthy(1, true, t0);
+  pool.tick(t0);
+  uint64_t v = pool.version();
+  for (int ms = 0; ms <= 10000; ms += 10) pool.tick(t0 + std::chrono::milliseconds(ms));
+  EXPECT_LE(pool.version() - v, kSlowStartSteps + 1);
+  EXPECT_GE(pool.version() - v, kSlowStartSteps - 1);
+}
+
+TEST(PoolSlowStart, BackendAddedToRunningPoolRamps) {
+  Pool pool(pool_config({1, 1}, 10s));
+  pool.tick(t0);
+  pool.update(pool_config({1, 1, 1}, 10s));
+  // Before any tick: already at the floor, not flooded.
+  auto c = picks(pool, 2100, t0);
+  EXPECT_NEAR(double(c[2]), 100, 2);  // 10 / 210 of picks
+  auto events = pool.tick(t0);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].backend, "C");
+  pool.tick(t0 + 10s);
+  c = picks(pool, 3000, t0 + 10s);
+  EXPECT_NEAR(double(c[2]), 1000, 2);
+}
+
+TEST(PoolSlowStart, WorksWithEveryWeightedPolicy) {
+  for (auto kind : {balance::PolicyKind::weighted_round_robin, balance::PolicyKind::random,
+                    balance::PolicyKind::least_conn, balance::PolicyKind::p2c}) {
+    PoolConfig cfg = pool_config({1, 1}, 10s);
+    cfg.policy.kind = kind;
+    Pool pool(cfg);
+    pool.snapshot()->set_healthy(1, false, t0);
+    pool.snapshot()->set_healthy(1, true, t0);
+    pool.tick(t0);
+    EXPECT_EQ(pool.snapshot()->balancer().backend(1).balance_weight, 10u) << balance::policy_name(kind);
+    EXPECT_EQ(pool.snapshot()->balancer().backend(0).balance_weight, 100u);
+    // least_conn with no active requests, random and p2c: B gets clearly less than half.
+    auto snap = pool.snapshot();
+    uint64_t b = 0;
+    for (int k = 0; k < 10000; ++k) {
+      balance::PickContext ctx;
+      ctx.random = uint64_t(k) * 0x9e3779b97f4a7c15ULL + 12345;
+      auto i = snap->pick(ctx, t0);
+      ASSERT_TRUE(i);
+      snap->balancer().begin_request(*i);
+      if (*i == 1) ++b;
+      snap->balancer().end_request(*i);
+    }
+    EXPECT_LT(b, 2000u) << balance::policy_name(kind);
+    // p2c with no load always prefers the heavier of two: B only when drawn twice.
+    if (kind != balance::PolicyKind::p2c) EXPECT_GT(b, 300u) << balance::policy_name(kind);
+  }
+}
+
+// ---- adaptive --------------------------------------------------------------
+
+AdaptiveOptions adaptive_options() {
+  AdaptiveOptions o;
+  o.enabled = true;
+  o.interval = 1000ms;
+  o.cut = 0.25;
+  o.min_weight_ratio = 0.1;
+  return o;
+}
+
+TEST(AdaptiveEvaluate, CutRecoverFloorNeverAbove) {
+  AdaptiveOptions o = adaptive_options();
+  std::vector<AdaptiveInput> in = {{100, 10, 0, 1}, {100, 11, 0, 1}, {100, 100, 0, 1}};
+  auto out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[0].reason, std::nullopt);
+  EXPECT_EQ(out[1].reason, std::nullopt);
+  ASSERT_EQ(out[2].reason, WeightReason::latency);
+  EXPECT_DOUBLE_EQ(out[2].factor, 0.75);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 22);  // 2 x lower median (11)
+  // Floor.
+  in[2].factor = 0.12;
+  out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].factor, 0.1);
+  in[2].factor = 0.1;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  EXPECT_DOUBLE_EQ(out[2].factor, 0.1);
+  // Hysteresis band: below the limit (22) but not below 0.8 x limit: hold.
+  in[2].ewma_latency_ms = 20;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  // Back within bounds: + cut per evaluation, never above 1.
+  in[2].ewma_latency_ms = 12;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, WeightReason::recover);
+  EXPECT_DOUBLE_EQ(out[2].factor, 0.35);
+  in[2].factor = 0.9;
+  out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].factor, 1.0);
+  in[2].factor = 1.0;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  EXPECT_DOUBLE_EQ(out[2].factor, 1.0);
+}
+
+TEST(AdaptiveEvaluate, ErrorsAbsoluteThresholdAndTooFewSamples) {
+  AdaptiveOptions o = adaptive_options();
+  o.latency_threshold = 50ms;
+  std::vector<AdaptiveInput> in = {{100, 10, 0.2, 1}, {100, 60, 0, 1}, {3, 500, 1, 1}};
+  auto out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[0].reason, WeightReason::errors);
+  EXPECT_EQ(out[1].reason, WeightReason::latency);
+  EXPECT_EQ(out[2].reason, std::nullopt);  // fewer than kAdaptiveMinSamples: hold
+}
+
+// Feeds `n` responses of `latency` to backend i, `errors` of them failed.
+void feed(Pool& pool, uint32_t i, int n, milliseconds latency, int errors = 0) {
+  auto snap = pool.snapshot();
+  for (int k = 0; k < n; ++k) snap->record_response(i, latency, k < errors ? 500 : 200, k >= errors);
+}
+
+TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);  // starts the first interval
+  std::vector<double> factors;
+  // 6 intervals of C being 20x slower.
+  for (int k = 0; k < 6; ++k) {
+    feed(pool, 0, 100, 10ms);
+    feed(pool, 1, 100, 10ms);
+    feed(pool, 2, 100, 200ms);
+    now += 1s;
+    pool.tick(now);
+    factors.push_back(pool.snapshot()->factor(2));
+  }
+  EXPECT_DOUBLE_EQ(factors[0], 0.75);
+  for (size_t k = 1; k < factors.size(); ++k) EXPECT_LT(factors[k], factors[k - 1]);
+  EXPECT_EQ(pool.snapshot()->factor(0), 1.0);
+  EXPECT_EQ(pool.decisions(WeightReason::latency), 6u);
+  auto c = picks(pool, 10000, now);
+  EXPECT_LT(c[2], 1000u);
+  // Delay removed: back to its full weight within the documented bound:
+  // EWMA decay (20x: 2 intervals) + (1 - factor) / cut intervals.
+  double low = pool.snapshot()->factor(2);
+  int intervals = 0;
+  while (pool.snapshot()->factor(2) < 1.0 && intervals < 20) {
+    feed(pool, 0, 100, 10ms);
+    feed(pool, 1, 100, 10ms);
+    feed(pool, 2, 100, 10ms);
+    now += 1s;
+    pool.tick(now);
+    ++intervals;
+  }
+  EXPECT_LE(intervals, 3 + int(std::ceil((1 - low) / 0.25)));
+  EXPECT_EQ(pool.snapshot()->factor(2), 1.0);
+  EXPECT_EQ(pool.snapshot()->balancer().backend(2).balance_weight, 0u);
+  c = picks(pool, 3000, now);
+  EXPECT_NEAR(double(c[2]), 1000, 2);
+}
+
+TEST(PoolAdaptive, ErrorsCutToTheFloorNeverBelow) {
+  PoolConfig cfg = pool_config({2, 2});
+  cfg.adaptive = adaptive_options();
+  cfg.adaptive.cut = 0.5;
+  cfg.adaptive.min_weight_ratio = 0.2;
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  for (int k = 0; k < 10; ++k) {
+    feed(pool, 0, 100, 5ms);
+    feed(pool, 1, 100, 5ms, 30);
+    now += 1s;
+    auto events = pool.tick(now);
+    for (const auto& e : events) EXPECT_NE(e.to_string().find("error rate"), std::string::npos);
+    EXPECT_GE(pool.snapshot()->factor(1), 0.2);
+  }
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), 0.2);
+  EXPECT_EQ(pool.decisions(WeightReason::errors), 3u);  // 1 -> .5 -> .25 -> .2
+  EXPECT_EQ(pool.snapshot()->balancer().backend(1).balance_weight, 40u);
+  EXPECT_EQ(pool.snapshot()->balancer().backend(0).balance_weight, 200u);
+  EXPECT_NEAR(pool.snapshot()->display_effective_weight(1), 0.4, 1e-9);
+}
+
+// A backend slower in proportion to its (lower) weight: latency depends on its
+// load relative to its capacity, so at its weight share it is as fast as the
+// others. Its weight must settle (no cut, no oscillation).
+TEST(PoolAdaptive, ProportionallySlowerBackendIsNotPunished) {
+  PoolConfig cfg = pool_config({4, 2, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  const double capacity[] = {4, 2, 1};
+  std::vector<int> direction_changes(3, 0), last_direction(3, 0);
+  std::vector<double> last_factor(3, 1.0);
+  for (int k = 0; k < 40; ++k) {
+    auto c = picks(pool, 700, now);
+    for (uint32_t i = 0; i < 3; ++i) {
+      // Latency grows with load per unit of capacity; the small box is also 1.5x slower per request.
+      double load = double(c[i]) / 700.0 / (capacity[i] / 7.0);
+      double ms = 10.0 * (i == 2 ? 1.5 : 1.0) * (0.5 + 0.5 * load);
+      feed(pool, i, int(c[i]), milliseconds(int64_t(ms)));
+    }
+    now += 1s;
+    pool.tick(now);
+    for (uint32_t i = 0; i < 3; ++i) {
+      double f = pool.snapshot()->factor(i);
+      int dir = f > last_factor[i] ? 1 : f < last_factor[i] ? -1 : 0;
+      if (dir != 0 && last_direction[i] != 0 && dir != last_direction[i]) ++direction_changes[i];
+      if (dir != 0) last_direction[i] = dir;
+      last_factor[i] = f;
+    }
+  }
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(pool.snapshot()->factor(i), 1.0) << i;
+    EXPECT_LE(direction_changes[i], 1) << i;
+  }
+  EXPECT_EQ(pool.decisions(WeightReason::latency), 0u);
+}
+
+// A backend whose latency rises with its load (a box near saturation): the
+// controller cuts it and probes back up, but the recovery backoff makes the
+// probes rare (at most one per kMaxRecoverHold intervals) and it stays cut.
+TEST(PoolAdaptive, LoadDependentLatencySettles) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  std::vector<double> history;
+  for (int k = 0; k < 60; ++k) {
+    auto c = picks(pool, 900, now);
+    for (uint32_t i = 0; i < 3; ++i) {
+      double share = double(c[i]) / 900.0;
+      // C saturates above 25 % of the traffic: latency 10 ms below, up to 60 ms at 1/3.
+      double ms = i == 2 && share > 0.25 ? 10 + (share - 0.25) * 600 : 10;
+      feed(pool, i, int(c[i]), milliseconds(int64_t(ms)));
+    }
+    now += 1s;
+    pool.tick(now);
+    history.push_back(pool.snapshot()->factor(2));
+  }
+  // After settling (the second half): at most two upward probes, never back to full.
+  int probes = 0;
+  for (size_t k = 31; k < history.size(); ++k) {
+    if (history[k] > history[k - 1]) ++probes;
+    EXPECT_LT(history[k], 1.0);
+    EXPECT_GT(history[k], 0.4);
+  }
+  EXPECT_LE(probes, 2);
+}
+
+}  // namespace
+}  // namespace heft::upstream
