@@ -1,0 +1,76 @@
+// Blocking admin API client (Beast, synchronous).
+#include "cli/admin_client.h"
+
+#include <chrono>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "config/values.h"
+
+namespace heft::cli {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+void add_admin_options(CLI::App* command, AdminClientOptions& options) {
+  command->add_option("--address", options.address, "Admin API address HOST:PORT (default 127.0.0.1:2019)");
+  command->add_option("--token", options.token, "Bearer token, if the admin API requires one");
+}
+
+std::string AdminReply::error_message() const {
+  if (status == 0) return transport_error;
+  auto parsed = nlohmann::json::parse(body, nullptr, false);
+  if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_string())
+    return parsed["error"].get<std::string>();
+  return body.empty() ? "HTTP " + std::to_string(status) : body;
+}
+
+AdminReply admin_request(const AdminClientOptions& options, const std::string& method, const std::string& target,
+                         const std::string& body, const std::string& content_type, const std::string& if_match) {
+  AdminReply reply;
+  auto split = config::split_host_port(options.address, 2019);
+  if (!split.value) {
+    reply.transport_error = "bad --address \"" + options.address + "\": " + split.error;
+    return reply;
+  }
+  std::string host = split.value->host.empty() ? "127.0.0.1" : split.value->host;
+  try {
+    asio::io_context io;
+    asio::ip::tcp::resolver resolver(io);
+    beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::seconds(10));
+    stream.connect(resolver.resolve(host, std::to_string(split.value->port)));
+    http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+    req.set(http::field::host, config::join_host_port(host, split.value->port));
+    req.set(http::field::user_agent, "heft-cli");
+    if (!options.token.empty()) req.set(http::field::authorization, "Bearer " + options.token);
+    if (!if_match.empty()) req.set(http::field::if_match, if_match);
+    if (!body.empty()) req.set(http::field::content_type, content_type);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64u << 20);
+    http::read(stream, buffer, parser);
+    const auto& res = parser.get();
+    reply.status = res.result_int();
+    reply.body = res.body();
+    if (auto it = res.find(http::field::etag); it != res.end()) reply.etag = std::string(it->value());
+    beast::error_code ignored;
+    stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  } catch (const std::exception& e) {
+    reply.status = 0;
+    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.what();
+  }
+  return reply;
+}
+
+}  // namespace heft::cli

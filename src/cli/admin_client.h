@@ -1,0 +1,33 @@
+// A tiny blocking client for heft's admin API, for the CLI subcommands that
+// talk to a running heft (reload, stop, upstreams, weight).
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace heft::cli {
+
+struct AdminClientOptions {
+  std::string address = "127.0.0.1:2019";  // HOST:PORT of the admin API
+  std::string token;                       // sent as Authorization: Bearer when set
+};
+
+// Adds --address and --token to `command`.
+void add_admin_options(CLI::App* command, AdminClientOptions& options);
+
+struct AdminReply {
+  int status = 0;           // 0: no answer (see transport_error)
+  std::string body;
+  std::string etag;
+  std::string transport_error;
+  // The API's {"error": ...} message, else the body, else the transport error.
+  std::string error_message() const;
+};
+
+// One request (10 s timeout). `content_type` is sent when `body` is not empty.
+AdminReply admin_request(const AdminClientOptions& options, const std::string& method, const std::string& target,
+                         const std::string& body = "", const std::string& content_type = "application/json",
+                         const std::string& if_match = "");
+
+}  // namespace heft::cli

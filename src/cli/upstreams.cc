@@ -1,0 +1,56 @@
+// `heft upstreams`: the running heft's backends as a table (GET /reverse_proxy/upstreams).
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/admin_client.h"
+#include "cli/command.h"
+
+namespace heft::cli {
+namespace {
+
+struct UpstreamsOptions {
+  AdminClientOptions admin;
+  bool json = false;
+};
+
+int run_upstreams(const UpstreamsOptions& options) {
+  AdminReply reply = admin_request(options.admin, "GET", "/reverse_proxy/upstreams");
+  if (reply.status != 200) {
+    fmt::print(stderr, "heft: {}\n", reply.error_message());
+    return 1;
+  }
+  auto list = nlohmann::json::parse(reply.body, nullptr, false);
+  if (!list.is_array()) {
+    fmt::print(stderr, "heft: unexpected answer: {}\n", reply.body);
+    return 1;
+  }
+  if (options.json) {
+    fmt::print("{}\n", list.dump(2));
+    return 0;
+  }
+  fmt::print("{:<6} {:<28} {:>7} {:>9} {:>7} {:>8} {:>14} {:>6} {:>7}\n", "SERVER", "ADDRESS", "WEIGHT", "EFFECTIVE",
+             "ACTIVE", "HEALTHY", "REQUESTS", "FAILS", "SHARE");
+  for (const auto& u : list) {
+    fmt::print("{:<6} {:<28} {:>7} {:>9} {:>7} {:>8} {:>14} {:>6} {:>6.1f}%\n", u.value("server", ""),
+               u.value("address", ""), u.value("weight", 0u), u.value("effective_weight", 0u), u.value("active", 0u),
+               u.value("healthy", false) ? "yes" : "no", u.value("requests_total", uint64_t(0)), u.value("fails", 0u),
+               100.0 * u.value("share", 0.0));
+  }
+  return 0;
+}
+
+void setup(CLI::App& root) {
+  auto options = std::make_shared<UpstreamsOptions>();
+  CLI::App* command = root.add_subcommand("upstreams", "Show a running heft's backends: weights, load, health, share");
+  add_admin_options(command, options->admin);
+  command->add_flag("--json", options->json, "Print the API's JSON instead of a table");
+  command->callback([options] { set_exit_code(run_upstreams(*options)); });
+}
+
+const bool registered = add_command(14, &setup);
+
+}  // namespace
+}  // namespace heft::cli
