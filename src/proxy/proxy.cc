@@ -61,10 +61,19 @@ awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t po
 }
 
 awaitable<void> sweep_loop(Worker& worker) {
+  unsigned sweeps = 0;
   for (;;) {
     worker.ticker.expires_after(kSweepInterval);
     co_await worker.ticker.async_wait(as_tuple_awaitable);
-    sweep_timeouts(worker, Clock::now());
+    const auto now = Clock::now();
+    sweep_timeouts(worker, now);
+    // Worker 0 drives the pools' slow-start and adaptive weights (every 250 ms).
+    if (worker.index == 0 && ++sweeps % 5 == 0) {
+      auto table = worker.proxy.current();
+      for (const SiteRoute& site : table->sites)
+        for (const upstream::WeightEvent& event : site.pool->tick(now))
+          fmt::print(stderr, "heft: {}\n", event.to_string());
+    }
     if (worker.draining && worker.sessions.empty()) {
       worker.grace_timer.cancel();
       worker.idle.clear();
@@ -90,8 +99,17 @@ upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_
     b.fail_timeout = u.fail_timeout;
     b.backup = u.backup;
     b.down = u.down;
+    b.slow_start = u.slow_start.value_or(site.proxy.slow_start.value_or(std::chrono::milliseconds(0)));
     pool.backends.push_back(std::move(b));
   }
+  const config::AdaptiveConfig& a = site.proxy.adaptive;
+  pool.adaptive.enabled = a.enabled;
+  pool.adaptive.interval = a.interval;
+  pool.adaptive.latency_threshold = a.latency_threshold;
+  pool.adaptive.median_factor = a.median_factor;
+  pool.adaptive.error_threshold = a.error_threshold;
+  pool.adaptive.cut = a.cut;
+  pool.adaptive.min_weight_ratio = a.min_weight_ratio;
   return pool;
 }
 

@@ -204,10 +204,12 @@ bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
+// A request is at backend `index` (its active count, read by least_conn and p2c).
 struct ActiveGuard {
-  explicit ActiveGuard(std::atomic<uint32_t>& a) : active(a) { active.fetch_add(1, std::memory_order_relaxed); }
-  ~ActiveGuard() { active.fetch_sub(1, std::memory_order_relaxed); }
-  std::atomic<uint32_t>& active;
+  ActiveGuard(balance::Balancer& b, uint32_t i) : balancer(b), index(i) { balancer.begin_request(index); }
+  ~ActiveGuard() { balancer.end_request(index); }
+  balance::Balancer& balancer;
+  uint32_t index;
 };
 
 }  // namespace
@@ -501,9 +503,20 @@ awaitable<bool> Session::handle(RequestParser& parser) {
         tried.size() < snapshot->size();
     snapshot->state(i).requests_total.fetch_add(1, std::memory_order_relaxed);
     AttemptResult result;
+    const auto attempt_start = Clock::now();
     {
-      ActiveGuard active(snapshot->live(i).active);
+      ActiveGuard active(snapshot->balancer(), i);
       result = co_await attempt(*route, site, *snapshot, i, parser, !more_allowed, upgrade);
+    }
+    {
+      // Per-backend counters and adaptive weights: status as the client would see it.
+      int status = result.outcome == Outcome::timeout ? 504
+                   : result.outcome == Outcome::error || result.outcome == Outcome::broken ? 502
+                   : result.outcome == Outcome::bad_status ? static_cast<int>(result.status)
+                                                           : static_cast<int>(result.status ? result.status : 200);
+      bool ok = result.outcome == Outcome::done && !result.failed;
+      if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body)
+        snapshot->record_response(i, Clock::now() - attempt_start, status, ok);
     }
     upstream = nullptr;
     const std::string& name = snapshot->backend(i).name;
@@ -657,6 +670,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
         conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
       idle_list.push_back(std::move(conn));
     result.failed = result.outcome == Outcome::done && failure_status;
+    if (result.outcome == Outcome::done) result.status = status;
     co_return result;
   }
   co_return AttemptResult{Outcome::error};

@@ -1,0 +1,219 @@
+// Streaming with bounded memory, WebSocket tunnelling, reload and shutdown
+// through real `heft run` and `heft demo-backend` processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "process_util.h"
+
+namespace heft::test {
+namespace {
+
+std::string pool_file(uint16_t port, const std::vector<Backend>& backends, const std::vector<int>& weights,
+                      unsigned workers = 1) {
+  std::string to;
+  for (std::size_t i = 0; i < backends.size(); ++i)
+    to += fmt::format("\t\tto 127.0.0.1:{} weight {}\n", backends[i].port, weights[i]);
+  return fmt::format("{{\n\tworkers {}\n\tgrace_period 5s\n}}\n:{} {{\n\treverse_proxy {{\n{}\t}}\n}}\n", workers, port, to);
+}
+
+bool wait_for_log(const Process& p, const std::string& text, std::chrono::milliseconds timeout = 10s) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (p.log().find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+TEST(ProxyLifecycle, GigabyteDownloadAndUploadStayUnder64MiB) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}), port);
+
+  {  // Download: /bytes/1GiB, counted, not kept.
+    int fd = connect_to(port, 30s);
+    ASSERT_GE(fd, 0);
+    std::string req = fmt::format("GET /bytes/{} HTTP/1.1\r\nHost: x\r\n\r\n", kGiB);
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::vector<char> buf(1 << 20);
+    std::string head;
+    uint64_t body = 0;
+    bool in_body = false;
+    while (true) {
+      ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+      ASSERT_GT(n, 0) << "download cut at " << body;
+      if (!in_body) {
+        head.append(buf.data(), n);
+        auto end = head.find("\r\n\r\n");
+        if (end == std::string::npos) continue;
+        EXPECT_NE(head.find(fmt::format("Content-Length: {}", kGiB)), std::string::npos) << head;
+        body = head.size() - end - 4;
+        in_body = true;
+      } else {
+        body += static_cast<uint64_t>(n);
+      }
+      if (body >= kGiB) break;
+    }
+    EXPECT_EQ(body, kGiB);
+    ::close(fd);
+  }
+  {  // Upload: 1 GiB with a Content-Length to the sink.
+    int fd = connect_to(port, 30s);
+    ASSERT_GE(fd, 0);
+    std::string req = fmt::format("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", kGiB);
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::vector<char> buf(1 << 20, 'u');
+    for (uint64_t sent = 0; sent < kGiB;) {
+      ssize_t n = ::send(fd, buf.data(), std::min<uint64_t>(buf.size(), kGiB - sent), MSG_NOSIGNAL);
+      ASSERT_GT(n, 0) << "upload cut at " << sent;
+      sent += static_cast<uint64_t>(n);
+    }
+    char reply[4096];
+    ssize_t n = ::recv(fd, reply, sizeof reply, 0);
+    ASSERT_GT(n, 12);
+    EXPECT_EQ(std::string(reply, 12), "HTTP/1.1 200");
+    ::close(fd);
+  }
+  {  // Chunked echo of 64 MiB, read while writing (full duplex).
+    int fd = connect_to(port, 30s);
+    ASSERT_GE(fd, 0);
+    const uint64_t total = 64ull << 20;
+    std::string req = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::atomic<uint64_t> received{0};
+    std::thread reader([&] {
+      std::vector<char> buf(1 << 20);
+      for (;;) {
+        ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
+        if (n <= 0) break;
+        received += static_cast<uint64_t>(n);
+        if (received >= total) break;
+      }
+    });
+    std::string chunk = fmt::format("{:x}\r\n", 1 << 20) + std::string(1 << 20, 'e') + "\r\n";
+    for (uint64_t sent = 0; sent < total; sent += 1 << 20)
+      ASSERT_EQ(::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(chunk.size()));
+    ::send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL);
+    reader.join();
+    EXPECT_GE(received.load(), total);
+    ::close(fd);
+  }
+  const long hwm = vm_hwm_kib(heft.pid());
+  EXPECT_GT(hwm, 0);
+  EXPECT_LT(hwm, 64 * 1024) << "heft's peak RSS was " << hwm << " KiB";
+}
+
+TEST(ProxyLifecycle, WebSocketEchoThroughHeft) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}), port);
+  HttpClient c(port);
+  ASSERT_TRUE(c.send_raw("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                         "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+  Response r = c.read_response(true);
+  ASSERT_EQ(r.status, 101);
+  EXPECT_EQ(r.header("sec-websocket-accept"), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+  // A masked text frame "hello".
+  const std::string payload = "hello";
+  const unsigned char mask[4] = {1, 2, 3, 4};
+  std::string frame = {static_cast<char>(0x81), static_cast<char>(0x80 | payload.size())};
+  frame.append(reinterpret_cast<const char*>(mask), 4);
+  for (std::size_t i = 0; i < payload.size(); ++i) frame += static_cast<char>(payload[i] ^ mask[i % 4]);
+  ASSERT_TRUE(c.send_raw(frame));
+  char reply[64];
+  std::size_t got = 0;
+  while (got < 7) {
+    ssize_t n = ::recv(c.fd(), reply + got, sizeof reply - got, 0);
+    ASSERT_GT(n, 0);
+    got += static_cast<std::size_t>(n);
+  }
+  EXPECT_EQ(static_cast<unsigned char>(reply[0]), 0x81);
+  EXPECT_EQ(reply[1], 5);
+  EXPECT_EQ(std::string(reply + 2, 5), "hello");
+}
+
+TEST(ProxyLifecycle, SighupSwapsWeightsUnderLoadAndInvalidReloadKeepsOld) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  for (const char* n : {"a", "b", "c"}) backends.push_back(start_backend(dir, n));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {5, 3, 2}, 2), port);
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> ok{0}, errors{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&] {
+      HttpClient c(port);
+      while (!stop) {
+        Response r = c.get("/");
+        if (r.status == 200) ++ok;
+        else ++errors;
+      }
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  write_file(dir + "/Heftfile", pool_file(port, backends, {1, 1, 1}, 2));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(ok.load(), 100);
+
+  std::map<std::string, int> counts;
+  {
+    HttpClient c(port);
+    for (int i = 0; i < 300; ++i) counts[c.get("/").header("x-backend")]++;
+  }
+  for (const char* n : {"a", "b", "c"}) EXPECT_NEAR(counts[n], 100, 2) << n;
+
+  // An invalid file: the old configuration (1:1:1) stays.
+  write_file(dir + "/Heftfile", ":" + std::to_string(port) + " {\n\treverse_proxy {\n\t\tto 127.0.0.1:1 weight lots\n\t}\n}\n");
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "keeping the old configuration"));
+  counts.clear();
+  HttpClient c(port);
+  for (int i = 0; i < 300; ++i) {
+    Response r = c.get("/");
+    EXPECT_EQ(r.status, 200);
+    counts[r.header("x-backend")]++;
+  }
+  for (const char* n : {"a", "b", "c"}) EXPECT_NEAR(counts[n], 100, 2) << n;
+}
+
+TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a", {"--delay", "500ms"}));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}), port);
+  Response slow;
+  std::thread t([&] {
+    HttpClient c(port);
+    slow = c.get("/");
+  });
+  std::this_thread::sleep_for(150ms);
+  heft.signal(SIGTERM);
+  t.join();
+  EXPECT_EQ(slow.status, 200);
+  EXPECT_EQ(heft.wait(5s), std::optional<int>(0));
+  EXPECT_FALSE(wait_for_port(port, 200ms));
+}
+
+}  // namespace
+}  // namespace heft::test

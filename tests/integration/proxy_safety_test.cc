@@ -1,0 +1,190 @@
+// Request smuggling defences, limits and upstream failures through real processes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "process_util.h"
+
+namespace heft::test {
+namespace {
+
+std::string one_pool(uint16_t port, const std::vector<Backend>& backends, const std::string& per_backend,
+                     const std::string& pool_extra = "", const std::string& global = "workers 1") {
+  std::string to;
+  for (const auto& b : backends) to += fmt::format("\t\tto 127.0.0.1:{} {}\n", b.port, per_backend);
+  return fmt::format("{{\n\t{}\n}}\n:{} {{\n\treverse_proxy {{\n{}{}\t}}\n}}\n", global, port, to, pool_extra);
+}
+
+long request_count(uint16_t port) {
+  HttpClient c(port);
+  Response r = c.get("/", "Connection: close\r\n");
+  return r.status == 200 ? std::stol(r.header("x-request-count")) : -1;
+}
+
+TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1"), port);
+  const long before = request_count(port);
+  ASSERT_GT(before, 0);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"CL+TE", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"TE+CL", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n"},
+      {"differing CL", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"},
+      {"CL list", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\nhello"},
+      {"CL sign", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello"},
+      {"CL hex", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0x5\r\n\r\nhello"},
+      {"CL empty", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: \r\n\r\n"},
+      {"TE gzip,chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+      {"TE chunked,identity", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n"},
+      {"TE xchunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n"},
+      {"TE twice", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"TE on 1.0", "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"TE space colon", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n"},
+      {"CL space colon", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello"},
+      {"TE tab name", "POST / HTTP/1.1\r\nHost: x\r\n\tTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+      {"obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n"},
+      {"bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
+      {"negative chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n"},
+      {"huge chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhi\r\n"},
+      {"chunk no CRLF", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"},
+      {"ctl in value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n")},
+      {"DEL in value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x7fz\r\n\r\n")},
+      {"NUL in value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\0z\r\n\r\n", 41)},
+      {"ctl in name", std::string("GET / HTTP/1.1\r\nHost: x\r\nX\x02" "A: 1\r\n\r\n")},
+      {"bare CR", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n"},
+      {"bare LF", "GET / HTTP/1.1\nHost: x\n\n"},
+      {"no host", "GET / HTTP/1.1\r\n\r\n"},
+      {"two hosts", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"},
+      {"bad request line", "GET  / HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"bad version", "GET / HTTP/9.1\r\nHost: x\r\n\r\n"},
+  };
+  for (const auto& [name, raw] : cases) {
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    ASSERT_TRUE(c.connect());
+    c.send_raw(raw);
+    Response r = c.read_response();
+    EXPECT_EQ(r.status, 400) << name;
+    EXPECT_EQ(r.header("connection"), "close") << name;
+    EXPECT_EQ(c.read_all(), "") << name << ": the connection must be closed after the 400";
+  }
+  // Limits.
+  {
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    Response r = c.get("/" + std::string(9000, 'a'));
+    EXPECT_EQ(r.status, 414);
+  }
+  {
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    std::string headers;
+    for (int i = 0; i < 40; ++i) headers += fmt::format("X-Big-{}: {}\r\n", i, std::string(1000, 'b'));
+    Response r = c.get("/", headers);
+    EXPECT_EQ(r.status, 431);
+  }
+  EXPECT_EQ(request_count(port), before + 1) << "a rejected request reached the backend";
+  // A well-formed chunked request still works, and Expect: 100-continue is answered.
+  {
+    HttpClient c(port);
+    Response r = c.request("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "hello world");
+    ASSERT_TRUE(c.send_raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"));
+    Response cont = c.read_response();
+    EXPECT_EQ(cont.status, 100);
+    c.send_raw("howdy");
+    Response echoed = c.read_response();
+    EXPECT_EQ(echoed.status, 200);
+    EXPECT_EQ(echoed.body, "howdy");
+  }
+}
+
+TEST(ProxySafety, UpstreamErrors502_503_504) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "slow", {"--delay", "2s"}));
+  uint16_t port = free_port(), port2 = free_port(), port3 = free_port();
+  uint16_t dead = free_port();  // nothing listens there
+  std::string file = fmt::format(
+      "{{\n\tworkers 1\n}}\n"
+      ":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{}\n\t\tread_timeout 200ms\n\t}}\n}}\n"
+      ":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{}\n\t}}\n}}\n"
+      ":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} down\n\t}}\n}}\n",
+      port, backends[0].port, port2, dead, port3, backends[0].port);
+  Process heft = start_heft(dir, file, port);
+  ASSERT_TRUE(wait_for_port(port2));
+  ASSERT_TRUE(wait_for_port(port3));
+  HttpClient timeout_client(port);
+  EXPECT_EQ(timeout_client.get("/").status, 504);
+  HttpClient error_client(port2);
+  EXPECT_EQ(error_client.get("/").status, 502);
+  EXPECT_EQ(error_client.get("/").status, 502);  // keep-alive after a 502
+  HttpClient none_client(port3);
+  EXPECT_EQ(none_client.get("/").status, 503);
+}
+
+TEST(ProxySafety, KilledBackendUnderLoadCausesNoClientErrors) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  for (const char* n : {"a", "b", "c"}) backends.push_back(start_backend(dir, n, {"--threads", "1"}));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1 max_fails 1 fail_timeout 30s", "",
+                                          "workers 2"),
+                            port);
+  std::atomic<bool> stop{false};
+  std::atomic<long> ok{0}, errors{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 64; ++i) {
+    clients.emplace_back([&] {
+      HttpClient c(port);
+      while (!stop) {
+        Response r = c.get("/");
+        if (r.status == 200) ++ok;
+        else ++errors;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  backends[1].process.kill_now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(ok.load(), 500);
+  // Skipped after max_fails: no further attempts at b (no new failure lines).
+  const std::size_t log_size = heft.log().size();
+  HttpClient c(port);
+  for (int i = 0; i < 100; ++i) {
+    Response r = c.get("/");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.header("x-backend"), "b");
+  }
+  EXPECT_EQ(heft.log().size(), log_size) << heft.log().substr(log_size);
+}
+
+TEST(ProxySafety, PostIsNotRetriedButGetIs) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  backends.push_back(start_backend(dir, "b"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1 max_fails 0"), port);
+  backends[0].process.kill_now();
+  HttpClient c(port);
+  int post_errors = 0;
+  for (int i = 0; i < 10; ++i) {
+    Response post = c.request("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    if (post.status == 502) ++post_errors;
+    else EXPECT_EQ(post.status, 200);
+  }
+  EXPECT_EQ(post_errors, 5);  // every other POST went to the dead backend: not retried
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(c.get("/").status, 200) << i;  // GETs are
+}
+
+}  // namespace
+}  // namespace heft::test
