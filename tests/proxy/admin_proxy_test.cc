@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <map>
@@ -230,6 +231,50 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   EXPECT_EQ(saved["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]["upstreams"][1]
                  ["weight"],
             5);
+}
+
+// Runs `heft ARGS... --address ADMIN` to its end; exit code, output in `out`.
+int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
+  std::vector<std::string> argv{HEFT_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--address");
+  argv.push_back(fmt::format("127.0.0.1:{}", stack.admin_port));
+  test::Process p(argv, stack.dir + "/cmd.log");
+  auto code = p.wait(std::chrono::seconds(30));
+  out = test::read_file(stack.dir + "/cmd.log");
+  return code.value_or(-1);
+}
+
+TEST(AdminProxy, ControlCommands) {
+  if (::access(HEFT_BINARY, X_OK) != 0) GTEST_SKIP() << "no heft binary built";
+  Stack stack("weight 1|weight 1");
+  ASSERT_TRUE(stack.admin);
+  std::string out;
+  ASSERT_EQ(heft_command(stack, {"weight", "0", stack.dial(1), "3"}, out), 0) << out;
+  auto counts = stack.measure(400);
+  EXPECT_NEAR(counts["v2"], 300, 2);  // smooth WRR carries its current weights across the change
+  EXPECT_EQ(heft_command(stack, {"weight", "0", "127.0.0.1:1", "3"}, out), 1);
+  EXPECT_NE(out.find("no upstream"), std::string::npos) << out;
+
+  ASSERT_EQ(heft_command(stack, {"upstreams"}, out), 0) << out;
+  EXPECT_NE(out.find(stack.dial(1)), std::string::npos) << out;
+  EXPECT_NE(out.find("SHARE"), std::string::npos) << out;
+  EXPECT_TRUE(out.find("74.") != std::string::npos || out.find("75.") != std::string::npos) << out;
+
+  // A configuration valid on its own that the API refuses: the reason is printed, exit 1.
+  std::string heftfile = fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
+                                     test::free_port(), stack.port, stack.backends[0]->port());
+  test::write_file(stack.dir + "/Heftfile", heftfile);
+  EXPECT_EQ(heft_command(stack, {"reload", "--config", stack.dir + "/Heftfile"}, out), 1);
+  EXPECT_NE(out.find("admin.listen"), std::string::npos) << out;
+  heftfile = fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
+                         stack.admin_port, stack.port, stack.backends[0]->port());
+  test::write_file(stack.dir + "/Heftfile", heftfile);
+  ASSERT_EQ(heft_command(stack, {"reload", "--config", stack.dir + "/Heftfile"}, out), 0) << out;
+  EXPECT_EQ(stack.measure(50)["v1"], 50);
+
+  ASSERT_EQ(heft_command(stack, {"stop"}, out), 0) << out;
+  stack.proxy->wait();  // POST /stop shut the proxy down
 }
 
 }  // namespace
