@@ -57,6 +57,7 @@ struct UpstreamConnection {
   explicit UpstreamConnection(asio::io_context& io) : socket(io) {}
   tcp::socket socket;
   boost::beast::flat_buffer buffer;
+  std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
 };
 using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 

@@ -204,6 +204,11 @@ bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
+void park(IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
+  conn->idle_since = Clock::now();
+  list.push_back(std::move(conn));
+}
+
 // A request is at backend `index` (its active count, read by least_conn and p2c).
 struct ActiveGuard {
   ActiveGuard(balance::Balancer& b, uint32_t i) : balancer(b), index(i) { balancer.begin_request(index); }
@@ -564,10 +569,13 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
   const bool replayable = parser.is_done();
   for (int fresh = 0; fresh < 2; ++fresh) {
     std::unique_ptr<UpstreamConnection> conn;
-    // A pooled connection the backend closed meanwhile is readable (EOF): skip it.
+    // A pooled connection the backend closed meanwhile is readable (EOF): skip
+    // it. Checked (one syscall) only after a quiet second: backends close idle
+    // connections after seconds, and a stale one is replayed anyway.
     while (fresh == 0 && !conn && !idle_list.empty()) {
       conn = std::move(idle_list.back());
       idle_list.pop_back();
+      if (Clock::now() - conn->idle_since < std::chrono::seconds(1)) break;
       char probe;
       ssize_t n = ::recv(conn->socket.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
       if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) conn.reset();
@@ -633,7 +641,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
         result.keep_alive = result.keep_alive && parser.is_done();
         if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&
             conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
-          idle_list.push_back(std::move(conn));
+          park(idle_list, std::move(conn));
       }
       co_return result;
     }
@@ -668,7 +676,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
     if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
         conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
-      idle_list.push_back(std::move(conn));
+      park(idle_list, std::move(conn));
     result.failed = result.outcome == Outcome::done && failure_status;
     if (result.outcome == Outcome::done) result.status = status;
     co_return result;
