@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <thread>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/heftfile.h"
+#include "config/json.h"
 #include "integration/process_util.h"
 #include "proxy/demo_backend.h"
 #include "proxy/proxy.h"
@@ -40,7 +42,7 @@ struct Stack {
   std::string dir = test::make_temp_dir();
 
   explicit Stack(const std::string& weights = "weight 100|weight 0") {
-    for (const char* name : {"v1", "v2"}) {
+    for (const char* name : {"v1", "v2", "v3"}) {  // v3 is not configured: tests add it
       proxy::DemoBackendOptions o;
       o.name = name;
       o.body_bytes = 16;
@@ -231,6 +233,47 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   EXPECT_EQ(saved["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]["upstreams"][1]
                  ["weight"],
             5);
+}
+
+TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
+  Stack stack("weight 1|weight 1");
+  ASSERT_TRUE(stack.admin);
+  std::atomic<bool> writing{true};
+  std::atomic<int> failed{0}, served{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c)
+    clients.emplace_back([&] {
+      HttpClient client(stack.port);
+      while (writing) {
+        Response r = client.get("/");
+        if (r.status == 200) ++served;
+        else ++failed;
+      }
+    });
+  int torn = 0;
+  for (int i = 0; i < 200; ++i) {
+    Response r;
+    if (i % 4 == 1) {  // add a third upstream ...
+      r = stack.admin_call("POST", kUpstreams, fmt::format(R"({{"dial":"{}","weight":2}})", stack.dial(2)));
+      EXPECT_EQ(r.status, 200) << r.body;
+    } else if (i % 4 == 2) {  // ... and remove it again
+      r = stack.admin_call("DELETE", std::string(kUpstreams) + "/2");
+      EXPECT_EQ(r.status, 200) << r.body;
+    } else if (i % 4 == 3) {
+      r = stack.admin_call("POST", kUpstreams, fmt::format(R"({{"dial":"{}","weight":1}})", stack.dial(i % 2)));
+      EXPECT_EQ(r.status, 400) << "a duplicate dial is refused: " << r.body;
+    } else {
+      r = stack.admin_call("PATCH", std::string(kUpstreams) + fmt::format("/{}/weight", i / 4 % 2), std::to_string(1 + i % 7));
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+    Response get = stack.admin_call("GET", "/config/");
+    if (!config::from_json(json::parse(get.body, nullptr, false)).ok()) ++torn;
+  }
+  writing = false;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(torn, 0);
+  EXPECT_EQ(failed, 0);
+  EXPECT_GT(served, 200);
 }
 
 // Runs `heft ARGS... --address ADMIN` to its end; exit code, output in `out`.
