@@ -70,11 +70,24 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
                      {"num_requests", active},
                      {"fails", fails},
                      {"weight", snapshot->backend(i).weight},
-                     {"effective_weight", snapshot->balancer().effective_weight(i)},
+                     {"effective_weight", snapshot->display_effective_weight(i)},
                      {"active", active},
                      {"healthy", snapshot->available(i)},
                      {"requests_total", state.requests_total.load(std::memory_order_relaxed)},
                      {"share", recent_sum ? double(recent[i]) / double(recent_sum) : 0.0}});
+      // Dynamic weights, active health and response counters (docs/health.md, docs/rollout.md).
+      json& entry = out.back();
+      entry["weight_factor"] = snapshot->factor(i);
+      entry["active_healthy"] = state.healthy.load(std::memory_order_relaxed);
+      entry["health_changes_total"] = state.health_changes_total.load(std::memory_order_relaxed);
+      entry["responses_total"] = state.responses_total.load(std::memory_order_relaxed);
+      entry["responses_5xx_total"] = state.responses_5xx_total.load(std::memory_order_relaxed);
+      json buckets = json::array();
+      for (size_t b = 0; b < upstream::kLatencyBuckets; ++b) {
+        json le = b < std::size(upstream::kLatencyBucketsMs) ? json(upstream::kLatencyBucketsMs[b]) : json("+Inf");
+        buckets.push_back({le, state.latency_buckets[b].load(std::memory_order_relaxed)});
+      }
+      entry["latency_ms_buckets"] = std::move(buckets);
     }
   }
   return out;
@@ -88,10 +101,23 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
     auto pool = proxy.pool(site);
     if (!pool) continue;
     auto snapshot = pool->snapshot();
-    for (uint32_t i = 0; i < snapshot->size(); ++i)
-      gauges.push_back({servers[site], snapshot->backend(i).name, snapshot->live(i).active.load(),
-                        snapshot->backend(i).weight, double(snapshot->balancer().effective_weight(i)),
-                        snapshot->available(i)});
+    for (uint32_t i = 0; i < snapshot->size(); ++i) {
+      observe::UpstreamGauge g;
+      g.server = servers[site];
+      g.upstream = snapshot->backend(i).name;
+      g.active = snapshot->live(i).active.load();
+      g.weight = snapshot->backend(i).weight;
+      g.effective_weight = snapshot->display_effective_weight(i);
+      g.healthy = snapshot->available(i);
+      g.weight_factor = snapshot->factor(i);
+      g.health_changes = snapshot->state(i).health_changes_total.load(std::memory_order_relaxed);
+      if (i == 0)
+        for (int r = 0; r < upstream::kWeightReasons; ++r) {
+          auto reason = static_cast<upstream::WeightReason>(r);
+          g.pool_decisions.emplace_back(std::string(upstream::reason_name(reason)), pool->decisions(reason));
+        }
+      gauges.push_back(std::move(g));
+    }
   }
   return gauges;
 }

@@ -274,6 +274,18 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.effective_weight; });
   gauge("heft_upstream_healthy", "1 if the backend may receive requests, else 0.",
         [](const UpstreamGauge& g) { return g.healthy ? 1.0 : 0.0; });
+  gauge("heft_upstream_weight_factor", "Slow-start x adaptive factor of a backend's weight (0..1).",
+        [](const UpstreamGauge& g) { return g.weight_factor; });
+  header(out, "heft_upstream_health_changes_total", "counter", "Active health check state changes of a backend.");
+  for (const UpstreamGauge& g : gauges)
+    out += fmt::format("heft_upstream_health_changes_total{{server=\"{}\",upstream=\"{}\"}} {}\n", escape(g.server),
+                       escape(g.upstream), g.health_changes);
+  header(out, "heft_upstream_weight_decisions_total", "counter",
+         "Slow-start and adaptive weight decisions of a pool, by reason.");
+  for (const UpstreamGauge& g : gauges)
+    for (const auto& [reason, count] : g.pool_decisions)
+      out += fmt::format("heft_upstream_weight_decisions_total{{server=\"{}\",reason=\"{}\"}} {}\n", escape(g.server),
+                         escape(reason), count);
 
   header(out, "heft_connections_active", "gauge", "Client connections open.");
   out += fmt::format("heft_connections_active {}\n", registry().connections.load(std::memory_order_relaxed));

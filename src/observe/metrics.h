@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "config/model.h"
@@ -49,6 +50,12 @@ struct UpstreamGauge {
   uint32_t weight = 0;
   double effective_weight = 0;
   bool healthy = true;
+  // Dynamic weights and active health checks (health.md).
+  double weight_factor = 1;        // slow start x adaptive, 0..1
+  uint64_t health_changes = 0;     // active-check transitions so far
+  // Weight decisions of the backend's pool by reason (only on the pool's
+  // first backend, so the counters are not repeated): reason -> count.
+  std::vector<std::pair<std::string, uint64_t>> pool_decisions;
 };
 
 // The whole exposition (text format 0.0.4): recorded metrics, `gauges`, the

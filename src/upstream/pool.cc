@@ -8,6 +8,20 @@ namespace heft::upstream {
 namespace {
 int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
 
+// With slow start, a returning backend is made available by the next
+// Pool::tick, in a snapshot that already balances it at the ramp's floor (the
+// current snapshot was built with its old factor and would flood it).
+bool defers_return(const BackendConfig& b, BackendState& s, TimePoint now) {
+  s.returned_at.store(ticks(now), std::memory_order_relaxed);
+  if (b.slow_start.count() <= 0) {
+    s.returned.store(true, std::memory_order_release);
+    return false;
+  }
+  s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
+  s.returned.store(true, std::memory_order_release);
+  return true;
+}
+
 // Balance weights: plain weights while every factor is 1, else every backend
 // on the common kWeightResolution scale (see weights.h).
 std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::vector<double>& factors) {
@@ -86,9 +100,7 @@ void PoolSnapshot::return_expired(TimePoint now) const {
       if (s.out_until <= now) {
         s.out = false;
         s.trial = true;
-        returned = true;
-        s.returned_at.store(ticks(now), std::memory_order_relaxed);
-        s.returned.store(true, std::memory_order_release);
+        returned = !defers_return(config_.backends[i], s, now);
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
       }
@@ -149,15 +161,15 @@ void PoolSnapshot::set_healthy(uint32_t i, bool healthy) const {
 
 void PoolSnapshot::set_healthy(uint32_t i, bool healthy, TimePoint now) const {
   BackendState& s = *states_[i];
+  bool deferred = false;
   if (s.healthy.exchange(healthy, std::memory_order_relaxed) != healthy) {
     s.health_changes_total.fetch_add(1, std::memory_order_relaxed);
-    if (healthy) {
-      s.returned_at.store(ticks(now), std::memory_order_relaxed);
-      s.returned.store(true, std::memory_order_release);
-    }
+    if (healthy) deferred = defers_return(config_.backends[i], s, now);
   }
-  refresh_availability(i);
+  if (!deferred) refresh_availability(i);
 }
+
+
 
 bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
   BackendState& s = *states_[i];
@@ -168,9 +180,7 @@ bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
     s.trial = false;
     s.fails = 0;
   }
-  s.returned_at.store(ticks(now), std::memory_order_relaxed);
-  s.returned.store(true, std::memory_order_release);
-  refresh_availability(i);
+  if (!defers_return(config_.backends[i], s, now)) refresh_availability(i);
   return true;
 }
 
@@ -190,7 +200,7 @@ void PoolSnapshot::record_response(uint32_t i, std::chrono::nanoseconds duration
   s.latency_buckets[bucket].fetch_add(1, std::memory_order_relaxed);
   if (!config_.adaptive.enabled) return;
   s.interval_count.fetch_add(1, std::memory_order_relaxed);
-  if (!ok) s.interval_errors.fetch_add(1, std::memory_order_relaxed);
+  if (!ok || status >= 500) s.interval_errors.fetch_add(1, std::memory_order_relaxed);  // 5xx always counts
   s.interval_latency_us.fetch_add(us, std::memory_order_relaxed);
 }
 
@@ -243,6 +253,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   };
 
   // Slow start.
+  bool ramp_started = false;
   for (uint32_t i = 0; i < n; ++i) {
     BackendState& s = snap->state(i);
     const milliseconds window = config.backends[i].slow_start;
@@ -251,6 +262,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       s.ramp_start = at ? TimePoint(TimePoint::duration(at)) : now;
       if (s.ramp_start > now) s.ramp_start = now;
       s.ramping = true;
+      ramp_started = true;
       s.ramp = slow_start_factor(now - s.ramp_start, window);
       note(i, WeightReason::slow_start, s.ramp * s.adaptive, fmt::format("back in service, ramping over {}ms", window.count()));
     } else if (s.ramping) {
@@ -317,8 +329,9 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     }
   }
 
-  // Publish when a balance weight changed.
-  bool changed = false;
+  // Publish when a balance weight changed (or a returning backend waits for
+  // the snapshot that makes it available; see defers_return).
+  bool changed = ramp_started;
   for (uint32_t i = 0; i < n; ++i) {
     BackendState& s = snap->state(i);
     double f = std::clamp(s.ramp * s.adaptive, 0.0, 1.0);
@@ -332,7 +345,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     bool same = true;
     for (uint32_t i = 0; i < n; ++i)
       if (specs[i].balance_weight != snap->balancer().backend(i).balance_weight) same = false;
-    if (!same) republish();
+    if (!same || ramp_started) republish();
   }
   return events;
 }

@@ -92,7 +92,7 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
 }
 
 std::string WeightEvent::to_string() const {
-  return fmt::format("heft: pool {} backend {}: weight factor {:.2f} -> {:.2f} ({}{}{})", pool, backend,
+  return fmt::format("pool {} backend {}: weight factor {:.2f} -> {:.2f} ({}{}{})", pool, backend,
                      factor_before, factor_after, reason_name(reason), detail.empty() ? "" : ": ", detail);
 }
 

@@ -81,8 +81,10 @@ TEST(PoolSlowStart, ReturningBackendRampsLinearlyThenFullShare) {
   EXPECT_FALSE(pool.snapshot()->available(1));
   const TimePoint back = t0 + 1s;
   picks(pool, 1, back);  // the pick that returns it
-  EXPECT_TRUE(pool.snapshot()->available(1));
+  // With slow start it becomes available in the next tick's snapshot (at the floor).
+  EXPECT_FALSE(pool.snapshot()->available(1));
   auto events = pool.tick(back);
+  EXPECT_TRUE(pool.snapshot()->available(1));
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].reason, WeightReason::slow_start);
   EXPECT_EQ(pool.decisions(WeightReason::slow_start), 1u);

@@ -1,0 +1,414 @@
+// `heft rollout`: a canary (or blue-green) rollout driven through the admin
+// API and judged from heft's own per-upstream counters (docs/rollout.md).
+//
+//   heft rollout --site SITE --stable A --canary B --stages 95:5,80:20,50:50,0:100
+//                --hold 5m --max-error-rate 1% --min-requests 200 [--max-p99 300ms]
+//                [--dry-run] [--rollback-on-abort] [--address HOST:PORT] [--token T]
+//
+// Each stage PATCHes the site's whole `upstreams` array (both weights change in
+// one transaction), then watches GET /reverse_proxy/upstreams once a second:
+// the canary's requests, 5xx responses and p99 (from the per-backend response
+// time histogram) since the stage began. A breach at any poll rolls back to
+// stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back, 2 bad arguments
+// or nothing to roll out against, 130 interrupted (state reported).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/admin_client.h"
+#include "cli/command.h"
+#include "config/values.h"
+
+namespace heft::cli {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+struct Stage {
+  uint32_t stable = 0;
+  uint32_t canary = 0;
+};
+
+struct RolloutOptions {
+  std::string site, stable, canary, stages_text = "95:5,80:20,50:50,0:100", hold_text = "5m";
+  std::string max_error_rate_text = "1%", max_p99_text, poll_text = "1s";
+  uint64_t min_requests = 200;
+  bool dry_run = false, rollback_on_abort = false;
+  AdminClientOptions admin;
+  // Parsed:
+  std::vector<Stage> stages;
+  milliseconds hold{0}, poll{1000};
+  double max_error_rate = 0.01;
+  std::optional<milliseconds> max_p99;
+};
+
+void parse(RolloutOptions& o) {
+  if (o.site.empty()) throw BadArguments("rollout: --site is required");
+  if (o.stable.empty() || o.canary.empty()) throw BadArguments("rollout: --stable and --canary are required");
+  if (o.stable == o.canary) throw BadArguments("rollout: --stable and --canary must differ");
+  size_t start = 0;
+  while (start <= o.stages_text.size()) {
+    size_t comma = o.stages_text.find(',', start);
+    std::string item = o.stages_text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto colon = item.find(':');
+    auto a = colon == std::string::npos ? std::nullopt : config::parse_uint(item.substr(0, colon), 1'000'000);
+    auto b = colon == std::string::npos ? std::nullopt : config::parse_uint(item.substr(colon + 1), 1'000'000);
+    if (!a || !b || *a + *b == 0)
+      throw BadArguments(fmt::format("rollout: bad stage \"{}\" in --stages (want STABLE:CANARY weights, e.g. 95:5)", item));
+    o.stages.push_back({uint32_t(*a), uint32_t(*b)});
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  auto hold = config::parse_duration(o.hold_text);
+  if (!hold || hold->count() <= 0) throw BadArguments(fmt::format("rollout: bad --hold \"{}\" (e.g. 5m)", o.hold_text));
+  o.hold = *hold;
+  auto poll = config::parse_duration(o.poll_text);
+  if (!poll || poll->count() <= 0) throw BadArguments(fmt::format("rollout: bad --poll \"{}\"", o.poll_text));
+  o.poll = *poll;
+  auto rate = config::parse_fraction(o.max_error_rate_text);
+  if (!rate || *rate < 0 || *rate > 1)
+    throw BadArguments(fmt::format("rollout: bad --max-error-rate \"{}\" (e.g. 1% or 0.01)", o.max_error_rate_text));
+  o.max_error_rate = *rate;
+  if (!o.max_p99_text.empty()) {
+    auto p99 = config::parse_duration(o.max_p99_text);
+    if (!p99 || p99->count() <= 0) throw BadArguments(fmt::format("rollout: bad --max-p99 \"{}\" (e.g. 300ms)", o.max_p99_text));
+    o.max_p99 = *p99;
+  }
+}
+
+// Where the site's upstreams live in the config tree.
+struct Target {
+  std::string path;  // /config/.../upstreams
+  json upstreams;    // the array as it is now
+  size_t stable = 0, canary = 0;
+  size_t site_index = 0;
+};
+
+// SITE: a host of the site, ":PORT" (a site answering any host on that port), or its index.
+std::optional<Target> find_target(const json& config, const RolloutOptions& o, std::string& why) {
+  const json* servers = nullptr;
+  try {
+    servers = &config.at("apps").at("http").at("servers");
+  } catch (const json::exception&) {
+    why = "the configuration has no servers";
+    return std::nullopt;
+  }
+  const bool numeric = o.site.find_first_not_of("0123456789") == std::string::npos;
+  const bool by_port = !o.site.empty() && o.site[0] == ':';
+  size_t site_index = 0;
+  for (size_t s = 0; servers->contains(fmt::format("srv{}", s)); ++s) {
+    const json& server = (*servers)[fmt::format("srv{}", s)];
+    bool port_matches = false;
+    if (by_port)
+      for (const json& l : server.value("listen", json::array()))
+        if (l.is_string() && l.get<std::string>().ends_with(o.site)) port_matches = true;
+    const json& routes = server.value("routes", json::array());
+    for (size_t r = 0; r < routes.size(); ++r, ++site_index) {
+      const json& route = routes[r];
+      bool match = numeric && std::stoul(o.site) == site_index;
+      json hosts = json::array();
+      for (const json& m : route.value("match", json::array()))
+        for (const json& h : m.value("host", json::array())) hosts.push_back(h);
+      if (by_port && port_matches && (hosts.empty() || routes.size() == 1)) match = true;
+      for (const json& h : hosts)
+        if (h.is_string() && h.get<std::string>() == o.site) match = true;
+      if (!match) continue;
+      Target t;
+      t.site_index = site_index;
+      t.path = fmt::format("/config/apps/http/servers/srv{}/routes/{}/handle/0/routes/0/handle/0/upstreams", s, r);
+      try {
+        t.upstreams = route.at("handle").at(0).at("routes").at(0).at("handle").at(0).at("upstreams");
+      } catch (const json::exception&) {
+        why = "site " + o.site + " has no reverse_proxy upstreams";
+        return std::nullopt;
+      }
+      bool found_stable = false, found_canary = false;
+      for (size_t u = 0; u < t.upstreams.size(); ++u) {
+        std::string dial = t.upstreams[u].value("dial", "");
+        if (dial == o.stable) t.stable = u, found_stable = true;
+        if (dial == o.canary) t.canary = u, found_canary = true;
+      }
+      if (!found_stable || !found_canary) {
+        why = fmt::format("site {} has no upstream {}", o.site, found_stable ? o.canary : o.stable);
+        return std::nullopt;
+      }
+      return t;
+    }
+  }
+  why = fmt::format("no site {} (give a host, :PORT or the site's index)", o.site);
+  return std::nullopt;
+}
+
+// One backend's counters as /reverse_proxy/upstreams shows them.
+struct Counters {
+  uint64_t requests = 0, errors = 0;
+  std::vector<std::pair<double, uint64_t>> buckets;  // (upper bound ms, count), last = +Inf
+};
+
+std::optional<Counters> read_counters(const json& list, size_t site, const std::string& address) {
+  for (const json& u : list) {
+    if (u.value("site", size_t(-1)) != site || u.value("address", "") != address) continue;
+    Counters c;
+    c.requests = u.value("responses_total", u.value("requests_total", uint64_t(0)));
+    c.errors = u.value("responses_5xx_total", uint64_t(0));
+    for (const json& b : u.value("latency_ms_buckets", json::array())) {
+      double le = b.at(0).is_number() ? b.at(0).get<double>() : 1e300;
+      c.buckets.emplace_back(le, b.at(1).get<uint64_t>());
+    }
+    return c;
+  }
+  return std::nullopt;
+}
+
+struct Window {
+  uint64_t requests = 0, errors = 0;
+  std::optional<double> p99_ms;  // upper bound of the p99 bucket; nullopt with no data
+  double error_rate() const { return requests ? double(errors) / double(requests) : 0.0; }
+};
+
+Window delta(const Counters& now, const Counters& then) {
+  Window w;
+  w.requests = now.requests >= then.requests ? now.requests - then.requests : now.requests;
+  w.errors = now.errors >= then.errors ? now.errors - then.errors : now.errors;
+  uint64_t total = 0;
+  std::vector<uint64_t> d(now.buckets.size());
+  for (size_t i = 0; i < now.buckets.size(); ++i) {
+    uint64_t before = i < then.buckets.size() ? then.buckets[i].second : 0;
+    d[i] = now.buckets[i].second >= before ? now.buckets[i].second - before : now.buckets[i].second;
+    total += d[i];
+  }
+  if (total) {
+    uint64_t need = (total * 99 + 99) / 100, seen = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      seen += d[i];
+      if (seen >= need) {
+        w.p99_ms = now.buckets[i].first;
+        break;
+      }
+    }
+  }
+  return w;
+}
+
+std::string describe(const Window& w) {
+  std::string p99 = !w.p99_ms ? "-" : *w.p99_ms > 1e299 ? "> 30s" : fmt::format("<= {}ms", *w.p99_ms);
+  return fmt::format("{} req, {:.2f}% 5xx, p99 {}", w.requests, w.error_rate() * 100, p99);
+}
+
+class Rollout {
+ public:
+  explicit Rollout(RolloutOptions o) : o_(std::move(o)) {}
+  int run();
+
+ private:
+  bool apply(const Stage& stage, std::string& error);
+  std::optional<json> upstreams_state(std::string& error);
+  int roll_back(const std::string& reason);
+
+  RolloutOptions o_;
+  Target target_;
+  std::optional<Stage> applied_;
+};
+
+bool Rollout::apply(const Stage& stage, std::string& error) {
+  json next = target_.upstreams;
+  next[target_.stable]["weight"] = stage.stable;
+  next[target_.canary]["weight"] = stage.canary;
+  // One PATCH of the whole array: both weights change in one transaction.
+  AdminReply r = admin_request(o_.admin, "PATCH", target_.path, next.dump());
+  if (r.status < 200 || r.status > 299) {
+    error = r.error_message();
+    return false;
+  }
+  target_.upstreams = std::move(next);
+  applied_ = stage;
+  return true;
+}
+
+std::optional<json> Rollout::upstreams_state(std::string& error) {
+  AdminReply r = admin_request(o_.admin, "GET", "/reverse_proxy/upstreams");
+  if (r.status != 200) {
+    error = r.error_message();
+    return std::nullopt;
+  }
+  auto parsed = json::parse(r.body, nullptr, false);
+  if (!parsed.is_array()) {
+    error = "unexpected /reverse_proxy/upstreams answer";
+    return std::nullopt;
+  }
+  return parsed;
+}
+
+int Rollout::roll_back(const std::string& reason) {
+  std::string error;
+  if (!apply({100, 0}, error)) {
+    fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
+    return 1;
+  }
+  fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
+  return 1;
+}
+
+int Rollout::run() {
+  AdminReply cfg = admin_request(o_.admin, "GET", "/config/");
+  if (cfg.status != 200) {
+    fmt::print(stderr, "heft: rollout: cannot read the configuration: {}\n", cfg.error_message());
+    return kBadArguments;
+  }
+  auto config = json::parse(cfg.body, nullptr, false);
+  std::string why;
+  auto target = find_target(config, o_, why);
+  if (!target) {
+    fmt::print(stderr, "heft: rollout: {}\n", why);
+    return kBadArguments;
+  }
+  target_ = std::move(*target);
+  fmt::print("rollout of site {} ({}): stable {} -> canary {}, {} stage{}, hold {}, max 5xx rate {}, min {} requests{}\n",
+             o_.site, target_.path, o_.stable, o_.canary, o_.stages.size(), o_.stages.size() == 1 ? "" : "s",
+             config::format_duration(o_.hold), config::format_fraction(o_.max_error_rate), o_.min_requests,
+             o_.max_p99 ? ", max p99 " + config::format_duration(*o_.max_p99) : "");
+  if (o_.dry_run) {
+    for (size_t i = 0; i < o_.stages.size(); ++i)
+      fmt::print("  stage {}/{}: PATCH {} with {} weight {}, {} weight {}; hold {}\n", i + 1, o_.stages.size(),
+                 target_.path, o_.stable, o_.stages[i].stable, o_.canary, o_.stages[i].canary,
+                 config::format_duration(o_.hold));
+    fmt::print("dry run: nothing changed\n");
+    return 0;
+  }
+
+  g_interrupted.store(false);
+  auto old_int = std::signal(SIGINT, on_interrupt);
+  auto old_term = std::signal(SIGTERM, on_interrupt);
+  struct Restore {
+    void (*i)(int), (*t)(int);
+    ~Restore() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore{old_int, old_term};
+
+  auto interrupted = [&](size_t stage_index) {
+    if (o_.rollback_on_abort) {
+      roll_back(fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
+      fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
+    } else if (applied_) {
+      fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
+                 o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);
+    } else {
+      fmt::print("INTERRUPTED before any change: weights untouched\n");
+    }
+    return 130;
+  };
+
+  for (size_t s = 0; s < o_.stages.size(); ++s) {
+    const Stage& stage = o_.stages[s];
+    if (g_interrupted) return interrupted(s);
+    std::string error;
+    if (!apply(stage, error)) {
+      fmt::print("stage {}/{} {}:{}: cannot apply weights: {}\n", s + 1, o_.stages.size(), stage.stable, stage.canary,
+                 error);
+      return roll_back("could not apply a stage");
+    }
+    fmt::print("stage {}/{}: {} {} : {} {} applied, holding {}\n", s + 1, o_.stages.size(), o_.stable, stage.stable,
+               o_.canary, stage.canary, config::format_duration(o_.hold));
+    std::fflush(stdout);
+    auto base_list = upstreams_state(error);
+    if (!base_list) return roll_back("cannot read upstream counters: " + error);
+    auto base_stable = read_counters(*base_list, target_.site_index, o_.stable);
+    auto base_canary = read_counters(*base_list, target_.site_index, o_.canary);
+    if (!base_stable || !base_canary) return roll_back("the upstreams are not in /reverse_proxy/upstreams");
+    const auto start = Clock::now();
+    auto end = start + o_.hold;
+    bool extended = false;
+    Window ws, wc;
+    for (;;) {
+      // Sleep one poll period in small slices, so Ctrl-C is handled at once.
+      const auto wake = std::min(end, Clock::now() + o_.poll);
+      while (Clock::now() < wake && !g_interrupted) std::this_thread::sleep_for(milliseconds(50));
+      if (g_interrupted) return interrupted(s);
+      auto list = upstreams_state(error);
+      if (!list) return roll_back("cannot read upstream counters: " + error);
+      auto cs = read_counters(*list, target_.site_index, o_.stable);
+      auto cc = read_counters(*list, target_.site_index, o_.canary);
+      if (!cs || !cc) return roll_back("the upstreams left /reverse_proxy/upstreams");
+      ws = delta(*cs, *base_stable);
+      wc = delta(*cc, *base_canary);
+      const bool judged = stage.canary > 0 && wc.requests >= o_.min_requests;
+      std::string breach;
+      if (judged && wc.error_rate() > o_.max_error_rate)
+        breach = fmt::format("canary 5xx rate {:.2f}% > {} over {} requests", wc.error_rate() * 100,
+                             config::format_fraction(o_.max_error_rate), wc.requests);
+      else if (judged && o_.max_p99 && wc.p99_ms && *wc.p99_ms > double(o_.max_p99->count()))
+        breach = fmt::format("canary p99 {} > {} over {} requests",
+                             *wc.p99_ms > 1e299 ? std::string("> 30s") : fmt::format("{}ms", *wc.p99_ms),
+                             config::format_duration(*o_.max_p99), wc.requests);
+      if (!breach.empty()) {
+        fmt::print("stage {}/{} {}:{}: stable {} | canary {} -> BREACH\n", s + 1, o_.stages.size(), stage.stable,
+                   stage.canary, describe(ws), describe(wc));
+        return roll_back(breach);
+      }
+      if (Clock::now() < end) continue;
+      if (stage.canary > 0 && wc.requests < o_.min_requests) {
+        if (!extended) {
+          // Too little traffic to judge: hold once more before giving up.
+          extended = true;
+          end += o_.hold;
+          fmt::print("stage {}/{}: only {} canary requests (< {}), holding another {}\n", s + 1, o_.stages.size(),
+                     wc.requests, o_.min_requests, config::format_duration(o_.hold));
+          std::fflush(stdout);
+          continue;
+        }
+        fmt::print("stage {}/{} {}:{}: stable {} | canary {} -> NOT ENOUGH TRAFFIC\n", s + 1, o_.stages.size(),
+                   stage.stable, stage.canary, describe(ws), describe(wc));
+        return roll_back(fmt::format("only {} canary requests in {} (< --min-requests {})", wc.requests,
+                                     config::format_duration(o_.hold * 2), o_.min_requests));
+      }
+      break;
+    }
+    fmt::print("stage {}/{} {}:{}: stable {} | canary {} -> ok\n", s + 1, o_.stages.size(), stage.stable,
+               stage.canary, describe(ws), describe(wc));
+    std::fflush(stdout);
+  }
+  fmt::print("rollout complete: {} {} : {} {}\n", o_.stable, o_.stages.back().stable, o_.canary,
+             o_.stages.back().canary);
+  return 0;
+}
+
+void setup(CLI::App& root) {
+  auto options = std::make_shared<RolloutOptions>();
+  CLI::App* cmd = root.add_subcommand("rollout", "Canary / blue-green rollout with automatic rollback");
+  cmd->add_option("--site", options->site, "Site: a host name, :PORT, or its index")->required();
+  cmd->add_option("--stable", options->stable, "Stable upstream (dial address as configured)")->required();
+  cmd->add_option("--canary", options->canary, "Canary upstream (dial address as configured)")->required();
+  cmd->add_option("--stages", options->stages_text, "STABLE:CANARY weights per stage (default 95:5,80:20,50:50,0:100)");
+  cmd->add_option("--hold", options->hold_text, "Time each stage is watched (default 5m)");
+  cmd->add_option("--max-error-rate", options->max_error_rate_text, "Largest canary 5xx rate (default 1%)");
+  cmd->add_option("--min-requests", options->min_requests, "Canary requests needed to judge a stage (default 200)");
+  cmd->add_option("--max-p99", options->max_p99_text, "Largest canary p99 response time (e.g. 300ms)");
+  cmd->add_option("--poll", options->poll_text, "How often counters are read (default 1s)");
+  cmd->add_flag("--dry-run", options->dry_run, "Print the plan; change nothing");
+  cmd->add_flag("--rollback-on-abort", options->rollback_on_abort, "On Ctrl-C, roll back to 100:0");
+  add_admin_options(cmd, options->admin);
+  cmd->callback([options] {
+    parse(*options);
+    set_exit_code(Rollout(*options).run());
+  });
+}
+
+const bool registered = add_command(40, &setup);
+
+}  // namespace
+}  // namespace heft::cli

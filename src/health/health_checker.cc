@@ -1,0 +1,248 @@
+// Active health checks and the weight ticker (see health_checker.h).
+#include "health/health_checker.h"
+
+#include <atomic>
+#include <map>
+#include <regex>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+namespace heft::health {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using asio::awaitable;
+constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+
+bool status_matches(std::string_view pattern, int status) {
+  if (pattern.empty()) return status >= 200 && status <= 299;
+  auto dash = pattern.find('-');
+  if (dash != std::string_view::npos) {
+    int lo = 0, hi = 0;
+    try {
+      lo = std::stoi(std::string(pattern.substr(0, dash)));
+      hi = std::stoi(std::string(pattern.substr(dash + 1)));
+    } catch (...) {
+      return false;
+    }
+    return status >= lo && status <= hi;
+  }
+  if (pattern.size() != 3) return false;
+  std::string digits = std::to_string(status);
+  if (digits.size() != 3) return false;
+  for (size_t i = 0; i < 3; ++i) {
+    char p = pattern[i];
+    if (p == 'x' || p == 'X') continue;
+    if (p != digits[i]) return false;
+  }
+  return true;
+}
+
+std::optional<bool> HealthCounter::record(bool pass, bool healthy, uint32_t need_passes, uint32_t need_fails) {
+  if (pass) {
+    fails = 0;
+    if (passes < UINT32_MAX) ++passes;
+    if (!healthy && passes >= std::max(1u, need_passes)) return true;
+  } else {
+    passes = 0;
+    if (fails < UINT32_MAX) ++fails;
+    if (healthy && fails >= std::max(1u, need_fails)) return false;
+  }
+  return std::nullopt;
+}
+
+struct HealthChecker::Impl : std::enable_shared_from_this<Impl> {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::thread thread;
+  LogSink log;
+  std::atomic<uint64_t> passed{0}, failed{0};
+  // Below: only on the checker's thread.
+  uint64_t generation = 0;
+  std::vector<std::shared_ptr<const PoolTarget>> pools;
+  std::map<std::pair<const upstream::Pool*, std::string>, HealthCounter> counters;
+  asio::steady_timer ticker{io};
+  bool stopped = false;
+
+  void apply(std::vector<PoolTarget> next);
+  awaitable<void> tick_loop();
+  awaitable<void> probe_loop(uint64_t gen, std::shared_ptr<const PoolTarget> target, std::string name,
+                             Clock::duration offset);
+  awaitable<std::pair<bool, std::string>> probe(const PoolTarget& target, const std::string& name,
+                                                const std::string& address);
+  void judge(const PoolTarget& target, const std::string& name, bool pass, const std::string& why);
+};
+
+void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
+  ++generation;  // running probe loops end at their next wake-up
+  pools.clear();
+  std::map<std::pair<const upstream::Pool*, std::string>, HealthCounter> kept;
+  for (PoolTarget& t : next) {
+    auto target = std::make_shared<const PoolTarget>(std::move(t));
+    pools.push_back(target);
+    if (target->config.health_uri.empty() || !target->pool) continue;
+    auto snap = target->pool->snapshot();
+    const size_t n = snap->size();
+    const Clock::duration interval = std::max<Clock::duration>(target->config.health_interval, std::chrono::milliseconds(10));
+    for (uint32_t k = 0; k < n; ++k) {
+      const std::string& name = snap->backend(k).name;
+      auto key = std::make_pair(target->pool.get(), name);
+      if (auto it = counters.find(key); it != counters.end()) kept[key] = it->second;
+      Clock::duration offset = interval * k / n;  // spread over the interval
+      asio::co_spawn(io, probe_loop(generation, target, name, offset), asio::detached);
+    }
+  }
+  counters = std::move(kept);
+}
+
+awaitable<void> HealthChecker::Impl::tick_loop() {
+  for (;;) {
+    ticker.expires_after(kTickInterval);
+    co_await ticker.async_wait(as_tuple_awaitable);
+    if (stopped) co_return;
+    const auto now = Clock::now();
+    for (const auto& target : pools) {
+      if (!target->pool) continue;
+      for (const upstream::WeightEvent& e : target->pool->tick(now)) log("heft: " + e.to_string());
+    }
+  }
+}
+
+awaitable<void> HealthChecker::Impl::probe_loop(uint64_t gen, std::shared_ptr<const PoolTarget> target,
+                                                std::string name, Clock::duration offset) {
+  asio::steady_timer timer(io);
+  const Clock::duration interval = std::max<Clock::duration>(target->config.health_interval, std::chrono::milliseconds(10));
+  auto next = Clock::now() + offset;
+  for (;;) {
+    timer.expires_at(next);
+    co_await timer.async_wait(as_tuple_awaitable);
+    if (stopped || gen != generation) co_return;
+    auto snap = target->pool->snapshot();
+    auto index = snap->balancer().find(name);
+    if (!index) co_return;  // removed from the pool
+    std::string address = snap->backend(*index).address;
+    auto [pass, why] = co_await probe(*target, name, address);
+    if (stopped || gen != generation) co_return;
+    (pass ? passed : failed).fetch_add(1, std::memory_order_relaxed);
+    judge(*target, name, pass, why);
+    next += interval;
+    if (auto now = Clock::now(); next < now) next = now;  // a slow probe: no burst of catch-up probes
+  }
+}
+
+awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTarget& target, const std::string& name,
+                                                                   const std::string& address) {
+  const config::PoolConfig& c = target.config;
+  std::string host = address, port;
+  if (auto colon = address.rfind(':'); colon != std::string::npos) {
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+  }
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (c.health_port) port = std::to_string(c.health_port);
+  beast::tcp_stream stream(io);
+  stream.expires_after(c.health_timeout);
+  boost::system::error_code ec;
+  tcp::endpoint endpoint;
+  auto ip = asio::ip::make_address(host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::atoi(port.c_str())));
+  } else {
+    tcp::resolver resolver(io);
+    auto [rec, results] = co_await resolver.async_resolve(host, port, as_tuple_awaitable);
+    if (rec || results.empty()) co_return std::pair{false, fmt::format("cannot resolve {}", host)};
+    endpoint = *results.begin();
+  }
+  auto [cec] = co_await stream.async_connect(endpoint, as_tuple_awaitable);
+  if (cec) co_return std::pair{false, cec == beast::error::timeout ? std::string("connect timed out")
+                                                                   : fmt::format("connect: {}", cec.message())};
+  http::request<http::empty_body> req{http::verb::get, c.health_uri, 11};
+  req.set(http::field::host, name);
+  req.set(http::field::user_agent, "heft-health-check");
+  for (const auto& [h, v] : c.health_headers) req.set(h, v);
+  req.set(http::field::connection, "close");
+  auto [wec, written] = co_await http::async_write(stream, req, as_tuple_awaitable);
+  if (wec) co_return std::pair{false, fmt::format("write: {}", wec.message())};
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1 << 20);
+  auto [rec, read] = co_await http::async_read(stream, buffer, parser, as_tuple_awaitable);
+  if (rec) co_return std::pair{false, rec == beast::error::timeout ? std::string("timed out")
+                                                                   : fmt::format("read: {}", rec.message())};
+  const int status = static_cast<int>(parser.get().result_int());
+  if (!status_matches(c.health_status, status))
+    co_return std::pair{false, fmt::format("status {} (expected {})", status,
+                                           c.health_status.empty() ? "2xx" : c.health_status)};
+  if (!c.health_body.empty()) {
+    bool matched = false;
+    try {
+      matched = std::regex_search(parser.get().body(), std::regex(c.health_body, std::regex::ECMAScript));
+    } catch (const std::regex_error&) {
+    }
+    if (!matched) co_return std::pair{false, fmt::format("body does not match /{}/", c.health_body)};
+  }
+  co_return std::pair{true, fmt::format("status {}", status)};
+}
+
+void HealthChecker::Impl::judge(const PoolTarget& target, const std::string& name, bool pass, const std::string& why) {
+  auto snap = target.pool->snapshot();
+  auto index = snap->balancer().find(name);
+  if (!index) return;
+  const uint32_t i = *index;
+  const auto now = Clock::now();
+  HealthCounter& counter = counters[{target.pool.get(), name}];
+  const bool healthy = snap->state(i).healthy.load(std::memory_order_relaxed);
+  auto change = counter.record(pass, healthy, target.config.health_passes, target.config.health_fails);
+  if (change) {
+    snap->set_healthy(i, *change, now);
+    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {})", target.label, name,
+                    *change ? "healthy" : "unhealthy", why, *change ? counter.passes : counter.fails,
+                    *change ? "passes" : "failures"));
+  }
+  if (pass && (healthy || change) && snap->clear_passive(i, now))
+    log(fmt::format("heft: health: pool {} backend {} back from passive failures (active check passed: {})",
+                    target.label, name, why));
+}
+
+HealthChecker::HealthChecker(LogSink log, bool tick_pools) : impl_(std::make_shared<Impl>()) {
+  impl_->log = log ? std::move(log) : [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  if (tick_pools) asio::co_spawn(impl_->io, impl_->tick_loop(), asio::detached);
+  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+}
+
+HealthChecker::~HealthChecker() { stop(); }
+
+void HealthChecker::set_pools(std::vector<PoolTarget> pools) {
+  asio::post(impl_->io, [impl = impl_.get(), pools = std::move(pools)]() mutable { impl->apply(std::move(pools)); });
+}
+
+void HealthChecker::stop() {
+  if (!impl_->thread.joinable()) return;
+  asio::post(impl_->io, [impl = impl_.get()] {
+    impl->stopped = true;
+    impl->ticker.cancel();
+    impl->io.stop();
+  });
+  impl_->thread.join();
+}
+
+uint64_t HealthChecker::checks_passed() const { return impl_->passed.load(); }
+uint64_t HealthChecker::checks_failed() const { return impl_->failed.load(); }
+
+}  // namespace heft::health

@@ -1,0 +1,134 @@
+// Active health checks against in-process demo backends (health/health_checker.h).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+
+#include "health/health_checker.h"
+#include "proxy/demo_backend.h"
+
+namespace heft::health {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+
+TEST(HealthStatus, Patterns) {
+  EXPECT_TRUE(status_matches("", 200));
+  EXPECT_TRUE(status_matches("", 299));
+  EXPECT_FALSE(status_matches("", 301));
+  EXPECT_TRUE(status_matches("200", 200));
+  EXPECT_FALSE(status_matches("200", 204));
+  EXPECT_TRUE(status_matches("2xx", 204));
+  EXPECT_FALSE(status_matches("2xx", 500));
+  EXPECT_TRUE(status_matches("5xx", 503));
+  EXPECT_TRUE(status_matches("200-399", 302));
+  EXPECT_FALSE(status_matches("200-399", 404));
+}
+
+TEST(HealthCounter, ConsecutiveResults) {
+  HealthCounter c;
+  EXPECT_EQ(c.record(false, true, 2, 3), std::nullopt);
+  EXPECT_EQ(c.record(false, true, 2, 3), std::nullopt);
+  EXPECT_EQ(c.record(true, true, 2, 3), std::nullopt);  // streak broken
+  EXPECT_EQ(c.record(false, true, 2, 3), std::nullopt);
+  EXPECT_EQ(c.record(false, true, 2, 3), std::nullopt);
+  EXPECT_EQ(c.record(false, true, 2, 3), false);
+  EXPECT_EQ(c.record(true, false, 2, 3), std::nullopt);
+  EXPECT_EQ(c.record(true, false, 2, 3), true);
+}
+
+void control(uint16_t port, const std::string& target) {
+  asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::empty_body> req{http::verb::post, target, 11};
+  req.set(http::field::host, "x");
+  req.set(http::field::connection, "close");
+  http::write(socket, req);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(socket, buffer, res);
+}
+
+template <typename F>
+bool eventually(F f, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return f();
+}
+
+TEST(HealthChecker, TakesOutAndBringsBackAndClearsPassive) {
+  asio::io_context io;
+  proxy::DemoBackendOptions oa, ob;
+  oa.name = "a";
+  ob.name = "b";
+  oa.health_path = ob.health_path = "/healthz";
+  proxy::DemoBackend a(io, oa), b(io, ob);
+  a.start();
+  b.start();
+  std::thread runner([&] { io.run(); });
+
+  upstream::PoolConfig pc;
+  pc.name = "site0";
+  for (auto* d : {&a, &b}) {
+    upstream::BackendConfig bc;
+    bc.name = bc.address = "127.0.0.1:" + std::to_string(d->port());
+    bc.fail_timeout = 60s;
+    pc.backends.push_back(bc);
+  }
+  auto pool = std::make_shared<upstream::Pool>(pc);
+  config::PoolConfig cfg;
+  cfg.health_uri = "/healthz";
+  cfg.health_interval = 100ms;
+  cfg.health_timeout = 500ms;
+  cfg.health_fails = 2;
+  cfg.health_body = "^ok";
+  std::vector<std::string> lines;
+  std::mutex mu;
+  {
+    HealthChecker checker([&](const std::string& l) {
+      std::lock_guard lock(mu);
+      lines.push_back(l);
+    });
+    checker.set_pools({{"site0", pool, cfg}});
+    std::this_thread::sleep_for(250ms);
+    EXPECT_TRUE(pool->snapshot()->available(1));
+    control(b.port(), "/_control/health?status=500");
+    auto t = std::chrono::steady_clock::now();
+    // Out within interval x fails + one interval (+ slack).
+    EXPECT_TRUE(eventually([&] { return !pool->snapshot()->available(1); }, 600ms));
+    EXPECT_LT(std::chrono::steady_clock::now() - t, 400ms);
+    EXPECT_EQ(pool->snapshot()->state(1).health_changes_total.load(), 1u);
+    control(b.port(), "/_control/health?status=200");
+    EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(1); }, 400ms));
+    // Passive failure on a: out for 60 s, but the next passing probe brings it back.
+    pool->snapshot()->report_failure(0, std::chrono::steady_clock::now());
+    EXPECT_FALSE(pool->snapshot()->available(0));
+    EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(0); }, 400ms));
+    EXPECT_GT(checker.checks_passed(), 4u);
+    EXPECT_GE(checker.checks_failed(), 2u);
+  }
+  std::lock_guard lock(mu);
+  std::string all;
+  for (auto& l : lines) all += l + "\n";
+  EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
+  EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
+  EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
+  a.stop();
+  b.stop();
+  runner.join();
+}
+
+}  // namespace
+}  // namespace heft::health
