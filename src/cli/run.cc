@@ -13,6 +13,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <fmt/format.h>
 
+#include "admin/proxy_admin.h"
 #include "cli/command.h"
 #include "config/heftfile.h"
 #include "proxy/demo_backend.h"
@@ -98,6 +99,14 @@ int run(const RunOptions& options) {
     for (auto& b : demo_backends) b->stop();
     if (demo_thread.joinable()) demo_thread.join();
     return 1;
+  }
+  // The admin API beside the data plane (minimal wiring; a start failure is
+  // reported and the proxy keeps serving).
+  std::unique_ptr<admin::ProxyAdmin> admin_api;
+  try {
+    admin_api = admin::ProxyAdmin::start(proxy, "");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "heft: admin API not started: {}\n", e.what());
   }
   std::string banner = proxy::describe(config);
   if (demo) {

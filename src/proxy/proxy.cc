@@ -82,6 +82,14 @@ awaitable<void> sweep_loop(Worker& worker) {
   }
 }
 
+// The pools the health checker follows (all of them; only those with
+// health_uri are probed).
+std::vector<health::PoolTarget> health_targets(const RouteTable& table) {
+  std::vector<health::PoolTarget> out;
+  for (const SiteRoute& s : table.sites) out.push_back({fmt::format("site{}", s.index), s.pool, s.site.proxy});
+  return out;
+}
+
 }  // namespace
 
 upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_t site_index) {
@@ -296,6 +304,9 @@ void Proxy::start() {
     w->thread = std::thread([worker = w.get()] { worker->io.run(); });
   }
   impl.started = true;
+  // Active health checks (off the request path, on their own thread).
+  impl.health = std::make_unique<health::HealthChecker>();
+  impl.health->set_pools(health_targets(*table));
 }
 
 bool Proxy::reload(config::Config next, std::string& error) {
@@ -321,6 +332,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
     return false;
   }
   impl.publish(impl.build(std::move(next), old.get()));
+  if (impl.health) impl.health->set_pools(health_targets(*impl.current()));  // follow the pools across reloads
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<std::vector<std::pair<uint16_t, std::unique_ptr<tcp::acceptor>>>>(
@@ -349,6 +361,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
 }
 
 void Proxy::shutdown(std::chrono::milliseconds grace) {
+  if (impl_->health) impl_->health->stop();  // no more probes while draining
   for (auto& w : impl_->workers) {
     Worker* worker = w.get();
     asio::post(worker->io, [worker, grace] {

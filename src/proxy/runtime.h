@@ -25,6 +25,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 
 #include "config/model.h"
+#include "health/health_checker.h"
 #include "proxy/proxy.h"
 #include "upstream/pool.h"
 
@@ -124,6 +125,8 @@ struct Proxy::Impl {
   std::atomic<uint32_t> open_connections{0};
   std::atomic<uint32_t> max_connections{10000};
   bool started = false;
+  // Active health checks of every pool (docs/health.md); started with the proxy.
+  std::unique_ptr<health::HealthChecker> health;
 
   std::shared_ptr<const RouteTable> current() const {
     std::lock_guard lock(mu);

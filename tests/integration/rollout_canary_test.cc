@@ -1,0 +1,84 @@
+// `heft rollout` against a running heft and demo backends (docs/rollout.md).
+#include <gtest/gtest.h>
+
+#include "health_load_util.h"
+
+namespace heft::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct RolloutFleet {
+  std::string dir = make_temp_dir();
+  Backend stable, canary;
+  uint16_t port = free_port();
+  uint16_t admin = free_port();
+  Process heft;
+
+  explicit RolloutFleet(const std::vector<std::string>& canary_options = {}) {
+    stable = start_backend(dir, "stable");
+    canary = start_backend(dir, "canary", canary_options);
+    heft = start_heft(dir,
+                      fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} weight 0\n\t}}\n}}\n",
+                                  admin, port, stable.port, canary.port),
+                      port);
+    if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
+  }
+  // Runs heft rollout to completion; returns (exit code, output).
+  std::pair<int, std::string> rollout(const std::vector<std::string>& extra) {
+    std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable",
+                                  fmt::format("127.0.0.1:{}", stable.port), "--canary",
+                                  fmt::format("127.0.0.1:{}", canary.port), "--address",
+                                  fmt::format("127.0.0.1:{}", admin)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Process p(args, dir + "/rollout.log");
+    auto code = p.wait(60s);
+    return {code.value_or(-1), p.log()};
+  }
+};
+
+TEST(Rollout, BadArgumentsExitTwo) {
+  std::string dir = make_temp_dir();
+  Process p({HEFT_BINARY, "rollout", "--site", ":1", "--stable", "a:1", "--canary", "b:1", "--stages", "95-5"},
+            dir + "/log");
+  EXPECT_EQ(p.wait(10s).value_or(-1), 2);
+  EXPECT_NE(p.log().find("bad stage"), std::string::npos) << p.log();
+}
+
+TEST(Rollout, HealthyCanaryReachesFullTraffic) {
+  RolloutFleet f;
+  Load load(f.port, 3);
+  auto [code, out] = f.rollout({"--stages", "95:5,50:50,0:100", "--hold", "2s", "--min-requests", "20",
+                                "--max-error-rate", "1%"});
+  // Traffic now all on the canary.
+  std::this_thread::sleep_for(300ms);
+  auto t = Clock::now();
+  std::this_thread::sleep_for(500ms);
+  load.stop();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+  EXPECT_NE(out.find("stage 3/3 0:100"), std::string::npos) << out;
+  EXPECT_EQ(share_of(load.between(t, t + 500ms), "canary"), 1.0);
+  EXPECT_EQ(failures(load.all()), 0u);
+}
+
+TEST(Rollout, FailingCanaryRolledBackWithinOneHoldWindow) {
+  RolloutFleet f({"--fail-rate", "0.2"});
+  Load load(f.port, 3);
+  auto start = Clock::now();
+  auto [code, out] = f.rollout({"--stages", "80:20,50:50,0:100", "--hold", "3s", "--min-requests", "50",
+                                "--max-error-rate", "5%"});
+  auto took = Clock::now() - start;
+  load.stop();
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_LT(took, 3500ms) << out;  // within the first stage's hold window
+  EXPECT_NE(out.find("ROLLED BACK"), std::string::npos) << out;
+  EXPECT_NE(out.find("canary 5xx rate"), std::string::npos) << out;
+  // After the rollback the canary gets nothing.
+  HttpClient c(f.port);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(c.get("/").header("x-backend"), "stable");
+}
+
+}  // namespace
+}  // namespace heft::test
