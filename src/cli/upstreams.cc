@@ -31,13 +31,14 @@ int run_upstreams(const UpstreamsOptions& options) {
     fmt::print("{}\n", list.dump(2));
     return 0;
   }
-  fmt::print("{:<6} {:<28} {:>7} {:>9} {:>7} {:>8} {:>14} {:>6} {:>7}\n", "SERVER", "ADDRESS", "WEIGHT", "EFFECTIVE",
-             "ACTIVE", "HEALTHY", "REQUESTS", "FAILS", "SHARE");
+  // FACTOR: slow start x adaptive weight factor (docs/health.md); EFFECTIVE = weight x factor.
+  fmt::print("{:<6} {:<28} {:>7} {:>9} {:>6} {:>7} {:>8} {:>14} {:>6} {:>7}\n", "SERVER", "ADDRESS", "WEIGHT",
+             "EFFECTIVE", "FACTOR", "ACTIVE", "HEALTHY", "REQUESTS", "FAILS", "SHARE");
   for (const auto& u : list) {
-    fmt::print("{:<6} {:<28} {:>7} {:>9} {:>7} {:>8} {:>14} {:>6} {:>6.1f}%\n", u.value("server", ""),
-               u.value("address", ""), u.value("weight", 0u), u.value("effective_weight", 0u), u.value("active", 0u),
-               u.value("healthy", false) ? "yes" : "no", u.value("requests_total", uint64_t(0)), u.value("fails", 0u),
-               100.0 * u.value("share", 0.0));
+    fmt::print("{:<6} {:<28} {:>7} {:>9.2f} {:>6.2f} {:>7} {:>8} {:>14} {:>6} {:>6.1f}%\n", u.value("server", ""),
+               u.value("address", ""), u.value("weight", 0u), u.value("effective_weight", 0.0),
+               u.value("weight_factor", 1.0), u.value("active", 0u), u.value("healthy", false) ? "yes" : "no",
+               u.value("requests_total", uint64_t(0)), u.value("fails", 0u), 100.0 * u.value("share", 0.0));
   }
   return 0;
 }
