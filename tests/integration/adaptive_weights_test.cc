@@ -57,5 +57,35 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   EXPECT_NE(log.find("(recover:"), std::string::npos) << log;
 }
 
+// A backend with half the capacity and half the weight is as fast as the
+// others at its share: adaptive weights leave it alone (no decision at all, so
+// no oscillation).
+TEST(AdaptiveWeights, ProportionallySlowerBackendIsNotPunished) {
+  std::string dir = make_temp_dir();
+  Backend big = start_backend(dir, "big", {"--workers", "2", "--delay", "20ms"});
+  Backend small = start_backend(dir, "small", {"--workers", "1", "--delay", "20ms"});
+  uint16_t port = free_port(), admin = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} weight 2\n\t\tto 127.0.0.1:{} weight 1\n"
+                                        "\t\tadaptive {{\n\t\t\tinterval 500ms\n\t\t}}\n\t}}\n}}\n",
+                                        admin, port, big.port, small.port),
+                            port);
+  Load load(port, 6);
+  std::this_thread::sleep_for(4000ms);
+  load.stop();
+  auto all = load.all();
+  EXPECT_NEAR(share_of(all, "small"), 1.0 / 3, 0.02);
+  EXPECT_EQ(failures(all), 0u);
+  HttpClient c(admin);
+  Response m = c.request(fmt::format("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin));
+  ASSERT_EQ(m.status, 200);
+  for (const char* reason : {"latency", "errors"})
+    EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",reason=\"{}\"}} 0", reason)),
+              std::string::npos)
+        << m.body;
+  EXPECT_EQ(heft.log().find("weight factor"), std::string::npos) << heft.log();
+}
+
 }  // namespace
 }  // namespace heft::test

@@ -25,16 +25,26 @@ struct RolloutFleet {
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
   }
-  // Runs heft rollout to completion; returns (exit code, output).
-  std::pair<int, std::string> rollout(const std::vector<std::string>& extra) {
+  Process start_rollout(const std::vector<std::string>& extra) {
     std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable",
                                   fmt::format("127.0.0.1:{}", stable.port), "--canary",
                                   fmt::format("127.0.0.1:{}", canary.port), "--address",
                                   fmt::format("127.0.0.1:{}", admin)};
     args.insert(args.end(), extra.begin(), extra.end());
-    Process p(args, dir + "/rollout.log");
+    return Process(args, dir + "/rollout.log");
+  }
+  // Runs heft rollout to completion; returns (exit code, output).
+  std::pair<int, std::string> rollout(const std::vector<std::string>& extra) {
+    Process p = start_rollout(extra);
     auto code = p.wait(60s);
     return {code.value_or(-1), p.log()};
+  }
+  // Who answers now (20 sequential requests).
+  std::map<std::string, int> answers() {
+    std::map<std::string, int> out;
+    HttpClient c(port);
+    for (int i = 0; i < 20; ++i) out[c.get("/").header("x-backend")]++;
+    return out;
   }
 };
 
@@ -78,6 +88,29 @@ TEST(Rollout, FailingCanaryRolledBackWithinOneHoldWindow) {
   // After the rollback the canary gets nothing.
   HttpClient c(f.port);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(c.get("/").header("x-backend"), "stable");
+}
+
+// Ctrl-C leaves the last applied stage, reported; with --rollback-on-abort, 100:0.
+TEST(Rollout, InterruptLeavesAConsistentReportedState) {
+  RolloutFleet f;
+  {
+    Process p = f.start_rollout({"--stages", "50:50,0:100", "--hold", "30s"});
+    std::this_thread::sleep_for(1000ms);
+    p.signal(SIGINT);
+    EXPECT_EQ(p.wait(5s).value_or(-1), 130) << p.log();
+    EXPECT_NE(p.log().find("INTERRUPTED during stage 1/2"), std::string::npos) << p.log();
+    auto who = f.answers();
+    EXPECT_EQ(who["stable"], 10);
+    EXPECT_EQ(who["canary"], 10);
+  }
+  {
+    Process p = f.start_rollout({"--stages", "50:50,0:100", "--hold", "30s", "--rollback-on-abort"});
+    std::this_thread::sleep_for(1000ms);
+    p.signal(SIGINT);
+    EXPECT_EQ(p.wait(5s).value_or(-1), 130) << p.log();
+    EXPECT_NE(p.log().find("ROLLED BACK"), std::string::npos) << p.log();
+    EXPECT_EQ(f.answers()["stable"], 20);
+  }
 }
 
 }  // namespace
