@@ -91,7 +91,7 @@ TEST_F(AdminProcessTest, ControlCommands) {
   std::string b = fmt::format("127.0.0.1:{}", backends[1].port);
   ASSERT_EQ(heft(dir, {"weight", "0", b, "3", "--address", address()}, out), 0) << out;
   auto counts = measure(400);
-  EXPECT_EQ(counts["b"], 300);
+  EXPECT_NEAR(counts["b"], 300, 2);  // smooth WRR carries its current weights across the change
 
   ASSERT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 0) << out;
   EXPECT_NE(out.find(b), std::string::npos) << out;
