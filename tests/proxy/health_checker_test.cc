@@ -130,5 +130,48 @@ TEST(HealthChecker, TakesOutAndBringsBackAndClearsPassive) {
   runner.join();
 }
 
+// After a reload the checker follows the same Pool object: a backend added to
+// it is probed too, and one that stayed keeps its state.
+TEST(HealthChecker, FollowsThePoolAcrossReloads) {
+  asio::io_context io;
+  proxy::DemoBackendOptions oa, ob;
+  oa.name = "a";
+  ob.name = "b";
+  oa.health_path = ob.health_path = "/healthz";
+  proxy::DemoBackend a(io, oa), b(io, ob);
+  a.start();
+  b.start();
+  std::thread runner([&] { io.run(); });
+  auto backend = [](uint16_t port) {
+    upstream::BackendConfig bc;
+    bc.name = bc.address = "127.0.0.1:" + std::to_string(port);
+    return bc;
+  };
+  upstream::PoolConfig pc;
+  pc.name = "site0";
+  pc.backends = {backend(a.port())};
+  auto pool = std::make_shared<upstream::Pool>(pc);
+  config::PoolConfig cfg;
+  cfg.health_uri = "/healthz";
+  cfg.health_interval = 100ms;
+  {
+    HealthChecker checker([](const std::string&) {});
+    checker.set_pools({{"site0", pool, cfg}});
+    control(b.port(), "/_control/health?status=503");
+    pc.backends.push_back(backend(b.port()));
+    pool->update(pc);  // a reload that keeps the site: same Pool, one more backend
+    checker.set_pools({{"site0", pool, cfg}});
+    EXPECT_TRUE(eventually([&] { return !pool->snapshot()->available(1); }, 500ms));
+    EXPECT_TRUE(pool->snapshot()->available(0));
+    // The options follow the reload too: expecting 503 makes b healthy and a unhealthy.
+    cfg.health_status = "503";
+    checker.set_pools({{"site0", pool, cfg}});
+    EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(1) && !pool->snapshot()->available(0); }, 500ms));
+  }
+  a.stop();
+  b.stop();
+  runner.join();
+}
+
 }  // namespace
 }  // namespace heft::health
