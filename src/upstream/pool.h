@@ -23,6 +23,10 @@
 // from one thread, advances ramps and adaptive evaluations and publishes a new
 // snapshot only when some balance weight changed. The data plane feeds
 // adaptive weights with PoolSnapshot::record_response (lock-free).
+// Contract: with slow_start set, a backend that comes back (passive return,
+// set_healthy(i, true, now), clear_passive) becomes available in the snapshot
+// the next tick() publishes, already at the ramp's floor; so a Pool with
+// slow start must be ticked (the proxy does every 250 ms).
 #pragma once
 
 #include <atomic>
