@@ -14,16 +14,20 @@
 #include <fmt/format.h>
 
 #include "admin/proxy_admin.h"
+#include "admin/state_file.h"
 #include "cli/command.h"
 #include "config/heftfile.h"
 #include "proxy/demo_backend.h"
+#include "observe/access_log.h"
 #include "proxy/proxy.h"
 
 namespace heft::cli {
 namespace {
 
 struct RunOptions {
-  std::string config;  // empty: ./Heftfile, or the demo when there is none
+  std::string config;   // empty: ./Heftfile, or the demo when there is none
+  bool resume = false;  // start from the state file when it exists
+  std::string state;    // empty: admin::default_state_path()
 };
 
 // Loads and resolves a configuration file; every problem goes to `errors`.
@@ -89,6 +93,23 @@ int run(const RunOptions& options) {
     }
     config = std::move(*loaded);
   }
+  // Every change accepted by the admin API is saved here (Caddy's autosave);
+  // --resume starts from it instead of the file.
+  const std::string state_path = options.state.empty() ? admin::default_state_path() : options.state;
+  if (options.resume && std::filesystem::exists(state_path)) {
+    config::Result<config::Config> saved = admin::load_state_file(state_path);
+    std::vector<config::Diagnostic> problems = saved.errors;
+    if (saved.ok()) problems = config::resolve(*saved);
+    if (!problems.empty()) {
+      for (const config::Diagnostic& d : problems) fmt::print(stderr, "{}\n", d.to_string());
+      fmt::print(stderr, "heft: {} is not valid, not starting\n", state_path);
+      for (auto& b : demo_backends) b->stop();
+      if (demo_thread.joinable()) demo_thread.join();
+      return 1;
+    }
+    config = std::move(*saved);
+    fmt::print(stderr, "heft: resuming from {}\n", state_path);
+  }
 
   const auto grace = config.grace_period;
   proxy::Proxy proxy(config);
@@ -100,14 +121,15 @@ int run(const RunOptions& options) {
     if (demo_thread.joinable()) demo_thread.join();
     return 1;
   }
-  // The admin API beside the data plane (minimal wiring; a start failure is
-  // reported and the proxy keeps serving).
+  // The admin API beside the data plane. A start failure (its port taken) is
+  // reported and the proxy keeps serving: losing control beats losing traffic.
   std::unique_ptr<admin::ProxyAdmin> admin_api;
   try {
-    admin_api = admin::ProxyAdmin::start(proxy, "");
+    admin_api = admin::ProxyAdmin::start(proxy, state_path);
   } catch (const std::exception& e) {
     fmt::print(stderr, "heft: admin API not started: {}\n", e.what());
   }
+  observe::install_reopen_on_sigusr1();
   std::string banner = proxy::describe(config);
   if (demo) {
     banner += "heft: no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on loopback "
@@ -130,7 +152,9 @@ int run(const RunOptions& options) {
         auto next = load(path, errors);
         if (!next) {
           fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
-        } else if (std::string error; !proxy.reload(std::move(*next), error)) {
+        } else if (std::string error;
+                   // Through the admin API when it runs, so its config tree and ETag follow.
+                   admin_api ? !admin_api->load(*next, error) : !proxy.reload(std::move(*next), error)) {
           fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
         } else {
           fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(proxy.snapshot_config()));
@@ -147,6 +171,7 @@ int run(const RunOptions& options) {
   signals.async_wait(on_signal);
   std::thread control_thread([&control] { control.run(); });
   proxy.wait();
+  admin_api.reset();
   signals.cancel();
   control.stop();
   control_thread.join();
@@ -160,6 +185,9 @@ void setup(CLI::App& root) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* command = root.add_subcommand("run", "Serve a Heftfile (default ./Heftfile; a demo if there is none)");
   command->add_option("-c,--config", options->config, "Heftfile, or a .json configuration");
+  command->add_flag("--resume", options->resume, "Start from the configuration the admin API last saved (--state)");
+  command->add_option("--state", options->state,
+                      "Autosave file of admin API changes (default $XDG_DATA_HOME/heft/autosave.json)");
   command->callback([options] { set_exit_code(run(*options)); });
 }
 

@@ -13,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "observe/metrics.h"
 #include "proxy/runtime.h"
 
 namespace heft::proxy {
@@ -234,9 +235,16 @@ Proxy::Impl::Impl(config::Config config) {
 std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const RouteTable* previous) const {
   auto table = std::make_shared<RouteTable>();
   table->version = previous ? previous->version + 1 : 1;
+  const std::vector<std::string> labels = observe::server_labels(next);
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
     SiteRoute route{i, site, nullptr};
+    route.server_label = i < labels.size() ? labels[i] : "srv0";
+    if (site.log.enabled) {
+      std::string error;
+      route.log = observe::open_access_log(site.log, error);
+      if (!route.log) fmt::print(stderr, "heft: access log for site {}: {}\n", i, error);
+    }
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     if (previous) {
       for (const SiteRoute& old : previous->sites) {

@@ -27,6 +27,7 @@
 #include "config/model.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
+#include "observe/access_log.h"
 #include "upstream/pool.h"
 
 namespace heft::proxy {
@@ -39,6 +40,8 @@ struct SiteRoute {
   std::size_t index = 0;
   config::SiteConfig site;
   std::shared_ptr<upstream::Pool> pool;
+  std::string server_label;                 // "srvN": the metrics' server label
+  std::shared_ptr<observe::AccessLog> log;  // null when the site logs nothing
 };
 
 // Which site answers a request: by listening port, then Host.

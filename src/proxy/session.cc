@@ -24,6 +24,7 @@
 
 #include "heft/balance/hash.h"
 #include "proxy/request_head.h"
+#include "observe/metrics.h"
 #include "proxy/runtime.h"
 
 namespace heft::proxy {
@@ -229,10 +230,12 @@ class Session {
     client.set_option(tcp::no_delay(true), ec);
     self = w.sessions.insert(w.sessions.end(), this);
     w.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
+    observe::connection_opened();
   }
   ~Session() {
     w.sessions.erase(self);
     w.proxy.open_connections.fetch_sub(1, std::memory_order_relaxed);
+    observe::connection_closed();
   }
 
   awaitable<void> run();
@@ -292,6 +295,19 @@ class Session {
   std::string body_prefix_;  // request body buffered for retries (reused)
   std::unique_ptr<char[]> scratch_;
   const config::Config* config_ = nullptr;
+  // What the access log and request metrics say of the current request.
+  struct RequestRecord {
+    unsigned status = 0;
+    std::string upstream;
+    unsigned tries = 0;
+    uint64_t size = 0;  // response body bytes sent
+  };
+  RequestRecord record_;
+  std::shared_ptr<const WorkerRoutes> current_routes_;
+  const SiteRoute* current_route_ = nullptr;
+  // Records one finished request (metrics, access log).
+  void finish_request(const SiteRoute* route, const RequestParser& parser, double wall_start,
+                      Clock::time_point start);
   bool upstream_chunked_ = false;  // request body sent chunked (streamed, size unknown)
 };
 
@@ -329,12 +345,25 @@ awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& si
 }
 
 awaitable<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
+  record_.status = status;
   down_head_.clear();
   fmt::format_to(std::back_inserter(down_head_),
                  "HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}", status,
                  status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n", text);
   arm(std::chrono::milliseconds(10000));
   co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
+}
+
+void Session::finish_request(const SiteRoute* route, const RequestParser& parser, double wall_start,
+                             Clock::time_point start) {
+  if (!route || record_.status == 0) return;  // no site (404 is counted by nobody) or nothing answered
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  observe::record_request(w.index, route->server_label, static_cast<int>(record_.status), seconds);
+  if (!route->log) return;
+  const auto& req = parser.get();
+  route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(req[http::field::host]),
+                     std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
+                     static_cast<int>(record_.status), seconds, record_.size, record_.tries});
 }
 
 awaitable<void> Session::run() {
@@ -360,7 +389,14 @@ awaitable<void> Session::run() {
       break;
     }
     parser.eager(true);
+    record_ = RequestRecord{};
+    current_route_ = nullptr;
+    const double wall_start =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto start = Clock::now();
     bool keep_alive = co_await handle(parser);
+    finish_request(current_route_, parser, wall_start, start);
+    current_routes_.reset();
     if (!keep_alive || w.draining) break;
   }
   disarm();
@@ -375,6 +411,8 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   auto& req = parser.get();
   const std::string_view host = req[http::field::host];
   const SiteRoute* route = routes->table->route(local_port, host);
+  current_routes_ = routes;  // keeps `route` alive until finish_request()
+  current_route_ = route;
   bool client_keep_alive = req.keep_alive();
   if (!route) {
     // Unread body bytes would be read as the next request: close instead.
@@ -525,6 +563,29 @@ awaitable<bool> Session::handle(RequestParser& parser) {
     }
     upstream = nullptr;
     const std::string& name = snapshot->backend(i).name;
+    {
+      // Metrics and the access log: the backend's answer, or why the attempt failed.
+      const double seconds = std::chrono::duration<double>(Clock::now() - attempt_start).count();
+      record_.tries = tries;
+      record_.upstream = name;
+      const std::string& server = route->server_label;
+      switch (result.outcome) {
+        case Outcome::done:
+          observe::record_upstream(w.index, server, name, static_cast<int>(result.status), seconds);
+          if (result.failed) observe::record_failure(w.index, server, name, "status");
+          record_.status = result.status;
+          break;
+        case Outcome::bad_status:
+          observe::record_upstream(w.index, server, name, static_cast<int>(result.status), seconds);
+          observe::record_failure(w.index, server, name, "status");
+          break;
+        case Outcome::broken: observe::record_failure(w.index, server, name, "broken"); break;
+        case Outcome::error: observe::record_failure(w.index, server, name, "error"); break;
+        case Outcome::timeout: observe::record_failure(w.index, server, name, "timeout"); break;
+        case Outcome::client_gone:
+        case Outcome::bad_request_body: break;
+      }
+    }
     switch (result.outcome) {
       case Outcome::done:
         if (result.failed) snapshot->report_failure(i, Clock::now());
@@ -776,7 +837,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
     if (ec) co_return AttemptResult{Outcome::client_gone};
     co_await splice(conn);
-    co_return AttemptResult{Outcome::done, 0, false};
+    co_return AttemptResult{Outcome::done, 101, false};
   }
 
   // Body: head goes out with the first piece (one write for small responses).
@@ -793,6 +854,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
         co_return AttemptResult{Outcome::broken};
       }
       got = n;
+      record_.size += n;
     }
     const bool last = response.is_done();
     std::array<asio::const_buffer, 5> buffers;
@@ -813,7 +875,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     if (last) break;
   }
   disarm();
-  co_return AttemptResult{Outcome::done, 0, keep_alive};
+  co_return AttemptResult{Outcome::done, status, keep_alive};
 }
 
 awaitable<void> Session::splice(UpstreamConnection& conn) {
