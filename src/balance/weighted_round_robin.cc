@@ -233,6 +233,16 @@ class WeightedRoundRobin final : public Policy {
     return static_cast<uint32_t>(best);
   }
 
+  // ticket % period by Barrett reduction (a division costs more than the rest
+  // of a pick): q underestimates the quotient by at most 1.
+  static uint64_t reduce(uint64_t ticket, uint64_t period, uint64_t inverse) {
+    if (period == 1) return 0;
+    uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(ticket) * inverse) >> 64);
+    uint64_t r = ticket - q * period;
+    while (r >= period) r -= period;
+    return r;
+  }
+
   // Fast path read of ticket `word`. Returns nullopt if the table was restarted
   // (another epoch) or the chosen member just became unavailable.
   std::optional<uint32_t> read_table(uint64_t word) {
@@ -242,7 +252,7 @@ class WeightedRoundRobin final : public Policy {
     uint64_t period = period_.load(std::memory_order_relaxed);
     uint64_t slot;
     if (complete_.load(std::memory_order_acquire)) {
-      slot = ticket % period;
+      slot = reduce(ticket, period, period_inverse_.load(std::memory_order_relaxed));
     } else if (ticket < generated_.load(std::memory_order_acquire)) {
       slot = ticket;
     } else {
@@ -335,7 +345,9 @@ class WeightedRoundRobin final : public Policy {
     for (uint32_t pos : table_members_) g = std::gcd(g, uint64_t{weights_[pos]});
     // From the zero state the sequence repeats every W/gcd picks; from another
     // state it may need W (or never repeat: then fast mode ends after one period).
-    period_.store(zero ? total / g : total, std::memory_order_relaxed);
+    uint64_t period = zero ? total / g : total;
+    period_.store(period, std::memory_order_relaxed);
+    period_inverse_.store(period > 1 ? UINT64_MAX / period : 0, std::memory_order_relaxed);
     generator_.reset(cw_, weights_, table_members_);
     generated_.store(0, std::memory_order_relaxed);
     complete_.store(false, std::memory_order_relaxed);
@@ -359,6 +371,7 @@ class WeightedRoundRobin final : public Policy {
   uint64_t next_epoch_ = 0;
   uint64_t table_capacity_ = 0;
   std::atomic<uint64_t> period_{1};
+  std::atomic<uint64_t> period_inverse_{0};  // floor((2^64 - 1) / period): modulo without a division
 
   std::atomic<uint64_t> ticket_{0};  // fast bit | epoch | ticket
   std::atomic<uint64_t> epoch_{kEpochMask + 1};
