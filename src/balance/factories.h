@@ -26,4 +26,20 @@ inline bool eligible(const BackendLive* live, uint32_t index, const PickContext&
   return live->available.load(std::memory_order_relaxed) && !(ctx.tried && ctx.tried->contains(index));
 }
 
+// The weight of the member at pool `index`, 0 when it is not a member. O(n):
+// for displays, not for picks.
+inline uint32_t member_weight(const std::vector<Member>& members, uint32_t index) {
+  for (const Member& m : members)
+    if (m.index == index) return m.weight;
+  return 0;
+}
+
+// True when any of `indices` (pool indices) may be chosen for this attempt.
+inline bool any_eligible(std::span<BackendLive* const> live, const std::vector<uint32_t>& indices,
+                         const PickContext& ctx) {
+  for (uint32_t index : indices)
+    if (eligible(live[index], index, ctx)) return true;
+  return false;
+}
+
 }  // namespace heft::balance

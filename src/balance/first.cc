@@ -19,11 +19,7 @@ class First final : public Policy {
     return std::nullopt;
   }
 
-  uint32_t effective_weight(uint32_t index) const override {
-    for (const Member& m : members_)
-      if (m.index == index) return m.weight;
-    return 0;
-  }
+  uint32_t effective_weight(uint32_t index) const override { return member_weight(members_, index); }
 
  private:
   std::vector<Member> members_;

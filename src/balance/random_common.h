@@ -54,11 +54,7 @@ struct SampledMembers {
     return std::nullopt;
   }
 
-  uint32_t weight_of(uint32_t index) const {
-    for (const Member& m : members)
-      if (m.index == index) return m.weight;
-    return 0;
-  }
+  uint32_t weight_of(uint32_t index) const { return member_weight(members, index); }
 };
 
 }  // namespace heft::balance

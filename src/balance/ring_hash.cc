@@ -170,11 +170,7 @@ class RingHash final : public Policy {
   }
 
  private:
-  bool any_eligible(const PickContext& ctx) const {
-    for (uint32_t index : indices_)
-      if (eligible(live_[index], index, ctx)) return true;
-    return false;
-  }
+  bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
 
   std::span<BackendLive* const> live_;
   std::vector<Point> ring_;            // sorted by (position, identity)

@@ -11,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/string.hpp>
 #include <fmt/format.h>
 
 #include "observe/metrics.h"
@@ -23,16 +24,6 @@ using asio::awaitable;
 constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds kSweepInterval{50};
 
-bool iequals_ascii(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
-}
 
 std::string site_label(const config::SiteConfig& site) {
   std::string hosts;
@@ -165,7 +156,7 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
       continue;
     }
     for (const std::string& h : s.site.hosts)
-      if (iequals_ascii(h, host)) return &s;
+      if (boost::beast::iequals(h, host)) return &s;
     if (s.site.is_default && !fallback) fallback = &s;
   }
   return any_host ? any_host : fallback;
