@@ -241,7 +241,7 @@ TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
   std::atomic<bool> writing{true};
   std::atomic<int> failed{0}, served{0};
   std::vector<std::thread> clients;
-  for (int c = 0; c < 8; ++c)
+  for (int c = 0; c < 64; ++c)  // the issue's 64-connection load run
     clients.emplace_back([&] {
       HttpClient client(stack.port);
       while (writing) {
@@ -251,7 +251,7 @@ TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
       }
     });
   int torn = 0;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1000; ++i) {  // 1,000 admin writes
     Response r;
     if (i % 4 == 1) {  // add a third upstream ...
       r = stack.admin_call("POST", kUpstreams, fmt::format(R"({{"dial":"{}","weight":2}})", stack.dial(2)));
