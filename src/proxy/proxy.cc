@@ -229,7 +229,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
   const std::vector<std::string> labels = observe::server_labels(next);
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
-    SiteRoute route{i, site, nullptr};
+    SiteRoute route{i, site, nullptr, {}, nullptr};
     route.server_label = i < labels.size() ? labels[i] : "srv0";
     if (site.log.enabled) {
       std::string error;

@@ -168,7 +168,9 @@ TEST(EveryPolicy, NeverReturnsAnIneligibleBackend) {
       EXPECT_FALSE(tried.contains(*got)) << policy_name(kind);
       EXPECT_NE(s[*got].weight, 0u) << policy_name(kind);
       EXPECT_FALSE(s[*got].down) << policy_name(kind);
-      if (s[*got].backup) EXPECT_FALSE(primary_eligible) << policy_name(kind);
+      if (s[*got].backup) {
+        EXPECT_FALSE(primary_eligible) << policy_name(kind);
+      }
     }
   }
 }

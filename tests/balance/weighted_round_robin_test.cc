@@ -114,12 +114,16 @@ TEST(WeightedRoundRobin, MatchesNginxLoopUnderRandomEvents) {
         auto want = ref.pick(tried_ref);
         auto got = b.pick({.tried = &tried});
         ASSERT_EQ(want.has_value(), got.has_value()) << "trial " << trial << " step " << step;
-        if (want) ASSERT_EQ(*want, *got) << "trial " << trial << " step " << step;
+        if (want) {
+          ASSERT_EQ(*want, *got) << "trial " << trial << " step " << step;
+        }
       } else {
         auto want = ref.pick();
         auto got = b.pick();
         ASSERT_EQ(want.has_value(), got.has_value()) << "trial " << trial << " step " << step;
-        if (want) ASSERT_EQ(*want, *got) << "trial " << trial << " step " << step;
+        if (want) {
+          ASSERT_EQ(*want, *got) << "trial " << trial << " step " << step;
+        }
       }
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(b.effective_weight(static_cast<uint32_t>(i)), uint32_t(ref.peers[i].effective));
