@@ -220,6 +220,18 @@ struct ActiveGuard {
 
 }  // namespace
 
+// A 1xx other than 101 is an interim response (RFC 9110 15.2): drop it and
+// parse the next head. Returns true when it reset the parser for that.
+bool reset_if_interim(ResponseParser& response) {
+  const unsigned status = response.get().result_int();
+  if (status < 100 || status >= 200 || status == 101) return false;
+  response.~ResponseParser();
+  new (&response) ResponseParser();
+  response.header_limit(kMaxResponseHead);
+  response.body_limit(std::numeric_limits<std::uint64_t>::max());
+  return true;
+}
+
 class Session {
  public:
   Session(Worker& worker, tcp::socket socket, uint16_t port)
@@ -718,14 +730,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
           break;  // stale pooled connection
         co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
       }
-      const unsigned status = response.get().result_int();
-      if (status >= 100 && status < 200 && status != 101) {
-        response.~ResponseParser();
-        new (&response) ResponseParser();
-        response.header_limit(kMaxResponseHead);
-        response.body_limit(std::numeric_limits<std::uint64_t>::max());
-        continue;
-      }
+      if (reset_if_interim(response)) continue;
       break;
     }
     if (!response.is_header_done()) continue;  // retry on a fresh connection
@@ -781,14 +786,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     for (;;) {
       error_code ec = co_await read_header(conn.socket, conn.buffer, response, received);
       if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
-      const unsigned status = response.get().result_int();
-      if (status >= 100 && status < 200 && status != 101) {
-        response.~ResponseParser();
-        new (&response) ResponseParser();
-        response.header_limit(kMaxResponseHead);
-        response.body_limit(std::numeric_limits<std::uint64_t>::max());
-        continue;
-      }
+      if (reset_if_interim(response)) continue;
       break;
     }
   }
