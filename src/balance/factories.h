@@ -26,6 +26,20 @@ inline bool eligible(const BackendLive* live, uint32_t index, const PickContext&
   return live->available.load(std::memory_order_relaxed) && !(ctx.tried && ctx.tried->contains(index));
 }
 
+// A policy's members with their live state looked up once, by position.
+struct PositionedMembers {
+  std::vector<Member> members;
+  std::vector<BackendLive*> live;  // live[i] belongs to members[i]
+
+  PositionedMembers(std::vector<Member> m, std::span<BackendLive* const> all_live) : members(std::move(m)) {
+    live.reserve(members.size());
+    for (const Member& x : members) live.push_back(all_live[x.index]);
+  }
+  bool eligible_at(uint32_t pos, const PickContext& ctx) const {
+    return eligible(live[pos], members[pos].index, ctx);
+  }
+};
+
 // The weight of the member at pool `index`, 0 when it is not a member. O(n):
 // for displays, not for picks.
 inline uint32_t member_weight(const std::vector<Member>& members, uint32_t index) {

@@ -8,22 +8,19 @@ namespace {
 
 class First final : public Policy {
  public:
-  First(std::vector<Member> members, std::span<BackendLive* const> live) : members_(std::move(members)) {
-    for (const Member& m : members_) live_.push_back(live[m.index]);
-  }
+  First(std::vector<Member> members, std::span<BackendLive* const> live) : pool_(std::move(members), live) {}
   PolicyKind kind() const override { return PolicyKind::first; }
 
   std::optional<uint32_t> pick(const PickContext& ctx) override {
-    for (size_t i = 0; i < members_.size(); ++i)
-      if (eligible(live_[i], members_[i].index, ctx)) return members_[i].index;
+    for (size_t i = 0; i < pool_.members.size(); ++i)
+      if (pool_.eligible_at(static_cast<uint32_t>(i), ctx)) return pool_.members[i].index;
     return std::nullopt;
   }
 
-  uint32_t effective_weight(uint32_t index) const override { return member_weight(members_, index); }
+  uint32_t effective_weight(uint32_t index) const override { return member_weight(pool_.members, index); }
 
  private:
-  std::vector<Member> members_;
-  std::vector<BackendLive*> live_;
+  PositionedMembers pool_;
 };
 
 }  // namespace

@@ -9,15 +9,11 @@
 
 namespace heft::balance {
 
-struct SampledMembers {
-  std::vector<Member> members;
-  std::vector<BackendLive*> live;  // by position
+struct SampledMembers : PositionedMembers {
   WeightedSampler sampler;
 
   SampledMembers(std::vector<Member> m, std::span<BackendLive* const> all_live)
-      : members(std::move(m)), sampler(weights_of(members)) {
-    for (const Member& x : members) live.push_back(all_live[x.index]);
-  }
+      : PositionedMembers(std::move(m), all_live), sampler(weights_of(members)) {}
 
   static std::vector<uint32_t> weights_of(const std::vector<Member>& members) {
     std::vector<uint32_t> w;
@@ -26,7 +22,7 @@ struct SampledMembers {
   }
 
   bool eligible_at(uint32_t pos, const PickContext& ctx, uint32_t exclude = UINT32_MAX) const {
-    return pos != exclude && eligible(live[pos], members[pos].index, ctx);
+    return pos != exclude && PositionedMembers::eligible_at(pos, ctx);
   }
 
   // A weighted draw among eligible members other than `exclude` (a position).

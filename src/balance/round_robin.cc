@@ -10,27 +10,24 @@ namespace {
 
 class RoundRobin final : public Policy {
  public:
-  RoundRobin(std::vector<Member> members, std::span<BackendLive* const> live) : members_(std::move(members)) {
-    for (const Member& m : members_) live_.push_back(live[m.index]);
-  }
+  RoundRobin(std::vector<Member> members, std::span<BackendLive* const> live) : pool_(std::move(members), live) {}
   PolicyKind kind() const override { return PolicyKind::round_robin; }
 
   std::optional<uint32_t> pick(const PickContext& ctx) override {
-    size_t n = members_.size();
+    size_t n = pool_.members.size();
     if (n == 0) return std::nullopt;
     size_t start = next_.fetch_add(1, std::memory_order_relaxed) % n;
     for (size_t k = 0; k < n; ++k) {
       size_t i = start + k < n ? start + k : start + k - n;
-      if (eligible(live_[i], members_[i].index, ctx)) return members_[i].index;
+      if (pool_.eligible_at(static_cast<uint32_t>(i), ctx)) return pool_.members[i].index;
     }
     return std::nullopt;
   }
 
-  uint32_t effective_weight(uint32_t index) const override { return member_weight(members_, index); }
+  uint32_t effective_weight(uint32_t index) const override { return member_weight(pool_.members, index); }
 
  private:
-  std::vector<Member> members_;
-  std::vector<BackendLive*> live_;
+  PositionedMembers pool_;
   std::atomic<uint64_t> next_{0};
 };
 
