@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "balance/weighted_round_robin.h"
 #include "heft/balance/hash.h"
 
 namespace heft::balance {
@@ -56,11 +57,39 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
   const CarriedState* carry = previous ? &carried : nullptr;
   primary_ = make_policy(options_, std::move(primaries), live_ptrs_, carry);
   backup_ = make_policy(options_, std::move(backups), live_ptrs_, carry);
+  if (options_.kind == PolicyKind::weighted_round_robin) primary_wrr_ = narrow_wrr_fast_path(*primary_);
 }
 
+namespace {
+
+// The general case: `primary` first (null when it was already asked), then `backup`.
+[[gnu::noinline]] std::optional<uint32_t> pick_from(Policy* primary, Policy& backup, const PickContext& ctx) {
+  if (primary) {
+    if (auto choice = primary->pick(ctx)) return choice;
+  }
+  return backup.pick(ctx);
+}
+
+// Smooth WRR whose table did not answer ticket `word`.
+[[gnu::noinline]] std::optional<uint32_t> pick_after_miss(WrrFastPath<uint32_t>& primary, Policy& backup,
+                                                          uint64_t word, const PickContext& ctx) {
+  uint32_t index = primary.pick_slow(word, ctx);
+  if (index != WrrFastPath<uint32_t>::kNoPick) return index;
+  return backup.pick(ctx);
+}
+
+}  // namespace
+
 std::optional<uint32_t> Balancer::pick(const PickContext& ctx) {
-  if (auto choice = primary_->pick(ctx)) return choice;
-  return backup_->pick(ctx);
+  if (primary_wrr_ && !(ctx.tried && !ctx.tried->empty())) [[likely]] {
+    // Smooth WRR: the table lookup inline, no virtual call, no stack frame.
+    uint64_t word;
+    uint32_t index = primary_wrr_->try_fast(word);
+    if (index != WrrFastPath<uint32_t>::kNoPick) [[likely]]
+      return engaged_index(index);
+    return pick_after_miss(*primary_wrr_, *backup_, word, ctx);
+  }
+  return pick_from(primary_.get(), *backup_, ctx);
 }
 
 void Balancer::set_available(uint32_t index, bool available) {

@@ -15,15 +15,22 @@
 //    is generated lazily into a table, in O(distinct weights) per entry, and a
 //    pick is `table[ticket]` with the ticket from one shared atomic counter. Once
 //    a whole period (W, or W/gcd from the zero state) is generated and the state
-//    is back where it started, the table wraps and a pick is O(1). One counter
-//    for all threads makes the split exact across threads: any k periods of
-//    consecutive tickets give each member exactly k * weight picks.
+//    is back where it started, the period is repeated to fill the table (at
+//    least kMinTable entries) and a pick is O(1): a ticket past the repeated
+//    periods is served under the mutex, which also lowers the shared counter by
+//    a multiple of the period, so tickets stay inside the table without a
+//    modulo on the fast path. One counter for all threads makes the split exact
+//    across threads: any k periods of consecutive tickets give each member
+//    exactly k * weight picks.
 // Switching fast -> slow replays the table up to the ticket count to recover the
-// exact current weights; switching slow -> fast starts a new table (epoch) from
-// the current state. A seqlock-style epoch check keeps readers from using a
-// table that was restarted under them.
+// exact current weights; switching slow -> fast starts a new table epoch from
+// the current state. The ticket word carries the epoch's tag and so does every
+// table entry (written whole, read in one load), so a reader uses an entry only
+// if it was generated for its own ticket's epoch: no seqlock, no second load.
 //
 // Thread safety: all public methods may be called concurrently.
+#include "balance/weighted_round_robin.h"
+
 #include <algorithm>
 #include <cassert>
 #include <mutex>
@@ -36,10 +43,12 @@ namespace {
 
 // Largest table kept; pools whose period is longer stay on the exact loop.
 constexpr uint64_t kMaxTable = uint64_t{1} << 22;
-constexpr uint64_t kFastBit = uint64_t{1} << 63;
-constexpr int kEpochShift = 48;
-constexpr uint64_t kEpochMask = (uint64_t{1} << 15) - 1;
-constexpr uint64_t kTicketMask = (uint64_t{1} << kEpochShift) - 1;
+// Smallest table: short periods are repeated up to this many entries, so the
+// counter is lowered (under the mutex) at most once per kMinTable picks.
+constexpr uint64_t kMinTable = 2048;
+// Pools above this many members prefetch the availability flags ahead: their
+// BackendLive objects (64 bytes each) no longer fit in L1.
+constexpr size_t kPrefetchMembers = 256;
 
 // Generates nginx's sequence from an arbitrary state for steady weights, in
 // O(distinct weights + log group) per pick instead of O(n). Members with the same
@@ -107,21 +116,32 @@ class SteadyGenerator {
   int64_t total_ = 0;
 };
 
-class WeightedRoundRobin final : public Policy {
+template <class Entry>
+class WeightedRoundRobin final : public Policy, public WrrFastPath<Entry> {
+  using Fast = WrrFastPath<Entry>;
+  using Fast::capacity_;
+  using Fast::kHalf;
+  using Fast::kIndexMask;
+  using Fast::kNoPick;
+  using Fast::live_;
+  using Fast::table_;
+  using Fast::ticket_;
+
  public:
   WeightedRoundRobin(std::vector<Member> members, std::span<BackendLive* const> live,
                      const CarriedState* previous)
       : members_(std::move(members)),
         eff_published_(std::make_unique<std::atomic<uint32_t>[]>(members_.size())) {
     size_t n = members_.size();
-    live_.reserve(n);
+    live_ = live.data();
+    live_pos_.reserve(n);
     weights_.reserve(n);
     cw_.assign(n, 0);
     eff_.resize(n);
     uint64_t total = 0;
     for (size_t i = 0; i < n; ++i) {
       const Member& m = members_[i];
-      live_.push_back(live[m.index]);
+      live_pos_.push_back(live[m.index]);
       weights_.push_back(m.weight);
       eff_[i] = m.weight;
       total += m.weight;
@@ -130,9 +150,13 @@ class WeightedRoundRobin final : public Policy {
     }
     if (previous) carry_over(*previous, static_cast<int64_t>(total));
     for (size_t i = 0; i < n; ++i) eff_published_[i].store(static_cast<uint32_t>(eff_[i]));
-    // The table never needs more than one period of the whole set.
-    table_capacity_ = total <= kMaxTable ? total : 0;
-    table_ = std::vector<std::atomic<uint32_t>>(table_capacity_);
+    // The table never needs more than one period of the whole set (repeated up to kMinTable).
+    uint64_t capacity = total == 0 || total > kMaxTable ? 0 : std::max(total, kMinTable);
+    table_storage_ = std::make_unique<std::atomic<Entry>[]>(capacity + 2 * Fast::kAhead);
+    table_ = table_storage_.get();
+    capacity_ = capacity;
+    this->prefetch_ = n > kPrefetchMembers;
+    clear_table();
     std::lock_guard lock(mu_);
     try_enter_fast();
   }
@@ -140,18 +164,9 @@ class WeightedRoundRobin final : public Policy {
   PolicyKind kind() const override { return PolicyKind::weighted_round_robin; }
 
   std::optional<uint32_t> pick(const PickContext& ctx) override {
-    if (!ctx.tried || !touches_members(*ctx.tried)) {
-      uint64_t word = ticket_.fetch_add(1, std::memory_order_relaxed);
-      if (word & kFastBit) {
-        if (auto pos = read_table(word)) return members_[*pos].index;
-      }
-    }
-    std::lock_guard lock(mu_);
-    leave_fast();
-    auto pos = exact_pick(ctx);
-    try_enter_fast();
-    if (!pos) return std::nullopt;
-    return members_[*pos].index;
+    uint32_t index = Fast::pick_index(ctx);
+    if (index == kNoPick) return std::nullopt;
+    return index;
   }
 
   void availability_changed(uint32_t index) override {
@@ -187,8 +202,43 @@ class WeightedRoundRobin final : public Policy {
       out.set(members_[i].index, cw_[i], static_cast<uint32_t>(eff_[i]));
   }
 
+  // Everything the fast path does not answer: `word` is a ticket already taken.
+  uint32_t slow(uint64_t word, const PickContext& ctx) {
+    std::lock_guard lock(mu_);
+    uint64_t tag = word >> kWrrTagShift;
+    if (tag != 0 && (ticket_.load(std::memory_order_relaxed) >> kWrrTagShift) == tag) {
+      // The ticket's epoch is still on: its entry was not generated yet, or lies
+      // past the repeated periods, or its member just became unavailable.
+      if (auto index = serve(word & kWrrTicketMask)) {
+        if (live_[*index]->available.load(std::memory_order_relaxed)) return *index;
+      }
+    }
+    leave_fast();
+    auto pos = exact_pick(ctx);
+    try_enter_fast();
+    return pos ? members_[*pos].index : kNoPick;
+  }
+
+  uint32_t tried(const PickContext& ctx) {
+    if (!touches_members(*ctx.tried)) {
+      uint64_t word;
+      uint32_t index = Fast::try_fast(word);
+      return index != kNoPick ? index : slow(word, ctx);
+    }
+    std::lock_guard lock(mu_);
+    leave_fast();
+    auto pos = exact_pick(ctx);
+    try_enter_fast();
+    return pos ? members_[*pos].index : kNoPick;
+  }
+
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
+
+  static Entry make_entry(uint64_t tag, uint32_t index) {
+    return static_cast<Entry>((Entry(tag) << kHalf) | index);
+  }
+  static uint32_t index_of(Entry e) { return static_cast<uint32_t>(e & kIndexMask); }
 
   uint32_t position(uint32_t index) const {
     return index < position_of_.size() ? position_of_[index] : kNone;
@@ -219,7 +269,7 @@ class WeightedRoundRobin final : public Policy {
     int64_t total = 0;
     int64_t best = -1;
     for (size_t i = 0; i < members_.size(); ++i) {
-      if (!eligible(live_[i], members_[i].index, ctx)) continue;
+      if (!eligible(live_pos_[i], members_[i].index, ctx)) continue;
       cw_[i] += eff_[i];
       total += eff_[i];
       if (eff_[i] < weights_[i]) {
@@ -233,58 +283,48 @@ class WeightedRoundRobin final : public Policy {
     return static_cast<uint32_t>(best);
   }
 
-  // ticket % period by Barrett reduction (a division costs more than the rest
-  // of a pick): q underestimates the quotient by at most 1.
-  static uint64_t reduce(uint64_t ticket, uint64_t period, uint64_t inverse) {
-    if (period == 1) return 0;
-    uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(ticket) * inverse) >> 64);
-    uint64_t r = ticket - q * period;
-    while (r >= period) r -= period;
-    return r;
+  // Every entry gets a tag no ticket word carries.
+  void clear_table() {
+    // Including the 2 * kAhead spare entries the fast path prefetches through.
+    for (uint64_t j = 0; j < capacity_ + 2 * Fast::kAhead; ++j)
+      table_[j].store(make_entry(kWrrInvalidTag, 0), std::memory_order_relaxed);
   }
 
-  // Fast path read of ticket `word`. Returns nullopt if the table was restarted
-  // (another epoch) or the chosen member just became unavailable.
-  std::optional<uint32_t> read_table(uint64_t word) {
-    uint64_t epoch = (word >> kEpochShift) & kEpochMask;
-    uint64_t ticket = word & kTicketMask;
-    if (epoch_.load(std::memory_order_acquire) != epoch) return std::nullopt;
-    uint64_t period = period_.load(std::memory_order_relaxed);
-    uint64_t slot;
-    if (complete_.load(std::memory_order_acquire)) {
-      slot = reduce(ticket, period, period_inverse_.load(std::memory_order_relaxed));
-    } else if (ticket < generated_.load(std::memory_order_acquire)) {
-      slot = ticket;
-    } else {
-      std::lock_guard lock(mu_);
-      if (!(ticket_.load(std::memory_order_relaxed) & kFastBit) ||
-          epoch_.load(std::memory_order_relaxed) != epoch)
-        return std::nullopt;
-      if (!generate_until(ticket)) return std::nullopt;
-      slot = ticket < period ? ticket : ticket % period;
+  // The pool index for ticket `ticket` of the current epoch. Caller holds mu_ in
+  // fast mode. nullopt when the period ended without the state coming back
+  // (fast mode is then left).
+  std::optional<uint32_t> serve(uint64_t ticket) {
+    if (!complete_ && ticket >= generated_ && !generate_until(ticket)) return std::nullopt;
+    uint64_t slot = ticket;
+    if (complete_ && ticket >= limit_) {
+      slot = ticket % period_;
+      // Lower the shared counter by a multiple of the period: every later
+      // ticket keeps its place in the sequence and lands inside the table.
+      // Only fetch_adds race with this (all other writers hold mu_), so the
+      // count stays >= what is subtracted.
+      uint64_t count = ticket_.load(std::memory_order_relaxed) & kWrrTicketMask;
+      if (count >= limit_) ticket_.fetch_sub(count - count % period_, std::memory_order_relaxed);
     }
-    uint32_t pos = table_[slot].load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (epoch_.load(std::memory_order_relaxed) != epoch) return std::nullopt;
-    if (!live_[pos]->available.load(std::memory_order_relaxed)) return std::nullopt;
-    return pos;
+    return index_of(table_[slot].load(std::memory_order_relaxed));
   }
 
   // Extends the table through `ticket`. Caller holds mu_ in fast mode. Returns
   // false when the period ended without the state coming back (no wrap possible):
   // fast mode is then left at the end of the period.
   bool generate_until(uint64_t ticket) {
-    uint64_t done = generated_.load(std::memory_order_relaxed);
-    if (complete_.load(std::memory_order_relaxed)) return true;
-    uint64_t period = period_.load(std::memory_order_relaxed);
+    if (complete_) return true;
+    uint64_t done = generated_;
+    uint64_t period = period_;
     uint64_t target = std::min(period, std::max(ticket + 1, std::min(period, done + 1024)));
-    // Seqlock writer: readers that see an entry written below also see the new epoch.
-    std::atomic_thread_fence(std::memory_order_release);
-    for (; done < target; ++done) table_[done].store(generator_.next(), std::memory_order_relaxed);
-    generated_.store(done, std::memory_order_release);
+    for (; done < target; ++done)
+      table_[done].store(make_entry(tag_, members_[generator_.next()].index), std::memory_order_relaxed);
+    generated_ = done;
     if (done == period) {
       if (state_at(period) == cw_) {
-        complete_.store(true, std::memory_order_release);
+        complete_ = true;
+        // Repeat the period through the table.
+        for (uint64_t j = period; j < limit_; ++j)
+          table_[j].store(table_[j - period].load(std::memory_order_relaxed), std::memory_order_relaxed);
         return true;
       }
       // The caller's ticket (and any later one) gets no table entry: the exact
@@ -295,14 +335,13 @@ class WeightedRoundRobin final : public Policy {
     return true;
   }
 
-  // The current weights after the first `count` table entries of this epoch.
+  // The current weights after the first `count` tickets of this epoch.
   std::vector<int64_t> state_at(uint64_t count) const {
     std::vector<int64_t> picks(members_.size(), 0);
     // After whole periods of a complete table the state is back at the start.
-    uint64_t rest = complete_.load(std::memory_order_relaxed)
-                        ? count % period_.load(std::memory_order_relaxed)
-                        : count;
-    for (uint64_t j = 0; j < rest; ++j) ++picks[table_[j].load(std::memory_order_relaxed)];
+    uint64_t rest = complete_ ? count % period_ : count;
+    for (uint64_t j = 0; j < rest; ++j)
+      ++picks[position_of_[index_of(table_[j].load(std::memory_order_relaxed))]];
     std::vector<int64_t> cw = cw_;  // cw_ holds the state at the start of the epoch
     int64_t total = generator_.total();
     for (uint32_t pos : table_members_) {
@@ -314,27 +353,29 @@ class WeightedRoundRobin final : public Policy {
   // Caller holds mu_. Turns the fast-mode ticket count into exact current weights.
   // Tickets from `first_unserved` on were never answered from the table.
   void leave_fast(uint64_t first_unserved = UINT64_MAX) {
-    uint64_t word = ticket_.fetch_and(~kFastBit, std::memory_order_acq_rel);
-    if (!(word & kFastBit)) return;
-    uint64_t count = std::min(word & kTicketMask, first_unserved);
+    // Tag 0: every later ticket misses the table.
+    uint64_t word = ticket_.fetch_and(kWrrTicketMask, std::memory_order_acq_rel);
+    if ((word >> kWrrTagShift) == 0) {
+      // Already slow. Keep the count far from the tag bits.
+      if (word > (uint64_t{1} << 40)) ticket_.fetch_and(~kWrrTicketMask, std::memory_order_relaxed);
+      return;
+    }
+    uint64_t count = std::min(word & kWrrTicketMask, first_unserved);
     // Tickets past the generated frontier (readers still on their way to the
     // lock) never got an entry; the sequence resumes at the frontier.
-    if (!complete_.load(std::memory_order_relaxed))
-      count = std::min(count, generated_.load(std::memory_order_relaxed));
+    if (!complete_) count = std::min(count, generated_);
     cw_ = state_at(count);
-    // Invalidate the epoch before the table is rewritten (seqlock writer side).
-    epoch_.store(kEpochMask + 1, std::memory_order_release);
   }
 
   // Caller holds mu_ and is in slow mode. Starts a table epoch when every
   // available member is steady.
   void try_enter_fast() {
-    if (table_capacity_ == 0) return;
+    if (capacity_ == 0) return;
     table_members_.clear();
     uint64_t total = 0;
     bool zero = true;
     for (size_t i = 0; i < members_.size(); ++i) {
-      if (!live_[i]->available.load(std::memory_order_relaxed)) continue;
+      if (!live_pos_[i]->available.load(std::memory_order_relaxed)) continue;
       if (eff_[i] != weights_[i]) return;
       table_members_.push_back(static_cast<uint32_t>(i));
       total += weights_[i];
@@ -345,22 +386,25 @@ class WeightedRoundRobin final : public Policy {
     for (uint32_t pos : table_members_) g = std::gcd(g, uint64_t{weights_[pos]});
     // From the zero state the sequence repeats every W/gcd picks; from another
     // state it may need W (or never repeat: then fast mode ends after one period).
-    uint64_t period = zero ? total / g : total;
-    period_.store(period, std::memory_order_relaxed);
-    period_inverse_.store(period > 1 ? UINT64_MAX / period : 0, std::memory_order_relaxed);
+    period_ = zero ? total / g : total;
+    limit_ = capacity_ / period_ * period_;
     generator_.reset(cw_, weights_, table_members_);
-    generated_.store(0, std::memory_order_relaxed);
-    complete_.store(false, std::memory_order_relaxed);
-    uint64_t epoch = (next_epoch_++) & kEpochMask;
-    epoch_.store(epoch, std::memory_order_release);
-    ticket_.store(kFastBit | (epoch << kEpochShift), std::memory_order_release);
+    generated_ = 0;
+    complete_ = false;
+    if (++tag_ > kWrrMaxTag) {
+      // Tags wrap: entries left from the previous use of a tag must not match.
+      tag_ = 1;
+      clear_table();
+    }
+    ticket_.store(tag_ << kWrrTagShift, std::memory_order_release);
   }
 
   const std::vector<Member> members_;
-  std::vector<BackendLive*> live_;        // by position
+  std::vector<BackendLive*> live_pos_;    // by position
   std::vector<uint32_t> weights_;         // by position
   std::vector<uint32_t> position_of_;     // pool index -> position
   std::unique_ptr<std::atomic<uint32_t>[]> eff_published_;
+  std::unique_ptr<std::atomic<Entry>[]> table_storage_;
 
   mutable std::mutex mu_;
   // Guarded by mu_: exact state in slow mode, the epoch's start state in fast mode.
@@ -368,24 +412,39 @@ class WeightedRoundRobin final : public Policy {
   std::vector<int64_t> eff_;
   std::vector<uint32_t> table_members_;
   SteadyGenerator generator_;
-  uint64_t next_epoch_ = 0;
-  uint64_t table_capacity_ = 0;
-  std::atomic<uint64_t> period_{1};
-  std::atomic<uint64_t> period_inverse_{0};  // floor((2^64 - 1) / period): modulo without a division
-
-  std::atomic<uint64_t> ticket_{0};  // fast bit | epoch | ticket
-  std::atomic<uint64_t> epoch_{kEpochMask + 1};
-  std::atomic<uint64_t> generated_{0};
-  std::atomic<bool> complete_{false};
-  std::vector<std::atomic<uint32_t>> table_;
+  uint64_t tag_ = 0;        // current (or last) epoch's tag
+  uint64_t period_ = 1;     // the epoch's period
+  uint64_t limit_ = 0;      // entries holding whole periods once complete
+  uint64_t generated_ = 0;  // entries generated in this epoch
+  bool complete_ = false;   // a whole period generated, state back at the start
 };
 
 }  // namespace
 
+template <class Entry>
+uint32_t WrrFastPath<Entry>::pick_slow(uint64_t word, const PickContext& ctx) {
+  return static_cast<WeightedRoundRobin<Entry>*>(this)->slow(word, ctx);
+}
+
+template <class Entry>
+uint32_t WrrFastPath<Entry>::pick_tried(const PickContext& ctx) {
+  return static_cast<WeightedRoundRobin<Entry>*>(this)->tried(ctx);
+}
+
+template class WrrFastPath<uint32_t>;
+template class WrrFastPath<uint64_t>;
+
+WrrFastPath<uint32_t>* narrow_wrr_fast_path(Policy& policy) {
+  return dynamic_cast<WeightedRoundRobin<uint32_t>*>(&policy);
+}
+
 std::unique_ptr<Policy> make_weighted_round_robin(std::vector<Member> members,
                                                   std::span<BackendLive* const> live,
                                                   const CarriedState* previous) {
-  return std::make_unique<WeightedRoundRobin>(std::move(members), live, previous);
+  // Narrow entries hold a 16-bit pool index.
+  if (live.size() <= (size_t{1} << 16))
+    return std::make_unique<WeightedRoundRobin<uint32_t>>(std::move(members), live, previous);
+  return std::make_unique<WeightedRoundRobin<uint64_t>>(std::move(members), live, previous);
 }
 
 }  // namespace heft::balance

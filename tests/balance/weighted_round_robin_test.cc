@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "balance/reference_nginx.h"
+#include "balance/weighted_round_robin.h"
 #include "heft/balance/balancer.h"
 
 namespace heft::balance {
@@ -200,6 +201,143 @@ TEST(WeightedRoundRobin, ExactAcrossFourThreads) {
     std::map<char, int> next;
     for (char c : letters(b, static_cast<int>(total))) next[c]++;
     for (size_t i = 0; i < weights.size(); ++i) EXPECT_EQ(next[char('A' + i)], static_cast<int>(weights[i]));
+  }
+}
+
+// Pools large enough to prefetch availability ahead, with flips and failures.
+TEST(WeightedRoundRobin, MatchesNginxLoopOnPrefetchingPools) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 6; ++trial) {
+    size_t n = 257 + rng() % 400;
+    std::vector<uint32_t> weights;
+    for (size_t i = 0; i < n; ++i) weights.push_back(1 + rng() % 9);
+    Balancer b(kSwrr, specs(weights));
+    test::ReferenceSwrr ref(weights);
+    for (int step = 0; step < 6000; ++step) {
+      if (step % 700 == 350) {
+        size_t i = rng() % n;
+        bool up = !ref.peers[i].available;
+        b.set_available(static_cast<uint32_t>(i), up);
+        ref.peers[i].available = up;
+      } else if (step % 1500 == 1499) {
+        size_t i = rng() % n;
+        b.report_failure(static_cast<uint32_t>(i));
+        ref.fail(i);
+      }
+      ASSERT_EQ(*ref.pick(), *b.pick()) << "trial " << trial << " step " << step;
+    }
+  }
+}
+
+// Every table epoch has a 16-bit tag; more epochs than tags (availability flips)
+// and long steady stretches (the ticket counter lowered by whole periods) keep
+// the exact sequence.
+TEST(WeightedRoundRobin, EpochTagsWrapAndCounterStaysExact) {
+  std::vector<uint32_t> weights{5, 3, 2, 7};
+  Balancer b(kSwrr, specs(weights));
+  test::ReferenceSwrr ref(weights);
+  std::mt19937_64 rng(3);
+  for (int epoch = 0; epoch < 70000; ++epoch) {
+    size_t i = rng() % weights.size();
+    bool up = !ref.peers[i].available;
+    b.set_available(static_cast<uint32_t>(i), up);
+    ref.peers[i].available = up;
+    int picks = epoch % 10000 == 0 ? 9000 : static_cast<int>(rng() % 3);
+    for (int k = 0; k < picks; ++k) {
+      auto want = ref.pick();
+      auto got = b.pick();
+      ASSERT_EQ(want.has_value(), got.has_value()) << "epoch " << epoch;
+      if (want) ASSERT_EQ(*want, *got) << "epoch " << epoch;
+    }
+  }
+}
+
+// A replaced snapshot is never told about availability changes made through
+// its successor, but shares the backends' live state: it must still never
+// return an unavailable backend.
+TEST(WeightedRoundRobin, ReplacedSnapshotSeesAvailability) {
+  auto s = specs({4, 3, 2, 1});
+  Balancer old_snapshot(kSwrr, s);
+  letters(old_snapshot, 5);
+  Balancer current(kSwrr, s, &old_snapshot);
+  letters(old_snapshot, 5);  // back on its table
+  current.set_available(0, false);
+  current.set_available(2, false);
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t got = *old_snapshot.pick();
+    ASSERT_TRUE(got == 1 || got == 3) << i;
+  }
+  for (int i = 0; i < 1000; ++i) {
+    uint32_t got = *current.pick();
+    ASSERT_TRUE(got == 1 || got == 3) << i;
+  }
+}
+
+// Pools over 65,536 backends use wide table entries.
+TEST(WeightedRoundRobin, WideTableEntries) {
+  const uint32_t n = 70000;
+  Balancer b(kSwrr, specs(std::vector<uint32_t>(n, 1)));
+  // Equal weights from the zero state: configured order, over and over.
+  for (uint32_t k = 0; k < 2 * n; ++k) ASSERT_EQ(*b.pick(), k % n) << k;
+  b.set_available(68000, false);
+  std::vector<int> counts(n, 0);
+  for (uint32_t k = 0; k < 2 * (n - 1); ++k) counts[*b.pick()]++;
+  for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(counts[i], i == 68000 ? 0 : 2) << i;
+}
+
+// Threads picking while another flips availability and reports failures: no
+// crash, never a backend that was down for the whole pick, and afterwards the
+// carried state continues exactly as nginx's loop would from it.
+TEST(WeightedRoundRobin, ConcurrentChurnThenExact) {
+  std::vector<uint32_t> weights{9, 5, 3, 2, 1, 7, 4, 4};
+  for (int round = 0; round < 4; ++round) {
+    Balancer b(kSwrr, specs(weights, 2));
+    const uint32_t kAlwaysDown = 6;
+    b.set_available(kAlwaysDown, false);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> bad{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&, t] {
+        TriedSet tried;
+        tried.add(static_cast<uint32_t>(t));
+        while (!stop.load(std::memory_order_relaxed)) {
+          auto got = t == 0 ? b.pick({.tried = &tried}) : b.pick();
+          if (got && (*got == kAlwaysDown || (t == 0 && *got == 0))) bad = true;
+        }
+      });
+    std::mt19937_64 rng(round);
+    for (int k = 0; k < 3000; ++k) {
+      uint32_t i = static_cast<uint32_t>(rng() % weights.size());
+      if (i == kAlwaysDown) continue;
+      if (rng() % 2) b.set_available(i, !b.live(i).available.load());
+      else b.report_failure(i);
+      if (k % 100 == 0) std::this_thread::yield();
+    }
+    stop = true;
+    for (auto& th : threads) th.join();
+    EXPECT_FALSE(bad.load());
+    for (uint32_t i = 0; i < weights.size(); ++i)
+      if (i != kAlwaysDown) b.set_available(i, true);
+    CarriedState state = b.carried_state();
+    test::ReferenceSwrr ref(weights, 2);
+    for (uint32_t i = 0; i < weights.size(); ++i) {
+      ref.peers[i].current = state.find(i)->current_weight;
+      ref.peers[i].effective = state.find(i)->effective_weight;
+    }
+    ref.peers[kAlwaysDown].available = false;
+    for (int step = 0; step < 5000; ++step)
+      ASSERT_EQ(*ref.pick(), *b.pick()) << "round " << round << " step " << step;
+  }
+}
+
+// engaged_index builds std::optional<uint32_t> from its bytes.
+TEST(WeightedRoundRobin, EngagedIndexIsAnOptional) {
+  for (uint32_t v : {0u, 1u, 65535u, 123456789u, UINT32_MAX - 1}) {
+    std::optional<uint32_t> o = engaged_index(v);
+    ASSERT_TRUE(o.has_value());
+    ASSERT_EQ(*o, v);
+    ASSERT_EQ(o, std::optional<uint32_t>(v));
   }
 }
 

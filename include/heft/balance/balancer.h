@@ -22,6 +22,9 @@
 
 namespace heft::balance {
 
+template <class Entry>
+class WrrFastPath;  // internal (src/balance/weighted_round_robin.h)
+
 struct BackendSpec {
   std::string name;        // identity, e.g. "10.0.0.1:8080"
   uint32_t weight = 1;     // 0 = drained: listed, never picked
@@ -76,6 +79,8 @@ class Balancer {
   std::vector<BackendLive*> live_ptrs_;
   std::unique_ptr<Policy> primary_;
   std::unique_ptr<Policy> backup_;
+  // primary_'s smooth-WRR fast path when it has one: picks skip the virtual call.
+  WrrFastPath<uint32_t>* primary_wrr_ = nullptr;
 };
 
 }  // namespace heft::balance
