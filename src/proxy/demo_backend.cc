@@ -186,6 +186,7 @@ struct DemoBackend::State {
   const std::string body;  // preformatted once, sent by reference
 
   std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> connections_accepted{0};  // GET /_control/stats: proves upstream keep-alive
   std::atomic<uint64_t> fail_sequence{0};  // requests that went through the fail-rate check
   std::atomic<int64_t> delay_ms;
   std::atomic<uint32_t> fail_ppm;
@@ -258,11 +259,17 @@ awaitable<bool> serve_control(State& s, Connection& c, RequestParser& parser, st
   co_await drain_body(c, parser);
   const auto& req = parser.get();
   const unsigned version = req.version();
+  const std::string_view knob = path.substr(std::string_view("/_control/").size());
+  if (knob == "stats" && req.method() == http::verb::get) {
+    co_await write_text(s, c, 200, count, keep_alive, version,
+                        fmt::format("{{\"requests\":{},\"connections\":{}}}\n", s.requests.load(),
+                                    s.connections_accepted.load()));
+    co_return keep_alive;
+  }
   if (req.method() != http::verb::post) {
     co_await write_text(s, c, 405, count, keep_alive, version, "use POST\n");
     co_return keep_alive;
   }
-  const std::string_view knob = path.substr(std::string_view("/_control/").size());
   bool ok = false;
   if (knob == "health") {
     unsigned status = 0;
@@ -423,6 +430,7 @@ awaitable<void> accept_loop(std::shared_ptr<State> s) {
       co_await pause.async_wait(as_tuple_awaitable);
       continue;
     }
+    s->connections_accepted.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard lock(s->connections_mutex);
       if (s->stopped.load()) co_return;

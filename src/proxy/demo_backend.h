@@ -8,6 +8,7 @@
 //   /bytes/N            N bytes, streamed in 64 KiB chunks
 //   <health_path>       200 "ok" (or the status set by /_control/health)
 //   /ws (Upgrade)       WebSocket echo
+//   GET /_control/stats  {"requests":N,"connections":M} (connections accepted)
 //   POST /_control/health?status=500|200, /_control/delay?ms=N,
 //   POST /_control/fail_rate?value=F     change behaviour at runtime
 // Workers, delay and fail rate apply to everything but the health path and
