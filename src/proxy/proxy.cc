@@ -66,7 +66,7 @@ awaitable<void> sweep_loop(Worker& worker) {
         for (const upstream::WeightEvent& event : site.pool->tick(now))
           fmt::print(stderr, "heft: {}\n", event.to_string());
     }
-    if (worker.draining && worker.sessions.empty()) {
+    if (worker.draining && worker.sessions.empty() && worker.parked.empty()) {
       worker.grace_timer.cancel();
       worker.idle.clear();
       co_return;

@@ -6,6 +6,8 @@
 // io_context runs on exactly one thread), except `io`, which others post to.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -22,9 +24,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 
 #include "config/model.h"
+#include "proxy/block_buffer.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
 #include "observe/access_log.h"
@@ -35,6 +37,15 @@ namespace heft::proxy {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+
+// Now, to a few milliseconds: enough for timeouts and idle ages, and cheaper
+// than Clock::now() (read many times per request). Same origin as
+// steady_clock (both CLOCK_MONOTONIC), so the two compare.
+inline Clock::time_point coarse_now() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
 
 struct SiteRoute {
   std::size_t index = 0;
@@ -58,15 +69,24 @@ struct RouteTable {
 
 // An idle, reusable connection to a backend.
 struct UpstreamConnection {
-  explicit UpstreamConnection(asio::io_context& io) : socket(io) {}
+  UpstreamConnection(asio::io_context& io, BlockPool& blocks) : socket(io), buffer(blocks) {}
   tcp::socket socket;
-  boost::beast::flat_buffer buffer;
+  BlockBuffer buffer;  // empty (block given back) while the connection is idle
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
 };
 using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 
 class Session;
 struct Worker;
+
+// A client connection idle for a while (session.cc, kParkAfter): no session,
+// coroutine or buffer, only the socket waiting for the next request.
+struct ParkedConnection {
+  tcp::socket socket;
+  uint16_t local_port;
+  std::string client_ip;
+  Clock::time_point deadline;  // the idle timeout
+};
 
 // A worker's view of one site: its cached pool snapshot and, per snapshot, the
 // parsed backend endpoints and their idle-connection lists.
@@ -91,13 +111,19 @@ struct Worker {
 
   Proxy::Impl& proxy;
   unsigned index;
-  asio::io_context io{1};
+  BlockPool blocks;  // before io: sessions (destroyed with io) give their blocks back
+  // One thread runs it and only that thread touches its sockets (others post
+  // to it), so the reactor's per-socket locks are off; posting stays locked.
+  asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::thread thread;
   std::map<uint16_t, std::unique_ptr<tcp::acceptor>> acceptors;
   std::shared_ptr<WorkerRoutes> routes;
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::list<Session*> sessions;            // for the timeout sweep and draining
+  std::list<ParkedConnection> parked;      // idle client connections without a session
+  std::size_t parked_since_trim = 0;       // connections parked since the last malloc_trim
+  Clock::time_point last_trim{};
   bool draining = false;
   asio::steady_timer ticker{io};
   asio::steady_timer grace_timer{io};
@@ -143,6 +169,10 @@ struct Proxy::Impl {
 
 // Runs one client connection to its end (session.cc).
 void start_session(Worker& worker, tcp::socket socket, uint16_t local_port);
+// Keeps an idle client connection as a bare socket until it is readable, then
+// runs a new session on it (session.cc).
+void park_connection(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip,
+                     Clock::time_point deadline);
 // Checks every session of the worker for an expired deadline (session.cc).
 void sweep_timeouts(Worker& worker, Clock::time_point now);
 // Closes sessions waiting for a request (session.cc), for draining.

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -213,6 +214,63 @@ TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
   EXPECT_EQ(slow.status, 200);
   EXPECT_EQ(heft.wait(5s), std::optional<int>(0));
   EXPECT_FALSE(wait_for_port(port, 200ms));
+}
+
+// Proportional set size of a process, KiB (shared pages split, not doubled).
+long pss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Pss:", 0) == 0) return std::atol(line.c_str() + 4);
+  return 0;
+}
+
+// Connections idle past half a second are parked (session and buffers freed,
+// docs/proxy.md): the next request on them is served as if nothing happened,
+// a parked connection still closes at its idle timeout, and 400 of them cost
+// little memory.
+TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  std::string file = pool_file(port, backends, {1});
+  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 3s\n\tadmin off\n");
+  Process heft = start_heft(dir, file, port);
+
+  HttpClient kept(port);
+  ASSERT_EQ(kept.get("/").status, 200);
+  // 400 more connections, each with one answered request, then left idle.
+  std::vector<std::unique_ptr<HttpClient>> idle;
+  for (int i = 0; i < 400; ++i) {
+    idle.push_back(std::make_unique<HttpClient>(port));
+    ASSERT_EQ(idle.back()->get("/").status, 200) << i;
+  }
+  const long busy_kib = pss_kib(heft.pid());
+  std::this_thread::sleep_for(1200ms);  // parked after 500 ms (swept every 50 ms)
+  const long parked_kib = pss_kib(heft.pid());
+  // Busy, each connection had touched at least a page of its read buffer and
+  // one of its response buffer; parked, both are unmapped.
+  EXPECT_GE((busy_kib - parked_kib) * 1024 / 400, 4096) << "busy " << busy_kib << " KiB, parked " << parked_kib << " KiB";
+
+  // The next request on a parked connection is answered on that connection.
+  const int fd_before = kept.fd();
+  Response again = kept.get("/");
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(again.header("x-backend"), "a");
+  EXPECT_EQ(kept.fd(), fd_before);
+  for (int i = 0; i < 400; i += 40) EXPECT_EQ(idle[i]->get("/").status, 200) << i;
+
+  // Parked, it still closes at the idle timeout (3 s): EOF, not a hang.
+  std::this_thread::sleep_for(1200ms);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string rest = kept.read_all();
+  EXPECT_TRUE(rest.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+
+  // SIGTERM with parked connections open: they are closed and heft exits.
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(5s), std::optional<int>(0));
 }
 
 }  // namespace
