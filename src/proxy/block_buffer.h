@@ -25,6 +25,8 @@ class BlockPool {
  public:
   static constexpr std::size_t kBlockSize = 64 * 1024;
 
+  // Up to max_free blocks wait for reuse (their touched pages stay resident);
+  // beyond that they are unmapped, so mapping is rare in a steady state.
   explicit BlockPool(std::size_t max_free = 32) : max_free_(max_free) {}
   ~BlockPool() {
     for (char* block : free_) ::munmap(block, kBlockSize);

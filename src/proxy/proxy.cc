@@ -33,7 +33,8 @@ std::string site_label(const config::SiteConfig& site) {
 
 awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t port) {
   for (;;) {
-    auto [ec, socket] = co_await acceptor.async_accept(as_tuple_awaitable);
+    tcp::endpoint peer;  // from accept() itself: no getpeername() per connection
+    auto [ec, socket] = co_await acceptor.async_accept(peer, as_tuple_awaitable);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of descriptors or similar: back off briefly instead of spinning.
@@ -48,7 +49,7 @@ awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t po
       socket.close(ignored);  // max_connections: refuse rather than queue
       continue;
     }
-    start_session(worker, std::move(socket), port);
+    start_session(worker, std::move(socket), port, peer.address().to_string());
   }
 }
 

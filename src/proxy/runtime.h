@@ -71,7 +71,7 @@ struct RouteTable {
 struct UpstreamConnection {
   UpstreamConnection(asio::io_context& io, BlockPool& blocks) : socket(io), buffer(blocks) {}
   tcp::socket socket;
-  BlockBuffer buffer;  // empty (block given back) while the connection is idle
+  BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
 };
 using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
@@ -168,7 +168,7 @@ struct Proxy::Impl {
 };
 
 // Runs one client connection to its end (session.cc).
-void start_session(Worker& worker, tcp::socket socket, uint16_t local_port);
+void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip);
 // Keeps an idle client connection as a bare socket until it is readable, then
 // runs a new session on it (session.cc).
 void park_connection(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip,

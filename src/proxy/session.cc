@@ -12,7 +12,6 @@
 
 #include <malloc.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -72,21 +71,42 @@ bool has_token(std::string_view list, std::string_view token) {
   return false;
 }
 
-bool is_hop_by_hop(std::string_view name) {
-  switch (name.size()) {
-    case 2: return iequals(name, "te");
-    case 7: return iequals(name, "trailer") || iequals(name, "upgrade");
-    case 10: return iequals(name, "connection") || iequals(name, "keep-alive");
-    case 16: return iequals(name, "proxy-connection");
-    case 17: return iequals(name, "transfer-encoding");
-    case 14: return iequals(name, "content-length");  // framing is rewritten
+// Beast names known fields when it parses them, so the check is a switch.
+bool is_hop_by_hop(http::field name) {
+  switch (name) {
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+    case http::field::connection:
+    case http::field::keep_alive:
+    case http::field::proxy_connection:
+    case http::field::transfer_encoding:
+    case http::field::content_length:  // framing is rewritten
+      return true;
     default: return false;
   }
 }
 
-// Fields named by the Connection header are hop-by-hop too.
-bool named_by_connection(std::string_view connection, std::string_view name) {
-  return !connection.empty() && has_token(connection, name);
+// The Connection header's tokens other than close / keep-alive / upgrade:
+// fields it names are hop-by-hop too. Usually there are none, and then no
+// field needs the check.
+std::string_view connection_extras(std::string_view connection) {
+  std::string_view list = connection;
+  while (!list.empty()) {
+    std::size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty() && !iequals(item, "close") && !iequals(item, "keep-alive") && !iequals(item, "upgrade"))
+      return connection;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return {};
+}
+
+bool named_by_connection(std::string_view extras, std::string_view name) {
+  return !extras.empty() && has_token(extras, name);
 }
 
 bool idempotent(http::verb method) {
@@ -150,39 +170,6 @@ void append_number(std::string& out, uint64_t value) {
 void append_ops(std::string& out, const std::vector<config::HeaderOp>& ops) {
   for (const auto& op : ops)
     if (op.op != config::HeaderOp::remove) append_field(out, op.name, op.value);
-}
-
-// Sends what the socket takes right now (one sendmsg that never blocks) and
-// drops the sent bytes from the front of `buffers`. A head with a small body
-// nearly always goes out whole this way, without a trip through the reactor
-// and the scheduler. False on an error other than "would block".
-bool send_now(tcp::socket& socket, std::span<asio::const_buffer>& buffers, error_code& ec) {
-  std::array<iovec, 8> iov;
-  const std::size_t count = std::min(buffers.size(), iov.size());
-  for (std::size_t i = 0; i < count; ++i)
-    iov[i] = iovec{const_cast<void*>(buffers[i].data()), buffers[i].size()};
-  msghdr msg{};
-  msg.msg_iov = iov.data();
-  msg.msg_iovlen = count;
-  const ssize_t sent = ::sendmsg(socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (sent < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return true;
-    ec = error_code(errno, boost::system::system_category());
-    return false;
-  }
-  std::size_t left = static_cast<std::size_t>(sent);
-  while (!buffers.empty() && left >= buffers.front().size()) {
-    left -= buffers.front().size();
-    buffers = buffers.subspan(1);
-  }
-  if (left > 0) buffers.front() += left;
-  return true;
-}
-
-// Writes what send_now() left, through the reactor.
-awaitable<error_code> write_rest(tcp::socket& socket, std::span<asio::const_buffer> buffers) {
-  auto [ec, n] = co_await asio::async_write(socket, buffers, as_tuple_awaitable);
-  co_return ec;
 }
 
 // Reads more bytes from `socket` into `buffer`.
@@ -268,7 +255,6 @@ bool is_parse_error(const error_code& ec) {
 
 void park(IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
   conn->idle_since = coarse_now();
-  conn->buffer.release();  // empty: parked only when nothing was read ahead
   list.push_back(std::move(conn));
 }
 
@@ -297,18 +283,13 @@ bool reset_if_interim(ResponseParser& response) {
 
 class Session {
  public:
-  // A new connection (counted open here), or with `parked_ip` one resumed
-  // from parking (counted since it was accepted).
-  Session(Worker& worker, tcp::socket socket, uint16_t port, std::string* parked_ip = nullptr)
-      : w(worker), client(std::move(socket)), local_port(port) {
+  // A new connection (counted open here), or one resumed from parking
+  // (counted since it was accepted).
+  Session(Worker& worker, tcp::socket socket, uint16_t port, std::string ip, bool resumed)
+      : w(worker), client(std::move(socket)), local_port(port), client_ip(std::move(ip)) {
     self = w.sessions.insert(w.sessions.end(), this);
-    if (parked_ip) {
-      client_ip = std::move(*parked_ip);
-      return;
-    }
+    if (resumed) return;
     error_code ec;
-    auto remote = client.remote_endpoint(ec);
-    if (!ec) client_ip = remote.address().to_string();
     client.set_option(tcp::no_delay(true), ec);
     w.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
     observe::connection_opened();
@@ -530,6 +511,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   w.prepare_site(site, *snapshot);
 
   const std::string_view connection = req[http::field::connection];
+  const std::string_view extras = connection_extras(connection);
   const bool upgrade = !req[http::field::upgrade].empty() && has_token(connection, "upgrade");
   const std::string_view expect = req[http::field::expect];
   const bool expect_continue = iequals(expect, "100-continue");
@@ -544,7 +526,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   std::string_view forwarded_for;
   for (const auto& field : req) {
     std::string_view name = field.name_string();
-    if (is_hop_by_hop(name) || named_by_connection(connection, name)) continue;
+    if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
     if (field.name() == http::field::expect) continue;
     if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
       if (iequals(name, "x-forwarded-for")) {
@@ -778,10 +760,12 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
       buffers[count++] = asio::buffer(body_prefix_);
       if (upstream_chunked_) buffers[count++] = asio::buffer("\r\n", 2);
     }
-    std::span<asio::const_buffer> pending(buffers.data(), count);
-    error_code write_ec;
-    if (send_now(conn->socket, pending, write_ec) && !pending.empty())
-      write_ec = co_await write_rest(conn->socket, pending);
+    // Asio tries the send at once; its completion comes back through the
+    // scheduler, which by then has often seen the response arrive (a send
+    // straight from here measured slower: the read that follows it finds
+    // nothing yet and costs a wasted recv).
+    auto [write_ec, written] =
+        co_await asio::async_write(conn->socket, std::span(buffers.data(), count), as_tuple_awaitable);
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
       co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
@@ -913,14 +897,14 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
   down_head_.append("HTTP/1.1 ", 9);
   append_number(down_head_, status);
   down_head_.append(" ", 1).append(res.reason()).append("\r\n", 2);
-  const std::string_view connection = res[http::field::connection];
+  const std::string_view extras = connection_extras(res[http::field::connection]);
   for (const auto& field : res) {
     std::string_view name = field.name_string();
     if (no_body && field.name() == http::field::content_length) {
       append_field(down_head_, name, field.value());
       continue;
     }
-    if (is_hop_by_hop(name) || named_by_connection(connection, name)) continue;
+    if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
     if (!pool.header_down.empty() && overridden(pool.header_down, name)) continue;
     append_field(down_head_, name, field.value());
   }
@@ -979,9 +963,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     if (last && framing == chunked) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
     if (count > 0) {
       arm(pool.send_timeout);
-      std::span<asio::const_buffer> pending(buffers.data(), count);
-      error_code ec;
-      if (send_now(client, pending, ec) && !pending.empty()) ec = co_await write_rest(client, pending);
+      auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), as_tuple_awaitable);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
@@ -1028,8 +1010,9 @@ namespace {
 awaitable<void> run_session(std::unique_ptr<Session> session) { co_await session->run(); }
 }  // namespace
 
-void start_session(Worker& worker, tcp::socket socket, uint16_t local_port) {
-  asio::co_spawn(worker.io, run_session(std::make_unique<Session>(worker, std::move(socket), local_port)),
+void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip) {
+  asio::co_spawn(worker.io,
+                 run_session(std::make_unique<Session>(worker, std::move(socket), local_port, std::move(client_ip), false)),
                  asio::detached);
 }
 
@@ -1051,7 +1034,8 @@ void park_connection(Worker& w, tcp::socket socket, uint16_t local_port, std::st
     std::string ip = std::move(it->client_ip);
     const uint16_t port = it->local_port;
     w.parked.erase(it);
-    asio::co_spawn(w.io, run_session(std::make_unique<Session>(w, std::move(socket), port, &ip)), asio::detached);
+    asio::co_spawn(w.io, run_session(std::make_unique<Session>(w, std::move(socket), port, std::move(ip), true)),
+                   asio::detached);
   });
 }
 
