@@ -208,22 +208,75 @@ void process_metrics(std::string& out) {
 
 }  // namespace
 
+namespace {
+
+// The slots a worker's recent (server, upstream, status) series live in, so a
+// request finds them by comparing a few short strings instead of building
+// and hashing two keys. Map nodes do not move; reset_metrics() bumps the
+// generation, which empties every cache.
+std::atomic<uint64_t> g_generation{1};
+
+struct SeriesSlots {
+  uint64_t generation = 0;
+  const Shard* shard = nullptr;
+  int status = 0;
+  std::string server;
+  std::string upstream;  // empty for record_request's series
+  uint64_t* count = nullptr;
+  Histogram* durations = nullptr;
+};
+
+class SeriesCache {
+ public:
+  SeriesSlots* find(const Shard& shard, std::string_view server, std::string_view upstream, int status) {
+    const uint64_t generation = g_generation.load(std::memory_order_relaxed);
+    for (SeriesSlots& e : entries_)
+      if (e.generation == generation && e.status == status && e.shard == &shard && e.server == server &&
+          e.upstream == upstream)
+        return &e;
+    return nullptr;
+  }
+  SeriesSlots& replace() { return entries_[next_++ % entries_.size()]; }
+
+ private:
+  std::array<SeriesSlots, 16> entries_;
+  unsigned next_ = 0;
+};
+
+thread_local SeriesCache t_request_series;
+thread_local SeriesCache t_upstream_series;
+
+}  // namespace
+
 void record_request(unsigned worker, std::string_view server, int status, double seconds) {
   Shard& s = registry().shards[worker % kMetricShards];
-  std::string code = code_text(status);
   std::lock_guard lock(s.mu);
-  ++slot(s.requests, make_key(server, code));
-  slot(s.request_durations, server).observe(seconds);
+  SeriesSlots* e = t_request_series.find(s, server, {}, status);
+  if (!e) {
+    e = &t_request_series.replace();
+    *e = SeriesSlots{g_generation.load(std::memory_order_relaxed), &s, status, std::string(server), {},
+                     &slot(s.requests, make_key(server, code_text(status))), &slot(s.request_durations, server)};
+  }
+  ++*e->count;
+  e->durations->observe(seconds);
 }
 
 void record_upstream(unsigned worker, std::string_view server, std::string_view upstream, int status,
                      double seconds) {
   Shard& s = registry().shards[worker % kMetricShards];
-  std::string code = code_text(status);
   std::lock_guard lock(s.mu);
-  ++slot(s.upstream_requests, make_key(server, upstream, code));
-  slot(s.upstream_durations, make_key(server, upstream)).observe(seconds);
+  SeriesSlots* e = t_upstream_series.find(s, server, upstream, status);
+  if (!e) {
+    e = &t_upstream_series.replace();
+    uint64_t* count = &slot(s.upstream_requests, make_key(server, upstream, code_text(status)));
+    Histogram* durations = &slot(s.upstream_durations, make_key(server, upstream));
+    *e = SeriesSlots{g_generation.load(std::memory_order_relaxed), &s, status, std::string(server),
+                     std::string(upstream), count, durations};
+  }
+  ++*e->count;
+  e->durations->observe(seconds);
 }
+
 
 void record_failure(unsigned worker, std::string_view server, std::string_view upstream, std::string_view reason) {
   Shard& s = registry().shards[worker % kMetricShards];
@@ -310,6 +363,7 @@ std::vector<std::string> server_labels(const config::Config& config) {
 }
 
 void reset_metrics() {
+  g_generation.fetch_add(1, std::memory_order_relaxed);
   for (Shard& s : registry().shards) {
     std::lock_guard lock(s.mu);
     s.requests.clear();
