@@ -57,18 +57,24 @@ class BlockPool {
 
 // A contiguous byte buffer of at most one block, [begin, end) readable: the
 // subset of a Beast DynamicBuffer the proxy uses. The block is taken on the
-// first prepare() and given back by release() or the destructor.
+// first prepare() and given back by release() or the destructor. The last
+// `tail` bytes of the block are not used for data: tail() lends them out
+// (a session keeps its header-field arena there).
 class BlockBuffer {
  public:
-  static constexpr std::size_t kCapacity = BlockPool::kBlockSize;
-
-  explicit BlockBuffer(BlockPool& pool) : pool_(&pool) {}
+  explicit BlockBuffer(BlockPool& pool, std::size_t tail = 0)
+      : pool_(&pool), capacity_(BlockPool::kBlockSize - tail) {}
   ~BlockBuffer() { release(); }
   BlockBuffer(const BlockBuffer&) = delete;
   BlockBuffer& operator=(const BlockBuffer&) = delete;
 
   std::size_t size() const { return end_ - begin_; }
-  std::size_t capacity() const { return block_ ? kCapacity : 0; }
+  std::size_t capacity() const { return block_ ? capacity_ : 0; }
+  // The reserved end of the block (taken now if need be).
+  unsigned char* tail() {
+    if (!block_) block_ = pool_->get();
+    return reinterpret_cast<unsigned char*>(block_ + capacity_);
+  }
   boost::asio::const_buffer data() const { return {block_ + begin_, size()}; }
   const char* bytes() const { return block_ + begin_; }
 
@@ -76,14 +82,14 @@ class BlockBuffer {
   // when it is full).
   boost::asio::mutable_buffer prepare(std::size_t n) {
     if (!block_) block_ = pool_->get();
-    if (begin_ > 0 && kCapacity - end_ < n) {
+    if (begin_ > 0 && capacity_ - end_ < n) {
       std::memmove(block_, block_ + begin_, size());
       end_ -= begin_;
       begin_ = 0;
     }
-    return {block_ + end_, std::min(n, kCapacity - end_)};
+    return {block_ + end_, std::min(n, capacity_ - end_)};
   }
-  void commit(std::size_t n) { end_ += std::min(n, kCapacity - end_); }
+  void commit(std::size_t n) { end_ += std::min(n, capacity_ - end_); }
   void consume(std::size_t n) {
     begin_ += std::min(n, size());
     if (begin_ == end_) begin_ = end_ = 0;
@@ -96,6 +102,7 @@ class BlockBuffer {
 
  private:
   BlockPool* pool_;
+  std::size_t capacity_;
   char* block_ = nullptr;
   std::size_t begin_ = 0;
   std::size_t end_ = 0;

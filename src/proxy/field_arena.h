@@ -1,8 +1,9 @@
 // Memory for the header fields of one request and its response. Beast's
 // basic_fields allocates every field on its own; with the default allocator
 // that was several malloc/free pairs per proxied request. A session owns one
-// arena, hands it to its parsers through ArenaAllocator, and resets it when a
-// request is done (no field of the last request is alive then).
+// arena over memory it lends (the reserved end of its read block), hands it to
+// its parsers through ArenaAllocator, and resets it when a request is done (no
+// field of the last request is alive then).
 //
 // Thread safety: one arena belongs to one session (one worker thread).
 #pragma once
@@ -15,9 +16,17 @@ namespace heft::proxy {
 
 class FieldArena {
  public:
+  static constexpr std::size_t kBytes = 2048;
+
+  // Starts over on `buffer` (kBytes, suitably aligned); only when no
+  // allocation from this arena is alive.
+  void reset(unsigned char* buffer) {
+    buffer_ = buffer;
+    used_ = 0;
+  }
   void* allocate(std::size_t bytes, std::size_t align) {
     const std::size_t at = (used_ + align - 1) & ~(align - 1);
-    if (at + bytes <= sizeof buffer_) {
+    if (buffer_ && at + bytes <= kBytes) {
       used_ = at + bytes;
       return buffer_ + at;
     }
@@ -25,14 +34,12 @@ class FieldArena {
   }
   void deallocate(void* p) {
     auto* bytes = static_cast<unsigned char*>(p);
-    if (bytes < buffer_ || bytes >= buffer_ + sizeof buffer_) ::operator delete(p);
+    if (!buffer_ || bytes < buffer_ || bytes >= buffer_ + kBytes) ::operator delete(p);
     // Inside the buffer: reclaimed all at once by reset().
   }
-  // Only when no allocation from this arena is alive.
-  void reset() { used_ = 0; }
 
  private:
-  alignas(std::max_align_t) unsigned char buffer_[2048];
+  unsigned char* buffer_ = nullptr;
   std::size_t used_ = 0;
 };
 

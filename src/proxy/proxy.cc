@@ -2,6 +2,8 @@
 //
 // Each worker runs its own io_context on one thread; the controlling thread
 // binds listeners (so errors surface synchronously) and posts everything else.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <set>
 #include <stdexcept>
@@ -67,7 +69,7 @@ awaitable<void> sweep_loop(Worker& worker) {
         for (const upstream::WeightEvent& event : site.pool->tick(now))
           fmt::print(stderr, "heft: {}\n", event.to_string());
     }
-    if (worker.draining && worker.sessions.empty() && worker.parked.empty()) {
+    if (worker.draining && worker.sessions.empty() && worker.parking->size() == 0) {
       worker.grace_timer.cancel();
       worker.idle.clear();
       co_return;
@@ -164,6 +166,12 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
 }
 
 Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
+  parking = std::make_unique<Parking>(
+      io,
+      [this](tcp::socket socket, Parking::Entry& entry) {
+        resume_session(*this, std::move(socket), entry.local_port, std::move(entry.client_ip));
+      },
+      [this](const Parking::Entry&) { parked_connection_closed(*this); });
   rng_state = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t{i} << 32) ^ 0x5eedULL;
 }
 
@@ -291,11 +299,46 @@ Proxy::~Proxy() {
   }
 }
 
+namespace {
+
+// Enough descriptors for max_connections client connections and as many
+// upstream ones (as nginx's worker_rlimit_nofile would be set): the soft
+// limit is raised toward the hard one, never lowered.
+void raise_descriptor_limit(uint32_t max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t want = std::min<rlim_t>(limit.rlim_max, rlim_t{2} * max_connections + 256);
+  if (want <= limit.rlim_cur) return;
+  limit.rlim_cur = want;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+// Asio keeps the per-socket state of a closed socket for reuse. Creating the
+// states of a worker's first connections now, side by side and away from the
+// worker's own heap, keeps them from being scattered among session memory
+// later, where each would pin a page the freed sessions around it cannot give
+// back (what nginx gets from its preallocated connections array).
+void preallocate_socket_states(asio::io_context& io, std::size_t count) {
+  std::vector<tcp::socket> sockets;
+  sockets.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.open(tcp::v4(), ec);
+    if (ec) break;
+    sockets.push_back(std::move(socket));
+  }
+}  // closed here: their states wait in Asio's free list
+
+}  // namespace
+
 void Proxy::start() {
   Impl& impl = *impl_;
   auto table = impl.current();
   unsigned count = table->config.workers ? table->config.workers : std::max(1u, std::thread::hardware_concurrency());
+  raise_descriptor_limit(impl.max_connections.load());
   for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
+  for (auto& w : impl.workers) preallocate_socket_states(w->io, 1024);
   for (auto& w : impl.workers)
     for (const auto& [port, sites] : table->by_port) w->acceptors[port] = impl.listen(*w, port);
   for (auto& w : impl.workers) {

@@ -27,6 +27,7 @@
 
 #include "config/model.h"
 #include "proxy/block_buffer.h"
+#include "proxy/parking.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
 #include "observe/access_log.h"
@@ -79,14 +80,7 @@ using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 class Session;
 struct Worker;
 
-// A client connection idle for a while (session.cc, kParkAfter): no session,
-// coroutine or buffer, only the socket waiting for the next request.
-struct ParkedConnection {
-  tcp::socket socket;
-  uint16_t local_port;
-  std::string client_ip;
-  Clock::time_point deadline;  // the idle timeout
-};
+
 
 // A worker's view of one site: its cached pool snapshot and, per snapshot, the
 // parsed backend endpoints and their idle-connection lists.
@@ -121,7 +115,7 @@ struct Worker {
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::list<Session*> sessions;            // for the timeout sweep and draining
-  std::list<ParkedConnection> parked;      // idle client connections without a session
+  std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
   std::size_t parked_since_trim = 0;       // connections parked since the last malloc_trim
   Clock::time_point last_trim{};
   bool draining = false;
@@ -169,10 +163,10 @@ struct Proxy::Impl {
 
 // Runs one client connection to its end (session.cc).
 void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip);
-// Keeps an idle client connection as a bare socket until it is readable, then
-// runs a new session on it (session.cc).
-void park_connection(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip,
-                     Clock::time_point deadline);
+// Runs a new session on a connection back from parking (session.cc).
+void resume_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip);
+// A parked connection was closed (idle timeout, drain): counted closed (session.cc).
+void parked_connection_closed(Worker& worker);
 // Checks every session of the worker for an expired deadline (session.cc).
 void sweep_timeouts(Worker& worker, Clock::time_point now);
 // Closes sessions waiting for a request (session.cc), for draining.

@@ -288,9 +288,10 @@ class Session {
   Session(Worker& worker, tcp::socket socket, uint16_t port, std::string ip, bool resumed)
       : w(worker), client(std::move(socket)), local_port(port), client_ip(std::move(ip)) {
     self = w.sessions.insert(w.sessions.end(), this);
-    if (resumed) return;
-    error_code ec;
-    client.set_option(tcp::no_delay(true), ec);
+    if (resumed) {
+      nodelay_ = true;  // set before parking
+      return;
+    }
     w.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
     observe::connection_opened();
   }
@@ -346,6 +347,21 @@ class Session {
     timed_out = false;
   }
   void disarm() { deadline = Clock::time_point::max(); }
+  // Nagle holds a write back only while an earlier one is unacknowledged, so
+  // the first write on a connection never waits: TCP_NODELAY (a syscall) is
+  // set before the second, as nginx does for keep-alive connections. A
+  // connection that gets one response and closes never pays for it.
+  void before_client_write() {
+    if (nodelay_ || client_writes_++ == 0) return;
+    set_nodelay();
+  }
+  void set_nodelay() {
+    error_code ignored;
+    client.set_option(tcp::no_delay(true), ignored);
+    nodelay_ = true;
+  }
+  bool nodelay_ = false;
+  unsigned client_writes_ = 0;
   char* scratch() {
     if (!scratch_) scratch_ = w.blocks.get();
     return scratch_;
@@ -363,8 +379,8 @@ class Session {
                                           bool& client_failed);
   awaitable<void> splice(UpstreamConnection& conn);
 
-  BlockBuffer in_{w.blocks};
-  FieldArena arena_;  // the fields of the current request and response
+  BlockBuffer in_{w.blocks, FieldArena::kBytes};
+  FieldArena arena_;  // the fields of the current request and response, in in_'s reserved tail
   std::string up_head_;    // request head for the backend (reused)
   std::string down_head_;  // response head for the client (reused)
   std::string body_prefix_;  // request body buffered for retries (reused)
@@ -430,6 +446,7 @@ awaitable<void> Session::send_error(unsigned status, std::string_view text, bool
                  "HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}", status,
                  status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n", text);
   arm(std::chrono::milliseconds(10000));
+  before_client_write();
   co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
 }
 
@@ -455,8 +472,12 @@ awaitable<void> Session::run() {
     if (status == -2) {
       // Nothing of this session is needed until the next request: keep only
       // the socket (docs/proxy.md, idle connections).
+      if (!nodelay_) set_nodelay();  // the resumed session's first write is not the first
       handed_to_park_ = true;
-      park_connection(w, std::move(client), local_port, std::move(client_ip), deadline);
+      const bool v6 = client_ip.find(':') != std::string::npos;
+      ++w.parked_since_trim;
+      if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline}))
+        parked_connection_closed(w);
       co_return;
     }
     if (status < 0) break;
@@ -464,7 +485,7 @@ awaitable<void> Session::run() {
       co_await send_error(static_cast<unsigned>(status), fmt::format("{} {}\n", status, status_text(status)), false);
       break;
     }
-    arena_.reset();  // nothing of the last request is alive
+    arena_.reset(in_.tail());  // nothing of the last request is alive
     RequestParser parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(ArenaAllocator<char>(arena_)));
     parser.header_limit(64 * 1024);
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -487,7 +508,8 @@ awaitable<void> Session::run() {
   }
   disarm();
   error_code ignored;
-  client.shutdown(tcp::socket::shutdown_send, ignored);
+  // Unread bytes make close() reset the connection; send the FIN first then.
+  if (in_.size() > 0) client.shutdown(tcp::socket::shutdown_send, ignored);
   client.close(ignored);
 }
 
@@ -558,6 +580,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   if (!parser.is_done()) {
     if (expect_continue && req.version() >= 11) {
       arm(config_->idle_timeout);
+      before_client_write();
       auto [ec, n] = co_await asio::async_write(client, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25),
                                                 as_tuple_awaitable);
       if (ec) co_return false;
@@ -929,6 +952,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
 
   if (switching) {
     arm(pool.send_timeout);
+    before_client_write();
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
     if (ec) co_return AttemptResult{Outcome::client_gone};
     co_await splice(conn);
@@ -963,6 +987,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     if (last && framing == chunked) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
     if (count > 0) {
       arm(pool.send_timeout);
+      before_client_write();
       auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), as_tuple_awaitable);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
@@ -976,6 +1001,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
 awaitable<void> Session::splice(UpstreamConnection& conn) {
   using namespace asio::experimental::awaitable_operators;
   disarm();
+  if (!nodelay_) set_nodelay();  // a tunnel: every write may be small
   error_code ec;
   // Bytes already read past the heads belong to the tunnel.
   if (conn.buffer.size() > 0) {
@@ -1016,27 +1042,15 @@ void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std:
                  asio::detached);
 }
 
-void park_connection(Worker& w, tcp::socket socket, uint16_t local_port, std::string client_ip,
-                     Clock::time_point deadline) {
-  auto it = w.parked.insert(w.parked.end(), ParkedConnection{std::move(socket), local_port, std::move(client_ip), deadline});
-  ++w.parked_since_trim;
-  it->socket.async_wait(tcp::socket::wait_read, [&w, it](const error_code& ec) {
-    if (ec || w.draining) {  // idle timeout, drain, or the socket failed
-      error_code ignored;
-      it->socket.close(ignored);
-      w.parked.erase(it);
-      w.proxy.open_connections.fetch_sub(1, std::memory_order_relaxed);
-      observe::connection_closed();
-      return;
-    }
-    // Readable: a request (or EOF, which the new session reads and ends on).
-    tcp::socket socket = std::move(it->socket);
-    std::string ip = std::move(it->client_ip);
-    const uint16_t port = it->local_port;
-    w.parked.erase(it);
-    asio::co_spawn(w.io, run_session(std::make_unique<Session>(w, std::move(socket), port, std::move(ip), true)),
-                   asio::detached);
-  });
+void resume_session(Worker& w, tcp::socket socket, uint16_t local_port, std::string client_ip) {
+  asio::co_spawn(w.io,
+                 run_session(std::make_unique<Session>(w, std::move(socket), local_port, std::move(client_ip), true)),
+                 asio::detached);
+}
+
+void parked_connection_closed(Worker& w) {
+  w.proxy.open_connections.fetch_sub(1, std::memory_order_relaxed);
+  observe::connection_closed();
 }
 
 void sweep_timeouts(Worker& worker, Clock::time_point now) {
@@ -1051,12 +1065,7 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     worker.last_trim = now;
     malloc_trim(0);
   }
-  for (ParkedConnection& p : worker.parked) {
-    if (now < p.deadline) continue;
-    p.deadline = Clock::time_point::max();
-    error_code ignored;
-    p.socket.cancel(ignored);
-  }
+  worker.parking->sweep(now);
 }
 
 void close_idle_sessions(Worker& worker) {
@@ -1065,10 +1074,7 @@ void close_idle_sessions(Worker& worker) {
     error_code ignored;
     s->client.cancel(ignored);
   }
-  for (ParkedConnection& p : worker.parked) {
-    error_code ignored;
-    p.socket.cancel(ignored);
-  }
+  worker.parking->close_all();
 }
 
 }  // namespace heft::proxy

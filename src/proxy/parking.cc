@@ -1,0 +1,128 @@
+#include "proxy/parking.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <array>
+#include <system_error>
+
+namespace heft::proxy {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+Parking::Parking(asio::io_context& io, Wake wake, Closed closed)
+    : io_(io), wake_(std::move(wake)), closed_(std::move(closed)), watcher_(io) {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+  boost::system::error_code ec;
+  watcher_.assign(epoll_fd_, ec);
+  if (ec) throw boost::system::system_error(ec, "parking epoll");
+}
+
+Parking::~Parking() {
+  for (int fd : parked_fds_) ::close(fd);
+  boost::system::error_code ignored;
+  watcher_.close(ignored);  // closes epoll_fd_
+}
+
+bool Parking::park(tcp::socket socket, Entry entry) {
+  boost::system::error_code ec;
+  const int fd = socket.release(ec);  // leaves Asio's reactor; the descriptor stays open
+  if (ec) {
+    socket.close(ec);
+    return false;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.fd = fd;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    ::close(fd);
+    return false;
+  }
+  if (static_cast<std::size_t>(fd) >= by_fd_.size()) by_fd_.resize(static_cast<std::size_t>(fd) + 1);
+  by_fd_[fd] = Slot{std::move(entry), static_cast<int32_t>(parked_fds_.size())};
+  parked_fds_.push_back(fd);
+  arm();
+  return true;
+}
+
+void Parking::arm() {
+  if (armed_ || parked_fds_.empty()) return;
+  armed_ = true;
+  watcher_.async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+    armed_ = false;
+    if (ec) return;  // closed (worker shutting down)
+    wake_ready();
+    arm();
+  });
+}
+
+void Parking::wake_ready() {
+  std::array<epoll_event, 64> events;
+  for (;;) {
+    const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 0);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd < 0 || static_cast<std::size_t>(fd) >= by_fd_.size() || by_fd_[fd].position < 0) continue;
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      Entry entry = std::move(by_fd_[fd].entry);
+      forget(fd);
+      tcp::socket socket(io_);
+      boost::system::error_code ec;
+      socket.assign(entry.v6 ? tcp::v6() : tcp::v4(), fd, ec);
+      if (ec) {
+        ::close(fd);
+        if (closed_) closed_(entry);
+        continue;
+      }
+      wake_(std::move(socket), entry);
+    }
+    if (n < static_cast<int>(events.size())) return;
+  }
+}
+
+void Parking::close(int fd) {
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+}
+
+void Parking::forget(int fd) {
+  // Swap-remove from the dense list.
+  const int32_t position = by_fd_[fd].position;
+  const int last = parked_fds_.back();
+  parked_fds_[position] = last;
+  by_fd_[last].position = position;
+  parked_fds_.pop_back();
+  by_fd_[fd].position = -1;
+  by_fd_[fd].entry = Entry{};
+}
+
+void Parking::sweep(Clock::time_point now) {
+  for (std::size_t i = 0; i < parked_fds_.size();) {
+    const int fd = parked_fds_[i];
+    if (now < by_fd_[fd].entry.deadline) {
+      ++i;
+      continue;
+    }
+    close(fd);
+    if (closed_) closed_(by_fd_[fd].entry);
+    forget(fd);  // moves the last descriptor to i: look at i again
+  }
+}
+
+void Parking::close_all() {
+  for (int fd : parked_fds_) {
+    close(fd);
+    if (closed_) closed_(by_fd_[fd].entry);
+    by_fd_[fd].position = -1;
+    by_fd_[fd].entry = Entry{};
+  }
+  parked_fds_.clear();
+  // A pending wait would keep the worker's io_context running after a drain.
+  boost::system::error_code ignored;
+  watcher_.cancel(ignored);
+}
+
+}  // namespace heft::proxy
