@@ -370,6 +370,10 @@ class Session {
   awaitable<int> read_head(bool first, std::size_t& skip, std::size_t& size);
   bool handed_to_park_ = false;
   awaitable<void> send_error(unsigned status, std::string_view text, bool keep_alive);
+  // send_error() with the body "<status> <reason>\n". Its own coroutine, so the
+  // text is not a temporary in the caller's frame (handle()'s frame must stay
+  // small enough for Asio to recycle it).
+  awaitable<void> send_status(unsigned status, bool keep_alive);
   awaitable<bool> handle(RequestParser& parser);
   awaitable<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
                                    uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
@@ -381,6 +385,7 @@ class Session {
 
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
   FieldArena arena_;  // the fields of the current request and response, in in_'s reserved tail
+  std::optional<ResponseParser> response_;  // the current attempt's response (see attempt())
   std::string up_head_;    // request head for the backend (reused)
   std::string down_head_;  // response head for the client (reused)
   std::string body_prefix_;  // request body buffered for retries (reused)
@@ -439,6 +444,11 @@ awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& si
   }
 }
 
+awaitable<void> Session::send_status(unsigned status, bool keep_alive) {
+  const std::string text = fmt::format("{} {}\n", status, status_text(status));
+  co_await send_error(status, text, keep_alive);
+}
+
 awaitable<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
   record_.status = status;
   down_head_.clear();
@@ -485,6 +495,7 @@ awaitable<void> Session::run() {
       co_await send_error(static_cast<unsigned>(status), fmt::format("{} {}\n", status, status_text(status)), false);
       break;
     }
+    response_.reset();
     arena_.reset(in_.tail());  // nothing of the last request is alive
     RequestParser parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(ArenaAllocator<char>(arena_)));
     parser.header_limit(64 * 1024);
@@ -648,7 +659,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
         co_await send_error(503, "503 no available backend\n", client_keep_alive && body_complete);
       } else {
         unsigned status = last_status ? last_status : 502;
-        co_await send_error(status, fmt::format("{} {}\n", status, status_text(status)),
+        co_await send_status(status,
                             client_keep_alive && body_complete);
       }
       co_return client_keep_alive && body_complete && !w.draining;
@@ -731,7 +742,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
         fmt::print(stderr, "heft: {} {}: backend {} {}\n", req.method_string(), req.target(), name,
                    timeout ? "timed out" : "failed");
         if (more_allowed && (timeout ? next.timeout : next.error)) continue;
-        co_await send_error(last_status, fmt::format("{} {}\n", last_status, status_text(last_status)),
+        co_await send_status(last_status,
                             client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !w.draining;
       }
@@ -794,8 +805,10 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
       co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
     }
 
-    ResponseParser response(std::piecewise_construct, std::make_tuple(),
-                            std::make_tuple(ArenaAllocator<char>(arena_)));
+    // A member, not a local: a coroutine frame holding a parser is too big
+    // for Asio's per-thread frame recycling and would cost a malloc per attempt.
+    ResponseParser& response = response_.emplace(std::piecewise_construct, std::make_tuple(),
+                                                 std::make_tuple(ArenaAllocator<char>(arena_)));
     response.header_limit(kMaxResponseHead);
     response.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (parser.get().method() == http::verb::head) response.skip(true);

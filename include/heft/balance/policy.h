@@ -54,23 +54,32 @@ struct Member {
 };
 
 // The set of backends a request has already tried (never the same one twice).
+// The first 64 pool positions live inline: a request adds one backend per
+// attempt, and a heap allocation for that showed up in the proxy's profile.
 class TriedSet {
  public:
   bool empty() const { return count_ == 0; }
   bool contains(uint32_t index) const {
-    size_t word = index / 64;
-    return word < bits_.size() && (bits_[word] >> (index % 64) & 1u);
+    if (index < 64) return first_ >> index & 1u;
+    size_t word = index / 64 - 1;
+    return word < more_.size() && (more_[word] >> (index % 64) & 1u);
   }
   void add(uint32_t index) {
-    size_t word = index / 64;
-    if (word >= bits_.size()) bits_.resize(word + 1, 0);
-    if (!contains(index)) ++count_;
-    bits_[word] |= uint64_t{1} << (index % 64);
+    if (contains(index)) return;
+    ++count_;
+    if (index < 64) {
+      first_ |= uint64_t{1} << index;
+      return;
+    }
+    size_t word = index / 64 - 1;
+    if (word >= more_.size()) more_.resize(word + 1, 0);
+    more_[word] |= uint64_t{1} << (index % 64);
   }
   size_t size() const { return count_; }
 
  private:
-  std::vector<uint64_t> bits_;
+  uint64_t first_ = 0;
+  std::vector<uint64_t> more_;  // positions 64 and up
   size_t count_ = 0;
 };
 
