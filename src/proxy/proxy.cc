@@ -33,6 +33,21 @@ std::string site_label(const config::SiteConfig& site) {
   return fmt::format("{}:{}", hosts, site.port);
 }
 
+// The client address as text. IPv4 by hand: Asio's to_string goes through
+// inet_ntop, which formats with sprintf, once per new connection.
+std::string address_text(const asio::ip::address& address) {
+  if (!address.is_v4()) return address.to_string();
+  std::string text;
+  text.reserve(15);
+  for (unsigned char b : address.to_v4().to_bytes()) {
+    if (!text.empty()) text.push_back('.');
+    if (b >= 100) text.push_back(static_cast<char>('0' + b / 100));
+    if (b >= 10) text.push_back(static_cast<char>('0' + b / 10 % 10));
+    text.push_back(static_cast<char>('0' + b % 10));
+  }
+  return text;
+}
+
 awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t port) {
   for (;;) {
     tcp::endpoint peer;  // from accept() itself: no getpeername() per connection
@@ -51,7 +66,7 @@ awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t po
       socket.close(ignored);  // max_connections: refuse rather than queue
       continue;
     }
-    start_session(worker, std::move(socket), port, peer.address().to_string());
+    start_session(worker, std::move(socket), port, address_text(peer.address()));
   }
 }
 

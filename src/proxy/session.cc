@@ -362,6 +362,7 @@ class Session {
   }
   bool nodelay_ = false;
   unsigned client_writes_ = 0;
+  bool client_keep_alive_ = false;  // the current request's Connection: semantics (handle())
   char* scratch() {
     if (!scratch_) scratch_ = w.blocks.get();
     return scratch_;
@@ -532,7 +533,8 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   const SiteRoute* route = routes->table->route(local_port, host);
   current_routes_ = routes;  // keeps `route` alive until finish_request()
   current_route_ = route;
-  bool client_keep_alive = req.keep_alive();
+  bool client_keep_alive = req.keep_alive();  // parses Connection: once per request
+  client_keep_alive_ = client_keep_alive;
   if (!route) {
     // Unread body bytes would be read as the next request: close instead.
     co_await send_error(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
@@ -555,6 +557,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
 
   // The request head for the backend: same for every attempt.
   up_head_.clear();
+  up_head_.reserve(512);  // grown once, not by doubling from empty on a new connection
   up_head_.append(req.method_string()).append(" ", 1).append(req.target()).append(" HTTP/1.1\r\n", 11);
   std::string_view forwarded_for;
   for (const auto& field : req) {
@@ -919,7 +922,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
   const unsigned status = res.result_int();
   const bool switching = status == 101 && upgrade;
   const bool client_http11 = req.version() >= 11;
-  bool keep_alive = req.keep_alive() && !w.draining && !switching;
+  bool keep_alive = client_keep_alive_ && !w.draining && !switching;
   const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)
   enum { sized, chunked, until_close } framing = sized;
   if (!no_body) {
@@ -930,6 +933,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
   if (framing == until_close) keep_alive = false;
 
   down_head_.clear();
+  down_head_.reserve(512);
   down_head_.append("HTTP/1.1 ", 9);
   append_number(down_head_, status);
   down_head_.append(" ", 1).append(res.reason()).append("\r\n", 2);

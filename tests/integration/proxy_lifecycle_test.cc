@@ -216,6 +216,63 @@ TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
   EXPECT_FALSE(wait_for_port(port, 200ms));
 }
 
+// What the backend receives: a one-shot origin on 127.0.0.1 that records the
+// request head it gets and answers 200. X-Forwarded-For is appended to with
+// the client address, X-Real-IP set, and hop-by-hop fields (Connection, the
+// fields it names, Keep-Alive, TE, Proxy-Connection) never reach the backend.
+TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const uint16_t origin_port = ntohs(addr.sin_port);
+  std::string head;
+  std::thread origin([&] {
+    int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    timeval tv{10, 0};
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      head.append(buf, static_cast<std::size_t>(n));
+    }
+    const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+    ::close(c);
+  });
+
+  std::string dir = make_temp_dir();
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                             "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
+                                             port, origin_port),
+                            port);
+  HttpClient client(port);
+  Response r = client.request(
+      "GET /where HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
+      "Connection: keep-alive, X-Secret\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
+      "Proxy-Connection: keep-alive\r\nX-Kept: yes\r\n\r\n");
+  origin.join();
+  ::close(listener);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_NE(head.find("GET /where HTTP/1.1\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Real-IP: 127.0.0.1\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Forwarded-Host: app.test\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nHost: app.test\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
+  for (const char* gone : {"X-Secret", "Keep-Alive", "TE:", "Proxy-Connection", "Connection: keep-alive, X-Secret"})
+    EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
