@@ -25,9 +25,7 @@ class BlockPool {
  public:
   static constexpr std::size_t kBlockSize = 64 * 1024;
 
-  // Up to max_free blocks wait for reuse (their touched pages stay resident);
-  // beyond that they are unmapped, so mapping is rare in a steady state.
-  explicit BlockPool(std::size_t max_free = 32) : max_free_(max_free) {}
+  BlockPool() = default;
   ~BlockPool() {
     for (char* block : free_) ::munmap(block, kBlockSize);
   }
@@ -38,21 +36,39 @@ class BlockPool {
     if (!free_.empty()) {
       char* block = free_.back();
       free_.pop_back();
+      low_free_ = std::min(low_free_, free_.size());
       return block;
     }
+    low_free_ = 0;
     void* block = ::mmap(nullptr, kBlockSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (block == MAP_FAILED) throw std::bad_alloc();
     return static_cast<char*>(block);
   }
+  // Blocks given back wait for reuse (up to kMaxFree): connections close and
+  // open in bursts, and unmapping at once would map them again a moment later
+  // (each unmap also flushes the TLBs of the worker's other CPUs).
+  static constexpr std::size_t kMaxFree = 512;
   void put(char* block) {
-    if (free_.size() < max_free_) free_.push_back(block);
+    if (free_.size() < kMaxFree) free_.push_back(block);
     else ::munmap(block, kBlockSize);
+  }
+  // Unmaps the free blocks that stayed unused since the last trim, keeping
+  // `keep` (their touched pages are resident); the worker calls it about once
+  // a second. Blocks the last second's bursts needed stay mapped.
+  void trim(std::size_t keep) {
+    std::size_t unused = std::min(low_free_, free_.size());
+    while (unused > keep && free_.size() > keep) {
+      ::munmap(free_.back(), kBlockSize);
+      free_.pop_back();
+      --unused;
+    }
+    low_free_ = free_.size();
   }
   std::size_t free_blocks() const { return free_.size(); }
 
  private:
   std::vector<char*> free_;
-  std::size_t max_free_;
+  std::size_t low_free_ = 0;  // fewest free blocks since the last trim
 };
 
 // A contiguous byte buffer of at most one block, [begin, end) readable: the

@@ -1075,12 +1075,16 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     if (now >= s->deadline) s->expire();
     else if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
   }
-  // Parked sessions freed their memory in the middle of the heap, where free()
-  // keeps it resident: hand whole free pages back, at most once a second.
-  if (worker.parked_since_trim > 0 && now - worker.last_trim >= std::chrono::seconds(1)) {
-    worker.parked_since_trim = 0;
+  // Once a second: unmap spare I/O blocks, and after parking (sessions freed
+  // in the middle of the heap, where free() keeps pages resident) hand whole
+  // free pages back.
+  if (now - worker.last_trim >= std::chrono::seconds(1)) {
     worker.last_trim = now;
-    malloc_trim(0);
+    worker.blocks.trim(32);
+    if (worker.parked_since_trim > 0) {
+      worker.parked_since_trim = 0;
+      malloc_trim(0);
+    }
   }
   worker.parking->sweep(now);
 }

@@ -292,7 +292,7 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
   backends.push_back(start_backend(dir, "a"));
   uint16_t port = free_port();
   std::string file = pool_file(port, backends, {1});
-  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 3s\n\tadmin off\n");
+  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 5s\n\tadmin off\n");
   Process heft = start_heft(dir, file, port);
 
   HttpClient kept(port);
@@ -304,7 +304,9 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
     ASSERT_EQ(idle.back()->get("/").status, 200) << i;
   }
   const long busy_kib = pss_kib(heft.pid());
-  std::this_thread::sleep_for(1200ms);  // parked after 500 ms (swept every 50 ms)
+  // Parked after 500 ms (swept every 50 ms); blocks that stayed spare for a
+  // whole second are unmapped at the next once-a-second trim.
+  std::this_thread::sleep_for(3200ms);
   const long parked_kib = pss_kib(heft.pid());
   // Busy, each connection had touched at least a page of its read buffer and
   // one of its response buffer; parked, both are unmapped.
@@ -318,7 +320,7 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
   EXPECT_EQ(kept.fd(), fd_before);
   for (int i = 0; i < 400; i += 40) EXPECT_EQ(idle[i]->get("/").status, 200) << i;
 
-  // Parked, it still closes at the idle timeout (3 s): EOF, not a hang.
+  // Parked, it still closes at the idle timeout (5 s): EOF, not a hang.
   std::this_thread::sleep_for(1200ms);
   auto t0 = std::chrono::steady_clock::now();
   std::string rest = kept.read_all();
