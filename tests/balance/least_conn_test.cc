@@ -136,7 +136,9 @@ TEST(LeastConnIndex, MatchesNginxPickForPickUpTo64Members) {
         auto got = b.pick({.tried = &tried});
         auto want = ref.pick(ref_tried);
         ASSERT_EQ(got.has_value(), want.has_value());
-        if (got) ASSERT_EQ(*got, *want) << "round " << round << " step " << step << " (tried)";
+        if (got) {
+          ASSERT_EQ(*got, *want) << "round " << round << " step " << step << " (tried)";
+        }
       }
     }
     for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(b.effective_weight(i), uint32_t(ref.peers[i].effective));

@@ -247,7 +247,9 @@ TEST(WeightedRoundRobin, EpochTagsWrapAndCounterStaysExact) {
       auto want = ref.pick();
       auto got = b.pick();
       ASSERT_EQ(want.has_value(), got.has_value()) << "epoch " << epoch;
-      if (want) ASSERT_EQ(*want, *got) << "epoch " << epoch;
+      if (want) {
+        ASSERT_EQ(*want, *got) << "epoch " << epoch;
+      }
     }
   }
 }

@@ -161,7 +161,9 @@ TEST(PoolSlowStart, WorksWithEveryWeightedPolicy) {
     }
     EXPECT_LT(b, 2000u) << balance::policy_name(kind);
     // p2c with no load always prefers the heavier of two: B only when drawn twice.
-    if (kind != balance::PolicyKind::p2c) EXPECT_GT(b, 300u) << balance::policy_name(kind);
+    if (kind != balance::PolicyKind::p2c) {
+      EXPECT_GT(b, 300u) << balance::policy_name(kind);
+    }
   }
 }
 
