@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "health_load_util.h"
 #include "process_util.h"
 
 namespace heft::test {
@@ -153,28 +154,16 @@ TEST(ProxyLifecycle, SighupSwapsWeightsUnderLoadAndInvalidReloadKeepsOld) {
   uint16_t port = free_port();
   Process heft = start_heft(dir, pool_file(port, backends, {5, 3, 2}, 2), port);
 
-  std::atomic<bool> stop{false};
-  std::atomic<long> ok{0}, errors{0};
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 8; ++i) {
-    clients.emplace_back([&] {
-      HttpClient c(port);
-      while (!stop) {
-        Response r = c.get("/");
-        if (r.status == 200) ++ok;
-        else ++errors;
-      }
-    });
-  }
+  Load load(port, 8);
   std::this_thread::sleep_for(300ms);
   write_file(dir + "/Heftfile", pool_file(port, backends, {1, 1, 1}, 2));
   heft.signal(SIGHUP);
   ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
   std::this_thread::sleep_for(300ms);
-  stop = true;
-  for (auto& t : clients) t.join();
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_GT(ok.load(), 100);
+  load.stop();
+  const std::vector<Sample> samples = load.all();
+  EXPECT_EQ(failures(samples), 0u);
+  EXPECT_GT(samples.size() - failures(samples), 100u);
 
   std::map<std::string, int> counts;
   {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "health_load_util.h"
 #include "process_util.h"
 
 namespace heft::test {
@@ -136,26 +137,14 @@ TEST(ProxySafety, KilledBackendUnderLoadCausesNoClientErrors) {
   Process heft = start_heft(dir, one_pool(port, backends, "weight 1 max_fails 1 fail_timeout 30s", "",
                                           "workers 2"),
                             port);
-  std::atomic<bool> stop{false};
-  std::atomic<long> ok{0}, errors{0};
-  std::vector<std::thread> clients;
-  for (int i = 0; i < 64; ++i) {
-    clients.emplace_back([&] {
-      HttpClient c(port);
-      while (!stop) {
-        Response r = c.get("/");
-        if (r.status == 200) ++ok;
-        else ++errors;
-      }
-    });
-  }
+  Load load(port, 64);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   backends[1].process.kill_now();
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  stop = true;
-  for (auto& t : clients) t.join();
-  EXPECT_EQ(errors.load(), 0);
-  EXPECT_GT(ok.load(), 500);
+  load.stop();
+  const std::vector<Sample> samples = load.all();
+  EXPECT_EQ(failures(samples), 0u);
+  EXPECT_GT(samples.size() - failures(samples), 500u);
   // Skipped after max_fails: no further attempts at b (no new failure lines).
   const std::size_t log_size = heft.log().size();
   HttpClient c(port);
