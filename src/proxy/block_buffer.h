@@ -64,7 +64,6 @@ class BlockPool {
     }
     low_free_ = free_.size();
   }
-  std::size_t free_blocks() const { return free_.size(); }
 
  private:
   std::vector<char*> free_;

@@ -426,7 +426,7 @@ awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& si
   }
   arm(config.header_timeout);
   for (;;) {
-    std::string_view bytes(static_cast<const char*>(in_.data().data()), in_.size());
+    std::string_view bytes(in_.bytes(), in_.size());
     HeadScan scan = scan_request_head(bytes);
     switch (scan.status) {
       case HeadScan::complete:
@@ -502,7 +502,7 @@ awaitable<void> Session::run() {
     parser.header_limit(64 * 1024);
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     error_code ec;
-    std::size_t used = parser.put(asio::buffer(static_cast<const char*>(in_.data().data()) + skip, size), ec);
+    std::size_t used = parser.put(asio::buffer(in_.bytes() + skip, size), ec);
     in_.consume(skip + used);
     if (ec || !parser.is_header_done() || used != size) {
       fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec ? ec.message() : "incomplete head");
