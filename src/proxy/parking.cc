@@ -26,7 +26,7 @@ Parking::~Parking() {
   watcher_.close(ignored);  // closes epoll_fd_
 }
 
-bool Parking::park(tcp::socket socket, Entry entry) {
+bool Parking::park(Socket socket, Entry entry) {
   boost::system::error_code ec;
   const int fd = socket.release(ec);  // leaves Asio's reactor; the descriptor stays open
   if (ec) {
@@ -69,7 +69,7 @@ void Parking::wake_ready() {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
       Entry entry = std::move(by_fd_[fd].entry);
       forget(fd);
-      tcp::socket socket(io_);
+      Socket socket(io_);
       boost::system::error_code ec;
       socket.assign(entry.v6 ? tcp::v6() : tcp::v4(), fd, ec);
       if (ec) {

@@ -24,6 +24,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "proxy/io_types.h"
+
 namespace heft::proxy {
 
 class Parking {
@@ -36,7 +38,7 @@ class Parking {
     Clock::time_point deadline;  // the idle timeout
   };
   // Called with a socket back in Asio and its entry, when it turned readable.
-  using Wake = std::function<void(boost::asio::ip::tcp::socket, Entry&)>;
+  using Wake = std::function<void(Socket, Entry&)>;
   // Called with the entry of a parked connection closed here (timeout, drain).
   using Closed = std::function<void(const Entry&)>;
 
@@ -47,7 +49,7 @@ class Parking {
 
   // Takes the connection out of Asio and parks it. False (socket closed, entry
   // dropped) if the system refused.
-  bool park(boost::asio::ip::tcp::socket socket, Entry entry);
+  bool park(Socket socket, Entry entry);
   // Closes parked connections whose deadline passed.
   void sweep(Clock::time_point now);
   // Closes every parked connection (drain).

@@ -22,8 +22,6 @@
 namespace heft::proxy {
 namespace {
 
-using asio::awaitable;
-constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 constexpr std::chrono::milliseconds kSweepInterval{50};
 
 
@@ -48,15 +46,15 @@ std::string address_text(const asio::ip::address& address) {
   return text;
 }
 
-awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t port) {
+Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
   for (;;) {
     tcp::endpoint peer;  // from accept() itself: no getpeername() per connection
-    auto [ec, socket] = co_await acceptor.async_accept(peer, as_tuple_awaitable);
+    auto [ec, socket] = co_await acceptor.async_accept(peer, use_task);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       // Out of descriptors or similar: back off briefly instead of spinning.
-      asio::steady_timer pause(worker.io, std::chrono::milliseconds(10));
-      co_await pause.async_wait(as_tuple_awaitable);
+      Timer pause(worker.io, std::chrono::milliseconds(10));
+      co_await pause.async_wait(use_task);
       continue;
     }
     if (worker.draining) co_return;
@@ -70,11 +68,11 @@ awaitable<void> accept_loop(Worker& worker, tcp::acceptor& acceptor, uint16_t po
   }
 }
 
-awaitable<void> sweep_loop(Worker& worker) {
+Task<void> sweep_loop(Worker& worker) {
   unsigned sweeps = 0;
   for (;;) {
     worker.ticker.expires_after(kSweepInterval);
-    co_await worker.ticker.async_wait(as_tuple_awaitable);
+    co_await worker.ticker.async_wait(use_task);
     const auto now = Clock::now();
     sweep_timeouts(worker, now);
     // Worker 0 drives the pools' slow-start and adaptive weights (every 250 ms).
@@ -183,7 +181,7 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
 Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
   parking = std::make_unique<Parking>(
       io,
-      [this](tcp::socket socket, Parking::Entry& entry) {
+      [this](Socket socket, Parking::Entry& entry) {
         resume_session(*this, std::move(socket), entry.local_port, std::move(entry.client_ip));
       },
       [this](const Parking::Entry&) { parked_connection_closed(*this); });
@@ -237,7 +235,9 @@ void Worker::drain() {
     boost::system::error_code ignored;
     acceptor->close(ignored);
   }
-  idle.clear();
+  // Close the idle upstream connections but keep the lists: sessions still
+  // finishing hold references to them (WorkerSite::idle).
+  for (auto& [endpoint, list] : idle) list.clear();
   close_idle_sessions(*this);
 }
 
@@ -289,8 +289,8 @@ void Proxy::Impl::publish(std::shared_ptr<const RouteTable> table) {
   routes_version.store(v, std::memory_order_release);
 }
 
-std::unique_ptr<tcp::acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
-  auto acceptor = std::make_unique<tcp::acceptor>(worker.io);
+std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
+  auto acceptor = std::make_unique<Acceptor>(worker.io);
   tcp::endpoint endpoint(asio::ip::address_v4::any(), port);
   boost::system::error_code ec;
   acceptor->open(endpoint.protocol(), ec);
@@ -334,10 +334,10 @@ void raise_descriptor_limit(uint32_t max_connections) {
 // later, where each would pin a page the freed sessions around it cannot give
 // back (what nginx gets from its preallocated connections array).
 void preallocate_socket_states(asio::io_context& io, std::size_t count) {
-  std::vector<tcp::socket> sockets;
+  std::vector<Socket> sockets;
   sockets.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    tcp::socket socket(io);
+    Socket socket(io);
     boost::system::error_code ec;
     socket.open(tcp::v4(), ec);
     if (ec) break;
@@ -378,7 +378,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
     next.workers = static_cast<unsigned>(impl.workers.size());
   }
   // Bind new ports first: if one fails, nothing changed.
-  std::vector<std::vector<std::pair<uint16_t, std::unique_ptr<tcp::acceptor>>>> opened(impl.workers.size());
+  std::vector<std::vector<std::pair<uint16_t, std::unique_ptr<Acceptor>>>> opened(impl.workers.size());
   try {
     for (uint16_t port : new_ports) {
       if (old_ports.count(port)) continue;
@@ -393,7 +393,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
   if (impl.health) impl.health->set_pools(health_targets(*impl.current()));  // follow the pools across reloads
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
-    auto acceptors = std::make_shared<std::vector<std::pair<uint16_t, std::unique_ptr<tcp::acceptor>>>>(
+    auto acceptors = std::make_shared<std::vector<std::pair<uint16_t, std::unique_ptr<Acceptor>>>>(
         std::move(opened[i]));
     std::vector<uint16_t> removed;
     for (uint16_t port : old_ports)
@@ -406,7 +406,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
         boost::system::error_code ignored;
         it->second->close(ignored);
         // The accept loop still references it until it sees the abort: keep it alive briefly.
-        asio::post(w.io, [a = std::shared_ptr<tcp::acceptor>(std::move(it->second))] {});
+        asio::post(w.io, [a = std::shared_ptr<Acceptor>(std::move(it->second))] {});
         w.acceptors.erase(it);
       }
       for (auto& [port, acceptor] : *acceptors) {

@@ -27,6 +27,7 @@
 
 #include "config/model.h"
 #include "proxy/block_buffer.h"
+#include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
@@ -71,7 +72,7 @@ struct RouteTable {
 // An idle, reusable connection to a backend.
 struct UpstreamConnection {
   UpstreamConnection(asio::io_context& io, BlockPool& blocks) : socket(io), buffer(blocks) {}
-  tcp::socket socket;
+  Socket socket;
   BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
 };
@@ -110,7 +111,7 @@ struct Worker {
   // to it), so the reactor's per-socket locks are off; posting stays locked.
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::thread thread;
-  std::map<uint16_t, std::unique_ptr<tcp::acceptor>> acceptors;
+  std::map<uint16_t, std::unique_ptr<Acceptor>> acceptors;
   std::shared_ptr<WorkerRoutes> routes;
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
@@ -119,8 +120,8 @@ struct Worker {
   std::size_t parked_since_trim = 0;       // connections parked since the last malloc_trim
   Clock::time_point last_trim{};
   bool draining = false;
-  asio::steady_timer ticker{io};
-  asio::steady_timer grace_timer{io};
+  Timer ticker{io};
+  Timer grace_timer{io};
   uint64_t rng_state;
 
   // Current routes (refreshed when a reload published a new table).
@@ -158,13 +159,13 @@ struct Proxy::Impl {
   std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous) const;
   void publish(std::shared_ptr<const RouteTable> table);
   // Opens an SO_REUSEPORT listener on `port` for `worker` (throws on failure).
-  std::unique_ptr<tcp::acceptor> listen(Worker& worker, uint16_t port);
+  std::unique_ptr<Acceptor> listen(Worker& worker, uint16_t port);
 };
 
 // Runs one client connection to its end (session.cc).
-void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip);
+void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
 // Runs a new session on a connection back from parking (session.cc).
-void resume_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip);
+void resume_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
 // A parked connection was closed (idle timeout, drain): counted closed (session.cc).
 void parked_connection_closed(Worker& worker);
 // Checks every session of the worker for an expired deadline (session.cc).

@@ -35,9 +35,7 @@ namespace {
 
 namespace beast = boost::beast;
 namespace http = beast::http;
-using asio::awaitable;
 using boost::system::error_code;
-constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
 using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
 using ResponseParser = http::parser<false, http::buffer_body, ArenaAllocator<char>>;
 
@@ -173,17 +171,17 @@ void append_ops(std::string& out, const std::vector<config::HeaderOp>& ops) {
 }
 
 // Reads more bytes from `socket` into `buffer`.
-awaitable<error_code> read_more(tcp::socket& socket, BlockBuffer& buffer) {
+Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
   const auto room = buffer.prepare(kReadSize);
   if (room.size() == 0) co_return http::error::buffer_overflow;  // a head or chunk line fills the block
-  auto [ec, n] = co_await socket.async_read_some(room, as_tuple_awaitable);
+  auto [ec, n] = co_await socket.async_read_some(room, use_task);
   buffer.commit(n);
   co_return ec;
 }
 
 // Feeds `buffer` to `parser` until its header is done, reading when needed.
 template <bool isRequest>
-awaitable<error_code> read_header(tcp::socket& socket, BlockBuffer& buffer,
+Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
                                   http::basic_parser<isRequest>& parser, bool& received) {
   for (;;) {
     if (buffer.size() > 0) {
@@ -211,7 +209,7 @@ awaitable<error_code> read_header(tcp::socket& socket, BlockBuffer& buffer,
 // Reads the next piece of body (at most `capacity` bytes) into `out`. Returns
 // the byte count; 0 with parser.is_done() at the end.
 template <bool isRequest>
-awaitable<std::pair<error_code, std::size_t>> read_body_piece(tcp::socket& socket, BlockBuffer& buffer,
+Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer,
                                                               http::parser<isRequest, http::buffer_body, ArenaAllocator<char>>& parser,
                                                               char* out, std::size_t capacity) {
   auto& body = parser.get().body();
@@ -253,7 +251,9 @@ bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
-void park(IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
+// Keeps a finished upstream connection for reuse; a draining worker closes it.
+void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
+  if (w.draining) return;
   conn->idle_since = coarse_now();
   list.push_back(std::move(conn));
 }
@@ -285,7 +285,7 @@ class Session {
  public:
   // A new connection (counted open here), or one resumed from parking
   // (counted since it was accepted).
-  Session(Worker& worker, tcp::socket socket, uint16_t port, std::string ip, bool resumed)
+  Session(Worker& worker, Socket socket, uint16_t port, std::string ip, bool resumed)
       : w(worker), client(std::move(socket)), local_port(port), client_ip(std::move(ip)) {
     self = w.sessions.insert(w.sessions.end(), this);
     if (resumed) {
@@ -303,7 +303,7 @@ class Session {
     observe::connection_closed();
   }
 
-  awaitable<void> run();
+  Task<void> run();
 
   // Called by the sweep for a connection idle since kParkAfter: its pending
   // read is cancelled and read_head() parks it (buffers released).
@@ -322,7 +322,7 @@ class Session {
   }
 
   Worker& w;
-  tcp::socket client;
+  Socket client;
   uint16_t local_port;
   std::string client_ip;
   std::list<Session*>::iterator self;
@@ -331,7 +331,7 @@ class Session {
   bool idle = false;  // waiting for a request, nothing received: drain may close it
   bool park_requested = false;  // the sweep cancelled the idle read to park the connection
   Clock::time_point idle_since{};
-  tcp::socket* upstream = nullptr;
+  Socket* upstream = nullptr;
 
  private:
   enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken };
@@ -368,21 +368,21 @@ class Session {
     return scratch_;
   }
 
-  awaitable<int> read_head(bool first, std::size_t& skip, std::size_t& size);
+  Task<int> read_head(bool first, std::size_t& skip, std::size_t& size);
   bool handed_to_park_ = false;
-  awaitable<void> send_error(unsigned status, std::string_view text, bool keep_alive);
+  Task<void> send_error(unsigned status, std::string_view text, bool keep_alive);
   // send_error() with the body "<status> <reason>\n". Its own coroutine, so the
   // text is not a temporary in the caller's frame (handle()'s frame must stay
   // small enough for Asio to recycle it).
-  awaitable<void> send_status(unsigned status, bool keep_alive);
-  awaitable<bool> handle(RequestParser& parser);
-  awaitable<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
+  Task<void> send_status(unsigned status, bool keep_alive);
+  Task<bool> handle(RequestParser& parser);
+  Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
                                    uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
-  awaitable<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
+  Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
                                             const SiteRoute& route, RequestParser& parser, bool upgrade);
-  awaitable<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
+  Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
                                           bool& client_failed);
-  awaitable<void> splice(UpstreamConnection& conn);
+  Task<void> splice(UpstreamConnection& conn);
 
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
   FieldArena arena_;  // the fields of the current request and response, in in_'s reserved tail
@@ -411,7 +411,7 @@ class Session {
 // 0: a head is in in_ at [skip, skip+size). -1: the connection is done (closed,
 // idle timeout, draining). -2: idle long enough to be parked (the sweep asked).
 // Otherwise an HTTP status to answer before closing.
-awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
+Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
   const config::Config& config = w.current_routes()->table->config;
   if (in_.size() == 0) {
     if (w.draining) co_return -1;
@@ -445,12 +445,12 @@ awaitable<int> Session::read_head(bool first, std::size_t& skip, std::size_t& si
   }
 }
 
-awaitable<void> Session::send_status(unsigned status, bool keep_alive) {
+Task<void> Session::send_status(unsigned status, bool keep_alive) {
   const std::string text = fmt::format("{} {}\n", status, status_text(status));
   co_await send_error(status, text, keep_alive);
 }
 
-awaitable<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
+Task<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
   record_.status = status;
   down_head_.clear();
   fmt::format_to(std::back_inserter(down_head_),
@@ -458,7 +458,7 @@ awaitable<void> Session::send_error(unsigned status, std::string_view text, bool
                  status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n", text);
   arm(std::chrono::milliseconds(10000));
   before_client_write();
-  co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
+  co_await asio::async_write(client, asio::buffer(down_head_), use_task);
 }
 
 void Session::finish_request(const SiteRoute* route, const RequestParser& parser) {
@@ -474,7 +474,7 @@ void Session::finish_request(const SiteRoute* route, const RequestParser& parser
                      static_cast<int>(record_.status), seconds, record_.size, record_.tries});
 }
 
-awaitable<void> Session::run() {
+Task<void> Session::run() {
   bool first = true;
   for (;;) {
     std::size_t skip = 0, size = 0;
@@ -521,11 +521,11 @@ awaitable<void> Session::run() {
   disarm();
   error_code ignored;
   // Unread bytes make close() reset the connection; send the FIN first then.
-  if (in_.size() > 0) client.shutdown(tcp::socket::shutdown_send, ignored);
+  if (in_.size() > 0) client.shutdown(Socket::shutdown_send, ignored);
   client.close(ignored);
 }
 
-awaitable<bool> Session::handle(RequestParser& parser) {
+Task<bool> Session::handle(RequestParser& parser) {
   const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
   config_ = &routes->table->config;
   auto& req = parser.get();
@@ -596,7 +596,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
       arm(config_->idle_timeout);
       before_client_write();
       auto [ec, n] = co_await asio::async_write(client, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25),
-                                                as_tuple_awaitable);
+                                                use_task);
       if (ec) co_return false;
     }
     const std::size_t limit = std::max<std::size_t>(pool.retry_body_limit, 1);
@@ -753,7 +753,7 @@ awaitable<bool> Session::handle(RequestParser& parser) {
   }
 }
 
-awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite& site,
+Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite& site,
                                                    const upstream::PoolSnapshot& snapshot, uint32_t backend,
                                                    RequestParser& parser, bool last_chance, bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
@@ -779,7 +779,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
       conn = std::make_unique<UpstreamConnection>(w.io, w.blocks);
       upstream = &conn->socket;
       arm(pool.connect_timeout);
-      auto [ec] = co_await conn->socket.async_connect(endpoint, as_tuple_awaitable);
+      auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);
       if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
@@ -802,7 +802,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
     // straight from here measured slower: the read that follows it finds
     // nothing yet and costs a wasted recv).
     auto [write_ec, written] =
-        co_await asio::async_write(conn->socket, std::span(buffers.data(), count), as_tuple_awaitable);
+        co_await asio::async_write(conn->socket, std::span(buffers.data(), count), use_task);
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
       co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
@@ -822,7 +822,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
       using namespace asio::experimental::awaitable_operators;
       bool client_failed = false;
       error_code body_ec;
-      auto send_body = [&]() -> awaitable<void> {
+      auto send_body = [&]() -> Task<void> {
         body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed);
         if (body_ec) {
           error_code ignored;
@@ -830,7 +830,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
         }
       };
       AttemptResult result;
-      auto receive = [&]() -> awaitable<void> {
+      auto receive = [&]() -> Task<void> {
         result = co_await forward_response(*conn, response, route, parser, upgrade);
       };
       co_await (send_body() && receive());
@@ -841,7 +841,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
         result.keep_alive = result.keep_alive && parser.is_done();
         if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&
             conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
-          park(idle_list, std::move(conn));
+          park(w, idle_list, std::move(conn));
       }
       co_return result;
     }
@@ -869,7 +869,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
     if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
         conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
-      park(idle_list, std::move(conn));
+      park(w, idle_list, std::move(conn));
     result.failed = result.outcome == Outcome::done && failure_status;
     if (result.outcome == Outcome::done) result.status = status;
     co_return result;
@@ -877,7 +877,7 @@ awaitable<Session::AttemptResult> Session::attempt(const SiteRoute& route, Worke
   co_return AttemptResult{Outcome::error};
 }
 
-awaitable<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
+Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
                                                  bool& client_failed) {
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
@@ -897,13 +897,13 @@ awaitable<error_code> Session::send_rest_of_body(UpstreamConnection& conn, Reque
     if (chunked && got > 0) buffers[count++] = asio::buffer("\r\n", 2);
     if (chunked && parser.is_done()) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
     if (count == 0) continue;
-    auto [write_ec, n] = co_await asio::async_write(conn.socket, std::span(buffers.data(), count), as_tuple_awaitable);
+    auto [write_ec, n] = co_await asio::async_write(conn.socket, std::span(buffers.data(), count), use_task);
     if (write_ec) co_return write_ec;
   }
   co_return error_code{};
 }
 
-awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn, ResponseParser& response,
+Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn, ResponseParser& response,
                                                             const SiteRoute& route, RequestParser& parser,
                                                             bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
@@ -970,7 +970,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
   if (switching) {
     arm(pool.send_timeout);
     before_client_write();
-    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), as_tuple_awaitable);
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), use_task);
     if (ec) co_return AttemptResult{Outcome::client_gone};
     co_await splice(conn);
     co_return AttemptResult{Outcome::done, 101, false};
@@ -1005,7 +1005,7 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
     if (count > 0) {
       arm(pool.send_timeout);
       before_client_write();
-      auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), as_tuple_awaitable);
+      auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), use_task);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
@@ -1015,34 +1015,34 @@ awaitable<Session::AttemptResult> Session::forward_response(UpstreamConnection& 
   co_return AttemptResult{Outcome::done, status, keep_alive};
 }
 
-awaitable<void> Session::splice(UpstreamConnection& conn) {
+Task<void> Session::splice(UpstreamConnection& conn) {
   using namespace asio::experimental::awaitable_operators;
   disarm();
   if (!nodelay_) set_nodelay();  // a tunnel: every write may be small
   error_code ec;
   // Bytes already read past the heads belong to the tunnel.
   if (conn.buffer.size() > 0) {
-    std::tie(ec, std::ignore) = co_await asio::async_write(client, conn.buffer.data(), as_tuple_awaitable);
+    std::tie(ec, std::ignore) = co_await asio::async_write(client, conn.buffer.data(), use_task);
     conn.buffer.consume(conn.buffer.size());
     if (ec) co_return;
   }
   if (in_.size() > 0) {
-    std::tie(ec, std::ignore) = co_await asio::async_write(conn.socket, in_.data(), as_tuple_awaitable);
+    std::tie(ec, std::ignore) = co_await asio::async_write(conn.socket, in_.data(), use_task);
     in_.consume(in_.size());
     if (ec) co_return;
   }
-  auto pump = [](tcp::socket& from, tcp::socket& to) -> awaitable<void> {
+  auto pump = [](Socket& from, Socket& to) -> Task<void> {
     std::array<char, 16 * 1024> buffer;
     for (;;) {
-      auto [ec, n] = co_await from.async_read_some(asio::buffer(buffer), as_tuple_awaitable);
+      auto [ec, n] = co_await from.async_read_some(asio::buffer(buffer), use_task);
       if (n > 0) {
-        auto [write_ec, written] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), as_tuple_awaitable);
+        auto [write_ec, written] = co_await asio::async_write(to, asio::buffer(buffer.data(), n), use_task);
         if (write_ec) break;
       }
       if (ec) break;
     }
     error_code ignored;
-    to.shutdown(tcp::socket::shutdown_send, ignored);
+    to.shutdown(Socket::shutdown_send, ignored);
   };
   co_await (pump(client, conn.socket) || pump(conn.socket, client));
   error_code ignored;
@@ -1050,16 +1050,16 @@ awaitable<void> Session::splice(UpstreamConnection& conn) {
 }
 
 namespace {
-awaitable<void> run_session(std::unique_ptr<Session> session) { co_await session->run(); }
+Task<void> run_session(std::unique_ptr<Session> session) { co_await session->run(); }
 }  // namespace
 
-void start_session(Worker& worker, tcp::socket socket, uint16_t local_port, std::string client_ip) {
+void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip) {
   asio::co_spawn(worker.io,
                  run_session(std::make_unique<Session>(worker, std::move(socket), local_port, std::move(client_ip), false)),
                  asio::detached);
 }
 
-void resume_session(Worker& w, tcp::socket socket, uint16_t local_port, std::string client_ip) {
+void resume_session(Worker& w, Socket socket, uint16_t local_port, std::string client_ip) {
   asio::co_spawn(w.io,
                  run_session(std::make_unique<Session>(w, std::move(socket), local_port, std::move(client_ip), true)),
                  asio::detached);
