@@ -27,6 +27,7 @@
 #include "heft/balance/hash.h"
 #include "proxy/field_arena.h"
 #include "proxy/request_head.h"
+#include "proxy/response_parser.h"
 #include "observe/metrics.h"
 #include "proxy/runtime.h"
 
@@ -37,7 +38,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using boost::system::error_code;
 using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
-using ResponseParser = http::parser<false, http::buffer_body, ArenaAllocator<char>>;
 
 // Parsers whose fields live in the session's arena.
 template <typename Parser>
@@ -208,20 +208,28 @@ Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
 
 // Reads the next piece of body (at most `capacity` bytes) into `out`. Returns
 // the byte count; 0 with parser.is_done() at the end.
-template <bool isRequest>
-Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer,
-                                                              http::parser<isRequest, http::buffer_body, ArenaAllocator<char>>& parser,
-                                                              char* out, std::size_t capacity) {
+// Where a parser copies body octets: buffer_body for requests, the response
+// parser's own window for responses.
+void body_into(RequestParser& parser, char* out, std::size_t capacity) {
   auto& body = parser.get().body();
   body.data = out;
   body.size = capacity;
+}
+std::size_t body_room(RequestParser& parser) { return parser.get().body().size; }
+void body_into(ResponseParser& parser, char* out, std::size_t capacity) { parser.body_into(out, capacity); }
+std::size_t body_room(ResponseParser& parser) { return parser.room(); }
+
+template <typename Parser>
+Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser,
+                                                         char* out, std::size_t capacity) {
+  body_into(parser, out, capacity);
   for (;;) {
-    if (parser.is_done()) co_return std::pair{error_code{}, capacity - body.size};
+    if (parser.is_done()) co_return std::pair{error_code{}, capacity - body_room(parser)};
     if (buffer.size() > 0) {
       error_code ec;
       std::size_t used = parser.put(buffer.data(), ec);
       buffer.consume(used);
-      std::size_t got = capacity - body.size;
+      std::size_t got = capacity - body_room(parser);
       if (ec == http::error::need_buffer) ec = {};
       if (ec && ec != http::error::need_more) co_return std::pair{ec, got};
       if (got > 0 || parser.is_done()) co_return std::pair{error_code{}, got};
@@ -232,11 +240,11 @@ Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBu
       if (buffer.size() > 0) continue;
       error_code eof_ec;
       parser.put_eof(eof_ec);
-      std::size_t got = capacity - body.size;
+      std::size_t got = capacity - body_room(parser);
       if (eof_ec) co_return std::pair{eof_ec, got};
       co_return std::pair{error_code{}, got};
     }
-    if (ec) co_return std::pair{ec, capacity - body.size};
+    if (ec) co_return std::pair{ec, capacity - body_room(parser)};
   }
 }
 
@@ -271,11 +279,11 @@ struct ActiveGuard {
 // A 1xx other than 101 is an interim response (RFC 9110 15.2): drop it and
 // parse the next head. Returns true when it reset the parser for that.
 bool reset_if_interim(ResponseParser& response) {
-  const unsigned status = response.get().result_int();
+  const unsigned status = response.status();
   if (status < 100 || status >= 200 || status == 101) return false;
-  FieldArena& arena = *response.get().get_allocator().arena;
+  FieldArena& arena = response.arena();
   response.~ResponseParser();
-  construct_parser(&response, arena);
+  new (&response) ResponseParser(arena);
   response.header_limit(kMaxResponseHead);
   response.body_limit(std::numeric_limits<std::uint64_t>::max());
   return true;
@@ -810,8 +818,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
 
     // A member, not a local: a coroutine frame holding a parser is too big
     // for Asio's per-thread frame recycling and would cost a malloc per attempt.
-    ResponseParser& response = response_.emplace(std::piecewise_construct, std::make_tuple(),
-                                                 std::make_tuple(ArenaAllocator<char>(arena_)));
+    ResponseParser& response = response_.emplace(arena_);
     response.header_limit(kMaxResponseHead);
     response.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (parser.get().method() == http::verb::head) response.skip(true);
@@ -861,7 +868,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       break;
     }
     if (!response.is_header_done()) continue;  // retry on a fresh connection
-    const unsigned status = response.get().result_int();
+    const unsigned status = response.status();
     const config::NextUpstream& next = pool.next_upstream;
     const bool failure_status = (status == 500 && next.http_500) || (status == 502 && next.http_502) ||
                                 (status == 503 && next.http_503) || (status == 504 && next.http_504);
@@ -917,9 +924,8 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       break;
     }
   }
-  auto& res = response.get();
   const auto& req = parser.get();
-  const unsigned status = res.result_int();
+  const unsigned status = response.status();
   const bool switching = status == 101 && upgrade;
   const bool client_http11 = req.version() >= 11;
   bool keep_alive = client_keep_alive_ && !w.draining && !switching;
@@ -936,22 +942,22 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   down_head_.reserve(512);
   down_head_.append("HTTP/1.1 ", 9);
   append_number(down_head_, status);
-  down_head_.append(" ", 1).append(res.reason()).append("\r\n", 2);
-  const std::string_view extras = connection_extras(res[http::field::connection]);
-  for (const auto& field : res) {
-    std::string_view name = field.name_string();
-    if (no_body && field.name() == http::field::content_length) {
-      append_field(down_head_, name, field.value());
+  down_head_.append(" ", 1).append(response.reason()).append("\r\n", 2);
+  const std::string_view extras = connection_extras(response.value(http::field::connection));
+  for (const ResponseParser::Field& field : response.fields()) {
+    std::string_view name = response.name(field);
+    if (no_body && field.name == http::field::content_length) {
+      append_field(down_head_, name, response.value(field));
       continue;
     }
-    if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
+    if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;
     if (!pool.header_down.empty() && overridden(pool.header_down, name)) continue;
-    append_field(down_head_, name, field.value());
+    append_field(down_head_, name, response.value(field));
   }
   append_ops(down_head_, pool.header_down);
   if (switching) {
     down_head_.append("Connection: upgrade\r\n");
-    append_field(down_head_, "Upgrade", res[http::field::upgrade]);
+    append_field(down_head_, "Upgrade", response.value(http::field::upgrade));
   }
   if (!no_body) {
     if (framing == chunked) down_head_ += "Transfer-Encoding: chunked\r\n";

@@ -262,6 +262,86 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
     EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
 }
 
+// The response side of the same: an interim 103 is dropped, every field of
+// the final head reaches the client in order (repeated ones too, a long one
+// whole), hop-by-hop fields and those Connection names do not, a chunked body
+// arrives intact, and the pooled upstream connection serves the next request.
+TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const uint16_t origin_port = ntohs(addr.sin_port);
+  const std::string long_value(3000, 'v');
+  int requests_on_one_connection = 0;
+  std::thread origin([&] {
+    int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    timeval tv{10, 0};
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string in;
+    char buf[4096];
+    const std::string replies[] = {
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+        "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
+        "Set-Cookie: b=2\r\nX-Long: " + long_value + "\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
+    for (const std::string& reply : replies) {
+      std::size_t end;
+      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+        ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) {
+          ::close(c);
+          return;
+        }
+        in.append(buf, static_cast<std::size_t>(n));
+      }
+      in.erase(0, end + 4);
+      ++requests_on_one_connection;
+      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  });
+
+  std::string dir = make_temp_dir();
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                             "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
+                                             port, origin_port),
+                            port);
+  std::string raw;
+  {
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("GET /one HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    raw = client.read_all();
+  }
+  Response second = HttpClient(port).get("/two");
+  origin.join();
+  ::close(listener);
+
+  EXPECT_EQ(raw.rfind("HTTP/1.1 201 Made\r\n", 0), 0u) << raw.substr(0, 200);
+  const std::size_t a = raw.find("\r\nSet-Cookie: a=1\r\n"), b = raw.find("\r\nSet-Cookie: b=2\r\n");
+  EXPECT_NE(a, std::string::npos);
+  EXPECT_NE(b, std::string::npos);
+  EXPECT_LT(a, b);
+  EXPECT_NE(raw.find("\r\nX-Long: " + long_value + "\r\n"), std::string::npos);
+  EXPECT_NE(raw.find("\r\nTransfer-Encoding: chunked\r\n"), std::string::npos);
+  for (const char* gone : {"103", "Link:", "X-Hop", "Keep-Alive"})
+    EXPECT_EQ(raw.find(gone), std::string::npos) << gone << " reached the client:\n" << raw.substr(0, 400);
+  const std::size_t body = raw.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_EQ(raw.substr(body + 4), "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, "two");
+  EXPECT_EQ(requests_on_one_connection, 2);
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
