@@ -1,6 +1,7 @@
 #include "proxy/request_head.h"
 
 #include <array>
+#include <cstring>
 
 namespace heft::proxy {
 namespace {
@@ -72,22 +73,28 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   while (skip + 1 < bytes.size() && bytes[skip] == '\r' && bytes[skip + 1] == '\n') skip += 2;
   std::string_view data = bytes.substr(skip);
 
-  // Find the end of the head, rejecting bare CR / bare LF on the way.
+  // Find the end of the head line by line (memchr: a head is scanned on
+  // every read until complete), rejecting bare CR / bare LF on the way.
   std::size_t end = std::string_view::npos;
   std::size_t first_line_end = std::string_view::npos;
-  for (std::size_t i = 0; i < data.size(); ++i) {
-    char c = data[i];
-    if (c == '\r') {
-      if (i + 1 == data.size()) break;  // need the next byte
-      if (data[i + 1] != '\n') return bad("bare CR");
-    } else if (c == '\n') {
-      if (i == 0 || data[i - 1] != '\r') return bad("bare LF");
-      if (first_line_end == std::string_view::npos) first_line_end = i - 1;
-      if (i >= 3 && data[i - 2] == '\n' && data[i - 3] == '\r') {
-        end = i + 1;
-        break;
-      }
+  const char* p = data.data();
+  for (std::size_t line = 0;;) {
+    const auto* lf = static_cast<const char*>(std::memchr(p + line, '\n', data.size() - line));
+    if (!lf) {
+      // An unfinished line: a CR in it may only be its last byte (LF to come).
+      const auto* cr = static_cast<const char*>(std::memchr(p + line, '\r', data.size() - line));
+      if (cr && cr != p + data.size() - 1) return bad("bare CR");
+      break;
     }
+    const std::size_t i = static_cast<std::size_t>(lf - p);
+    if (i == line || p[i - 1] != '\r') return bad("bare LF");
+    if (std::memchr(p + line, '\r', i - 1 - line)) return bad("bare CR");
+    if (first_line_end == std::string_view::npos) first_line_end = i - 1;
+    if (i - 1 == line && line > 0) {  // the empty line after the fields
+      end = i + 1;
+      break;
+    }
+    line = i + 1;
   }
   if (first_line_end == std::string_view::npos) {
     if (data.size() > limits.max_request_line) return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
