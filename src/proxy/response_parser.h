@@ -5,16 +5,16 @@
 // them up, so the ordered set and per-field nodes basic_fields maintains were
 // a tenth of a proxied request's user time for nothing.
 //
-// The body is delivered like http::buffer_body: give the parser a piece of
-// memory (body_into), put() bytes, and it copies body octets there (chunk
-// framing removed) until the piece is full (error::need_buffer) or the
-// message ends.
+// The body is not copied: after put(), body() is the piece of body octets
+// (chunk framing removed) that put() found, a view into the bytes given to
+// put(), valid until the caller overwrites those bytes. One piece per put():
+// a second piece ends the put with error::need_buffer (as a full
+// http::buffer_body would); clear_body() before the next put().
 //
 // Thread safety: one parser belongs to one session (one worker thread).
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,12 +60,8 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
     return {};
   }
 
-  // Where the next body octets go, and how many fit.
-  void body_into(char* out, std::size_t capacity) {
-    out_ = out;
-    room_ = capacity;
-  }
-  std::size_t room() const { return room_; }
+  std::string_view body() const { return body_; }
+  void clear_body() { body_ = {}; }
 
  private:
   std::string_view text(uint32_t at, uint32_t size) const { return {store_.data() + at, size}; }
@@ -96,14 +92,13 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override { return take(body, ec); }
   void on_finish_impl(error_code&) override {}
 
-  // Copies what fits; asks for a new piece of memory when full (buffer_body's contract).
   std::size_t take(string_view body, error_code& ec) {
-    const std::size_t n = body.size() < room_ ? body.size() : room_;
-    if (n > 0) std::memcpy(out_, body.data(), n);
-    out_ += n;
-    room_ -= n;
-    if (n < body.size()) ec = boost::beast::http::error::need_buffer;
-    return n;
+    if (!body_.empty()) {  // the piece taken earlier in this put() goes out first
+      ec = boost::beast::http::error::need_buffer;
+      return 0;
+    }
+    body_ = {body.data(), body.size()};
+    return body.size();
   }
 
   FieldArena* arena_;
@@ -111,8 +106,7 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   uint32_t reason_at_ = 0, reason_size_ = 0;
   std::basic_string<char, std::char_traits<char>, ArenaAllocator<char>> store_;
   std::vector<Field, ArenaAllocator<Field>> fields_;
-  char* out_ = nullptr;
-  std::size_t room_ = 0;
+  std::string_view body_;
 };
 
 }  // namespace heft::proxy

@@ -206,30 +206,32 @@ Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
   }
 }
 
-// Reads the next piece of body (at most `capacity` bytes) into `out`. Returns
-// the byte count; 0 with parser.is_done() at the end.
-// Where a parser copies body octets: buffer_body for requests, the response
-// parser's own window for responses.
+// Where body octets go: a request's are copied into the caller's memory
+// (buffer_body); a response's stay where they were read (ResponseParser::body()).
 void body_into(RequestParser& parser, char* out, std::size_t capacity) {
   auto& body = parser.get().body();
   body.data = out;
   body.size = capacity;
 }
-std::size_t body_room(RequestParser& parser) { return parser.get().body().size; }
-void body_into(ResponseParser& parser, char* out, std::size_t capacity) { parser.body_into(out, capacity); }
-std::size_t body_room(ResponseParser& parser) { return parser.room(); }
+std::size_t body_got(RequestParser& parser, std::size_t capacity) { return capacity - parser.get().body().size; }
+void body_into(ResponseParser& parser, char*, std::size_t) { parser.clear_body(); }
+std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body().size(); }
+
+// Reads the next piece of body: for a request at most `capacity` bytes into
+// `out`, for a response into parser.body(). Returns the byte count; 0 with
+// parser.is_done() at the end.
 
 template <typename Parser>
 Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser,
                                                          char* out, std::size_t capacity) {
   body_into(parser, out, capacity);
   for (;;) {
-    if (parser.is_done()) co_return std::pair{error_code{}, capacity - body_room(parser)};
+    if (parser.is_done()) co_return std::pair{error_code{}, body_got(parser, capacity)};
     if (buffer.size() > 0) {
       error_code ec;
       std::size_t used = parser.put(buffer.data(), ec);
       buffer.consume(used);
-      std::size_t got = capacity - body_room(parser);
+      std::size_t got = body_got(parser, capacity);
       if (ec == http::error::need_buffer) ec = {};
       if (ec && ec != http::error::need_more) co_return std::pair{ec, got};
       if (got > 0 || parser.is_done()) co_return std::pair{error_code{}, got};
@@ -240,11 +242,11 @@ Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBu
       if (buffer.size() > 0) continue;
       error_code eof_ec;
       parser.put_eof(eof_ec);
-      std::size_t got = capacity - body_room(parser);
+      std::size_t got = body_got(parser, capacity);
       if (eof_ec) co_return std::pair{eof_ec, got};
       co_return std::pair{error_code{}, got};
     }
-    if (ec) co_return std::pair{ec, capacity - body_room(parser)};
+    if (ec) co_return std::pair{ec, body_got(parser, capacity)};
   }
 }
 
@@ -984,13 +986,14 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
 
   // Body: head goes out with the first piece (one write for small responses).
   bool head_pending = true;
-  char* piece = scratch();
   std::array<char, 24> size_line;
   for (;;) {
     std::size_t got = 0;
     if (!response.is_done()) {
       arm(pool.read_timeout);
-      auto [ec, n] = co_await read_body_piece(conn.socket, conn.buffer, response, piece, kChunk);
+      // The piece stays in conn.buffer, untouched until the next read there,
+      // which comes after it is written.
+      auto [ec, n] = co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
       if (ec) {
         if (head_pending) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
         co_return AttemptResult{Outcome::broken};
@@ -1004,7 +1007,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (head_pending) buffers[count++] = asio::buffer(down_head_);
     if (got > 0) {
       if (framing == chunked) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
-      buffers[count++] = asio::buffer(piece, got);
+      buffers[count++] = asio::buffer(response.body().data(), got);
       if (framing == chunked) buffers[count++] = asio::buffer("\r\n", 2);
     }
     if (last && framing == chunked) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
