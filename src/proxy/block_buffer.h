@@ -53,8 +53,8 @@ class BlockPool {
     else ::munmap(block, kBlockSize);
   }
   // Unmaps the free blocks that stayed unused since the last trim, keeping
-  // `keep` (their touched pages are resident); the worker calls it about once
-  // a second. Blocks the last second's bursts needed stay mapped.
+  // `keep` (their touched pages are resident); the worker calls it four times
+  // a second. Blocks the last interval's bursts needed stay mapped.
   void trim(std::size_t keep) {
     std::size_t unused = std::min(low_free_, free_.size());
     while (unused > keep && free_.size() > keep) {

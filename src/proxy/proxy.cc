@@ -353,7 +353,10 @@ void Proxy::start() {
   unsigned count = table->config.workers ? table->config.workers : std::max(1u, std::thread::hardware_concurrency());
   raise_descriptor_limit(impl.max_connections.load());
   for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
-  for (auto& w : impl.workers) preallocate_socket_states(w->io, 1024);
+  // As many as nginx's usual worker_connections (4,096), fewer when
+  // max_connections is lower: client and upstream sockets of a busy worker.
+  const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
+  for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
   for (auto& w : impl.workers)
     for (const auto& [port, sites] : table->by_port) w->acceptors[port] = impl.listen(*w, port);
   for (auto& w : impl.workers) {
