@@ -117,7 +117,7 @@ struct Worker {
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::list<Session*> sessions;            // for the timeout sweep and draining
   std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
-  std::size_t parked_since_trim = 0;       // connections parked since the last malloc_trim
+  std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
   Clock::time_point last_trim{};
   bool draining = false;
   Timer ticker{io};

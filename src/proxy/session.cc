@@ -310,6 +310,7 @@ class Session {
   ~Session() {
     if (scratch_) w.blocks.put(scratch_);
     w.sessions.erase(self);
+    ++w.sessions_ended_since_trim;
     if (handed_to_park_) return;  // still open, now counted by the parked connection
     w.proxy.open_connections.fetch_sub(1, std::memory_order_relaxed);
     observe::connection_closed();
@@ -498,7 +499,6 @@ Task<void> Session::run() {
       if (!nodelay_) set_nodelay();  // the resumed session's first write is not the first
       handed_to_park_ = true;
       const bool v6 = client_ip.find(':') != std::string::npos;
-      ++w.parked_since_trim;
       if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline}))
         parked_connection_closed(w);
       co_return;
@@ -1086,15 +1086,15 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     if (now >= s->deadline) s->expire();
     else if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
   }
-  // Four times a second: unmap spare I/O blocks, and after parking (sessions
-  // freed in the middle of the heap, where free() keeps pages resident) hand
-  // whole free pages back. Connections parked after kParkAfter give their
-  // memory back within about half a second more.
+  // Four times a second: unmap spare I/O blocks, and once sessions have ended
+  // (closed or parked: freed in the middle of the heap, where free() keeps
+  // pages resident) hand whole free pages back. Connections parked after
+  // kParkAfter give their memory back within about half a second more.
   if (now - worker.last_trim >= kTrimInterval) {
     worker.last_trim = now;
     worker.blocks.trim(32);
-    if (worker.parked_since_trim > 0) {
-      worker.parked_since_trim = 0;
+    if (worker.sessions_ended_since_trim >= 32) {
+      worker.sessions_ended_since_trim = 0;
       malloc_trim(0);
     }
   }
