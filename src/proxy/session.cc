@@ -184,7 +184,7 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
 // Feeds `buffer` to `parser` until its header is done, reading when needed.
 template <bool isRequest>
 Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
-                                  http::basic_parser<isRequest>& parser, bool& received) {
+                             http::basic_parser<isRequest>& parser, bool& received) {
   for (;;) {
     if (buffer.size() > 0) {
       error_code ec;
@@ -194,8 +194,12 @@ Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
       if (parser.is_header_done()) co_return error_code{};
       if (!ec && used > 0) continue;
     }
-    if (buffer.size() >= kMaxResponseHead) co_return http::error::header_limit;
-    error_code ec = co_await read_more(socket, buffer);
+    const auto room = buffer.prepare(kReadSize);
+    if (buffer.size() >= kMaxResponseHead || room.size() == 0) co_return http::error::header_limit;
+    // Read here, not through read_more(): a coroutine frame and a resumption
+    // less on every response.
+    auto [ec, n] = co_await socket.async_read_some(room, use_task);
+    buffer.commit(n);
     if (buffer.size() > 0) received = true;
     if (ec) {
       if (ec == asio::error::eof && received) {
@@ -222,7 +226,6 @@ std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body()
 // Reads the next piece of body: for a request at most `capacity` bytes into
 // `out`, for a response into parser.body(). Returns the byte count; 0 with
 // parser.is_done() at the end.
-
 template <typename Parser>
 Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser,
                                                          char* out, std::size_t capacity) {
@@ -390,11 +393,11 @@ class Session {
   Task<void> send_status(unsigned status, bool keep_alive);
   Task<bool> handle(RequestParser& parser);
   Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
-                                   uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
+                              uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
-                                            const SiteRoute& route, RequestParser& parser, bool upgrade);
+                                       const SiteRoute& route, RequestParser& parser, bool upgrade);
   Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
-                                          bool& client_failed);
+                                     bool& client_failed);
   Task<void> splice(UpstreamConnection& conn);
 
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
@@ -431,7 +434,10 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     idle = true;
     idle_since = coarse_now();
     arm(first ? config.header_timeout : config.idle_timeout);
-    error_code ec = co_await read_more(client, in_);
+    // Inline rather than read_more(): one coroutine frame less per request
+    // (the buffer is empty, so it has room).
+    auto [ec, n] = co_await client.async_read_some(in_.prepare(kReadSize), use_task);
+    in_.commit(n);
     idle = false;
     if (ec == asio::error::operation_aborted && park_requested && !timed_out && !w.draining) co_return -2;
     park_requested = false;
@@ -766,8 +772,8 @@ Task<bool> Session::handle(RequestParser& parser) {
 }
 
 Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite& site,
-                                                   const upstream::PoolSnapshot& snapshot, uint32_t backend,
-                                                   RequestParser& parser, bool last_chance, bool upgrade) {
+                                              const upstream::PoolSnapshot& snapshot, uint32_t backend,
+                                              RequestParser& parser, bool last_chance, bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
   IdleList& idle_list = *site.idle[backend];
   const tcp::endpoint& endpoint = site.endpoints[backend];
@@ -889,7 +895,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
 }
 
 Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
-                                                 bool& client_failed) {
+                                            bool& client_failed) {
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
   std::array<char, 24> size_line;
@@ -915,8 +921,8 @@ Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestPar
 }
 
 Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn, ResponseParser& response,
-                                                            const SiteRoute& route, RequestParser& parser,
-                                                            bool upgrade) {
+                                                       const SiteRoute& route, RequestParser& parser,
+                                                       bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
   if (!response.is_header_done()) {
     arm(pool.read_timeout);
