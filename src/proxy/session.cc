@@ -223,35 +223,46 @@ std::size_t body_got(RequestParser& parser, std::size_t capacity) { return capac
 void body_into(ResponseParser& parser, char*, std::size_t) { parser.clear_body(); }
 std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body().size(); }
 
+using BodyPiece = std::pair<error_code, std::size_t>;
+
+// The part of reading a body piece that needs no I/O: feeds `parser` what
+// `buffer` holds (after body_into). A result when there is one (a piece, the
+// end, an error); nothing when more bytes must be read first.
+template <typename Parser>
+std::optional<BodyPiece> body_from_buffer(BlockBuffer& buffer, Parser& parser, std::size_t capacity) {
+  for (;;) {
+    if (parser.is_done()) return BodyPiece{error_code{}, body_got(parser, capacity)};
+    if (buffer.size() == 0) return std::nullopt;
+    error_code ec;
+    std::size_t used = parser.put(buffer.data(), ec);
+    buffer.consume(used);
+    std::size_t got = body_got(parser, capacity);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec && ec != http::error::need_more) return BodyPiece{ec, got};
+    if (got > 0 || parser.is_done()) return BodyPiece{error_code{}, got};
+    if (ec || used == 0) return std::nullopt;
+  }
+}
+
 // Reads the next piece of body: for a request at most `capacity` bytes into
 // `out`, for a response into parser.body(). Returns the byte count; 0 with
 // parser.is_done() at the end.
 template <typename Parser>
-Task<std::pair<error_code, std::size_t>> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser,
-                                                         char* out, std::size_t capacity) {
+Task<BodyPiece> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser, char* out,
+                                std::size_t capacity) {
   body_into(parser, out, capacity);
   for (;;) {
-    if (parser.is_done()) co_return std::pair{error_code{}, body_got(parser, capacity)};
-    if (buffer.size() > 0) {
-      error_code ec;
-      std::size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      std::size_t got = body_got(parser, capacity);
-      if (ec == http::error::need_buffer) ec = {};
-      if (ec && ec != http::error::need_more) co_return std::pair{ec, got};
-      if (got > 0 || parser.is_done()) co_return std::pair{error_code{}, got};
-      if (!ec && used > 0) continue;
-    }
+    if (auto piece = body_from_buffer(buffer, parser, capacity)) co_return *piece;
     error_code ec = co_await read_more(socket, buffer);
     if (ec == asio::error::eof) {
       if (buffer.size() > 0) continue;
       error_code eof_ec;
       parser.put_eof(eof_ec);
       std::size_t got = body_got(parser, capacity);
-      if (eof_ec) co_return std::pair{eof_ec, got};
-      co_return std::pair{error_code{}, got};
+      if (eof_ec) co_return BodyPiece{eof_ec, got};
+      co_return BodyPiece{error_code{}, got};
     }
-    if (ec) co_return std::pair{ec, body_got(parser, capacity)};
+    if (ec) co_return BodyPiece{ec, body_got(parser, capacity)};
   }
 }
 
@@ -1000,8 +1011,11 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (!response.is_done()) {
       arm(pool.read_timeout);
       // The piece stays in conn.buffer, untouched until the next read there,
-      // which comes after it is written.
-      auto [ec, n] = co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
+      // which comes after it is written. A small body is usually there
+      // already: then no coroutine is started for it.
+      body_into(response, nullptr, kChunk);
+      std::optional<BodyPiece> ready = body_from_buffer(conn.buffer, response, kChunk);
+      auto [ec, n] = ready ? *ready : co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
       if (ec) {
         if (head_pending) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
         co_return AttemptResult{Outcome::broken};
