@@ -2,8 +2,9 @@
 // (basic_parser: status line, fields, Content-Length / chunked, limits), with
 // the fields kept as a flat list instead of Beast's basic_fields. The proxy
 // only walks the fields once to build the head it forwards and looks two of
-// them up, so the ordered set and per-field nodes basic_fields maintains were
-// a tenth of a proxied request's user time for nothing.
+// them up; the ordered set and per-field nodes basic_fields maintains cost
+// more than that (callgrind: 2 % of a proxied request's user-space
+// instructions went with them).
 //
 // The body is not copied: after put(), body() is the piece of body octets
 // (chunk framing removed) that put() found, a view into the bytes given to
