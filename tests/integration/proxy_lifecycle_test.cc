@@ -205,21 +205,41 @@ TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
   EXPECT_FALSE(wait_for_port(port, 200ms));
 }
 
+// A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
+// for origins a test scripts byte by byte; -1 on failure.
+int listen_on_loopback(uint16_t& port) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (listener < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 8) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(listener);
+    return -1;
+  }
+  port = ntohs(addr.sin_port);
+  return listener;
+}
+
+// heft on `port` (one worker, no admin API) in front of one origin.
+Process start_heft_to(uint16_t origin_port, uint16_t port) {
+  return start_heft(make_temp_dir(),
+                    fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
+                                port, origin_port),
+                    port);
+}
+
 // What the backend receives: a one-shot origin on 127.0.0.1 that records the
 // request head it gets and answers 200. X-Forwarded-For is appended to with
 // the client address, X-Real-IP set, and hop-by-hop fields (Connection, the
 // fields it names, Keep-Alive, TE, Proxy-Connection) never reach the backend.
 TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 8), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  const uint16_t origin_port = ntohs(addr.sin_port);
   std::string head;
   std::thread origin([&] {
     int c = ::accept(listener, nullptr, nullptr);
@@ -237,12 +257,8 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
     ::close(c);
   });
 
-  std::string dir = make_temp_dir();
   uint16_t port = free_port();
-  Process heft = start_heft(dir, fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                             "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
-                                             port, origin_port),
-                            port);
+  Process heft = start_heft_to(origin_port, port);
   HttpClient client(port);
   Response r = client.request(
       "GET /where HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
@@ -267,16 +283,9 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
 // whole), hop-by-hop fields and those Connection names do not, a chunked body
 // arrives intact, and the pooled upstream connection serves the next request.
 TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
   ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 8), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  const uint16_t origin_port = ntohs(addr.sin_port);
   const std::string long_value(3000, 'v');
   int requests_on_one_connection = 0;
   std::thread origin([&] {
@@ -309,12 +318,8 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
     ::close(c);
   });
 
-  std::string dir = make_temp_dir();
   uint16_t port = free_port();
-  Process heft = start_heft(dir, fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                             "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
-                                             port, origin_port),
-                            port);
+  Process heft = start_heft_to(origin_port, port);
   std::string raw;
   {
     HttpClient client(port);
