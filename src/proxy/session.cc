@@ -9,6 +9,8 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <span>
 
 #include <malloc.h>
 #include <sys/socket.h>
@@ -270,6 +272,16 @@ Task<BodyPiece> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& par
 std::size_t chunk_line(char* out, std::size_t size) {
   auto end = fmt::format_to(out, "{:x}\r\n", size);
   return static_cast<std::size_t>(end - out);
+}
+
+// What is left of `buffers` once `n` bytes of them were written: whole
+// buffers dropped, the first remaining one advanced (in place).
+std::span<asio::const_buffer> unwritten(std::span<asio::const_buffer> buffers, std::size_t n) {
+  std::size_t i = 0;
+  while (i < buffers.size() && n >= buffers[i].size()) n -= buffers[i++].size();
+  buffers = buffers.subspan(i);
+  if (!buffers.empty()) buffers[0] += n;
+  return buffers;
 }
 
 // A malformed message (as opposed to a connection that ended or failed).
@@ -830,8 +842,12 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // scheduler, which by then has often seen the response arrive (a send
     // straight from here measured slower: the read that follows it finds
     // nothing yet and costs a wasted recv).
-    auto [write_ec, written] =
-        co_await asio::async_write(conn->socket, std::span(buffers.data(), count), use_task);
+    // One write_some sends a head and a small body whole; Asio's composed
+    // write (a layer more per write) only for what a short send left.
+    std::span<asio::const_buffer> out(buffers.data(), count);
+    auto [write_ec, written] = co_await conn->socket.async_write_some(out, use_task);
+    if (!write_ec && !(out = unwritten(out, written)).empty())
+      std::tie(write_ec, written) = co_await asio::async_write(conn->socket, out, use_task);
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
       co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
@@ -1036,7 +1052,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (count > 0) {
       arm(pool.send_timeout);
       before_client_write();
-      auto [ec, n] = co_await asio::async_write(client, std::span(buffers.data(), count), use_task);
+      std::span<asio::const_buffer> out(buffers.data(), count);  // as for the request, above
+      auto [ec, n] = co_await client.async_write_some(out, use_task);
+      if (!ec && !(out = unwritten(out, n)).empty()) std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
