@@ -41,12 +41,6 @@ namespace http = beast::http;
 using boost::system::error_code;
 using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
 
-// Parsers whose fields live in the session's arena.
-template <typename Parser>
-void construct_parser(Parser* at, FieldArena& arena) {
-  new (at) Parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(ArenaAllocator<char>(arena)));
-}
-
 constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
 static_assert(kChunk == BlockPool::kBlockSize, "scratch() hands out whole blocks");
 constexpr std::size_t kReadSize = 64 * 1024;  // bytes asked per socket read
@@ -534,7 +528,7 @@ Task<void> Session::run() {
     }
     if (status < 0) break;
     if (status > 0) {
-      co_await send_error(static_cast<unsigned>(status), fmt::format("{} {}\n", status, status_text(status)), false);
+      co_await send_status(static_cast<unsigned>(status), false);
       break;
     }
     response_.reset();
@@ -703,8 +697,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         co_await send_error(503, "503 no available backend\n", client_keep_alive && body_complete);
       } else {
         unsigned status = last_status ? last_status : 502;
-        co_await send_status(status,
-                            client_keep_alive && body_complete);
+        co_await send_status(status, client_keep_alive && body_complete);
       }
       co_return client_keep_alive && body_complete && !w.draining;
     }
@@ -786,8 +779,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         fmt::print(stderr, "heft: {} {}: backend {} {}\n", req.method_string(), req.target(), name,
                    timeout ? "timed out" : "failed");
         if (more_allowed && (timeout ? next.timeout : next.error)) continue;
-        co_await send_status(last_status,
-                            client_keep_alive && parser.is_done());
+        co_await send_status(last_status, client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !w.draining;
       }
     }
@@ -1054,7 +1046,8 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       before_client_write();
       std::span<asio::const_buffer> out(buffers.data(), count);  // as for the request, above
       auto [ec, n] = co_await client.async_write_some(out, use_task);
-      if (!ec && !(out = unwritten(out, n)).empty()) std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
+      if (!ec && !(out = unwritten(out, n)).empty())
+        std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
