@@ -81,8 +81,6 @@ using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 class Session;
 struct Worker;
 
-
-
 // A worker's view of one site: its cached pool snapshot and, per snapshot, the
 // parsed backend endpoints and their idle-connection lists.
 struct WorkerSite {

@@ -378,8 +378,8 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
     ASSERT_EQ(idle.back()->get("/").status, 200) << i;
   }
   const long busy_kib = pss_kib(heft.pid());
-  // Parked after 500 ms (swept every 50 ms); blocks that stayed spare for a
-  // whole second are unmapped at the next once-a-second trim.
+  // Parked after 500 ms (swept every 50 ms); spare blocks are unmapped once
+  // they stayed unused for a whole 250 ms trim interval.
   std::this_thread::sleep_for(3200ms);
   const long parked_kib = pss_kib(heft.pid());
   // Busy, each connection had touched at least a page of its read buffer and
