@@ -28,6 +28,7 @@
 
 #include "heft/balance/hash.h"
 #include "proxy/field_arena.h"
+#include "proxy/head_builder.h"
 #include "proxy/request_head.h"
 #include "proxy/response_parser.h"
 #include "observe/metrics.h"
@@ -152,32 +153,9 @@ bool overridden(const std::vector<config::HeaderOp>& ops, std::string_view name)
   return false;
 }
 
-// Heads are built by plain copies: formatting (a format string parsed per
-// field) was a fifth of the proxy's user-space instructions per request, and
-// one resize and three copies per field cost half of four appends.
-void append_field(std::string& out, std::string_view name, std::string_view value) {
-  const std::size_t at = out.size();
-  out.resize(at + name.size() + value.size() + 4);
-  char* p = out.data() + at;
-  std::memcpy(p, name.data(), name.size());
-  p += name.size();
-  *p++ = ':';
-  *p++ = ' ';
-  std::memcpy(p, value.data(), value.size());
-  p += value.size();
-  *p++ = '\r';
-  *p = '\n';
-}
-
-void append_number(std::string& out, uint64_t value) {
-  char digits[20];
-  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, value);
-  out.append(digits, end);
-}
-
-void append_ops(std::string& out, const std::vector<config::HeaderOp>& ops) {
+void append_ops(HeadBuilder& out, const std::vector<config::HeaderOp>& ops) {
   for (const auto& op : ops)
-    if (op.op != config::HeaderOp::remove) append_field(out, op.name, op.value);
+    if (op.op != config::HeaderOp::remove) out.field(op.name, op.value);
 }
 
 // Reads more bytes from `socket` into `buffer`.
@@ -432,8 +410,8 @@ class Session {
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
   FieldArena arena_;  // the fields of the current request and response, in in_'s reserved tail
   std::optional<ResponseParser> response_;  // the current attempt's response (see attempt())
-  std::string up_head_;    // request head for the backend (reused)
-  std::string down_head_;  // response head for the client (reused)
+  HeadBuilder up_head_;    // request head for the backend (reused)
+  HeadBuilder down_head_;  // response head for the client (reused)
   std::string body_prefix_;  // request body buffered for retries (reused)
   char* scratch_ = nullptr;  // a block of w.blocks (kChunk bytes), taken on first use
   const config::Config* config_ = nullptr;
@@ -501,12 +479,12 @@ Task<void> Session::send_status(unsigned status, bool keep_alive) {
 Task<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
   record_.status = status;
   down_head_.clear();
-  fmt::format_to(std::back_inserter(down_head_),
-                 "HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}", status,
-                 status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n", text);
+  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}",
+                                status, status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n",
+                                text));
   arm(std::chrono::milliseconds(10000));
   before_client_write();
-  co_await asio::async_write(client, asio::buffer(down_head_), use_task);
+  co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
 }
 
 void Session::finish_request(const SiteRoute* route, const RequestParser& parser) {
@@ -615,8 +593,7 @@ Task<bool> Session::handle(RequestParser& parser) {
 
   // The request head for the backend: same for every attempt.
   up_head_.clear();
-  up_head_.reserve(512);  // grown once, not by doubling from empty on a new connection
-  up_head_.append(req.method_string()).append(" ", 1).append(req.target()).append(" HTTP/1.1\r\n", 11);
+  up_head_.append(req.method_string()).append(" "sv).append(req.target()).append(" HTTP/1.1\r\n"sv);
   std::string_view forwarded_for;
   for (const auto& field : req) {
     std::string_view name = field.name_string();
@@ -631,19 +608,19 @@ Task<bool> Session::handle(RequestParser& parser) {
         continue;
     }
     if (!pool.header_up.empty() && overridden(pool.header_up, name)) continue;
-    append_field(up_head_, name, field.value());
+    up_head_.field(name, field.value());
   }
   if (host.empty() && !overridden(pool.header_up, "host"))
-    append_field(up_head_, "Host", route->site.hosts.empty() ? "localhost" : route->site.hosts.front());
+    up_head_.field("Host", route->site.hosts.empty() ? "localhost" : route->site.hosts.front());
   up_head_.append("X-Forwarded-For: "sv);
-  if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", ", 2);
+  if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", "sv);
   up_head_.append(client_ip).append("\r\nX-Forwarded-Proto: http\r\n"sv);
-  append_field(up_head_, "X-Forwarded-Host", host);
-  append_field(up_head_, "X-Real-IP", client_ip);
+  up_head_.field("X-Forwarded-Host", host);
+  up_head_.field("X-Real-IP", client_ip);
   append_ops(up_head_, pool.header_up);
   if (upgrade) {
     up_head_.append("Connection: upgrade\r\n"sv);
-    append_field(up_head_, "Upgrade", upgrade_value);
+    up_head_.field("Upgrade", upgrade_value);
   }
 
   // Buffer the start of the body: small bodies are then complete (retryable and
@@ -679,16 +656,16 @@ Task<bool> Session::handle(RequestParser& parser) {
   if (body_complete) {
     if (!body_prefix_.empty() || req.has_content_length() || req.chunked()) {
       up_head_.append("Content-Length: "sv);
-      append_number(up_head_, body_prefix_.size());
-      up_head_.append("\r\n", 2);
+      up_head_.number(body_prefix_.size());
+      up_head_.append("\r\n"sv);
     }
   } else if (req.chunked()) {
-    up_head_ += "Transfer-Encoding: chunked\r\n"sv;
+    up_head_.append("Transfer-Encoding: chunked\r\n"sv);
     upstream_chunked_ = true;
   } else {
-    append_field(up_head_, "Content-Length", req[http::field::content_length]);
+    up_head_.field("Content-Length", req[http::field::content_length]);
   }
-  up_head_ += "\r\n"sv;
+  up_head_.append("\r\n"sv);
 
   // Attempts, nginx's proxy_next_upstream way.
   balance::PickContext ctx;
@@ -845,8 +822,8 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // Head and the buffered body in one write.
     arm(pool.send_timeout);
     std::array<char, 24> size_line;
-    std::array<asio::const_buffer, 4> buffers{asio::buffer(up_head_), asio::const_buffer{}, asio::const_buffer{},
-                                              asio::const_buffer{}};
+    std::array<asio::const_buffer, 4> buffers{asio::buffer(up_head_.view()), asio::const_buffer{},
+                                              asio::const_buffer{}, asio::const_buffer{}};
     std::size_t count = 1;
     if (!body_prefix_.empty()) {
       if (upstream_chunked_) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), body_prefix_.size()));
@@ -991,44 +968,43 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   if (framing == until_close) keep_alive = false;
 
   down_head_.clear();
-  down_head_.reserve(512);
-  down_head_.append("HTTP/1.1 ", 9);
-  append_number(down_head_, status);
-  down_head_.append(" ", 1).append(response.reason()).append("\r\n", 2);
+  down_head_.append("HTTP/1.1 "sv);
+  down_head_.number(status);
+  down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
   const std::string_view extras = connection_extras(response.value(http::field::connection));
   for (const ResponseParser::Field& field : response.fields()) {
     std::string_view name = response.name(field);
     if (no_body && field.name == http::field::content_length) {
-      append_field(down_head_, name, response.value(field));
+      down_head_.field(name, response.value(field));
       continue;
     }
     if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;
     if (!pool.header_down.empty() && overridden(pool.header_down, name)) continue;
-    append_field(down_head_, name, response.value(field));
+    down_head_.field(name, response.value(field));
   }
   append_ops(down_head_, pool.header_down);
   if (switching) {
     down_head_.append("Connection: upgrade\r\n"sv);
-    append_field(down_head_, "Upgrade", response.value(http::field::upgrade));
+    down_head_.field("Upgrade", response.value(http::field::upgrade));
   }
   if (!no_body) {
-    if (framing == chunked) down_head_ += "Transfer-Encoding: chunked\r\n"sv;
+    if (framing == chunked) down_head_.append("Transfer-Encoding: chunked\r\n"sv);
     else if (framing == sized) {
       down_head_.append("Content-Length: "sv);
-      append_number(down_head_, *response.content_length());
-      down_head_.append("\r\n", 2);
+      down_head_.number(*response.content_length());
+      down_head_.append("\r\n"sv);
     }
   }
   if (!switching) {
-    if (!keep_alive) down_head_ += "Connection: close\r\n"sv;
-    else if (!client_http11) down_head_ += "Connection: keep-alive\r\n"sv;
+    if (!keep_alive) down_head_.append("Connection: close\r\n"sv);
+    else if (!client_http11) down_head_.append("Connection: keep-alive\r\n"sv);
   }
-  down_head_ += "\r\n"sv;
+  down_head_.append("\r\n"sv);
 
   if (switching) {
     arm(pool.send_timeout);
     before_client_write();
-    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_), use_task);
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
     if (ec) co_return AttemptResult{Outcome::client_gone};
     co_await splice(conn);
     co_return AttemptResult{Outcome::done, 101, false};
@@ -1057,7 +1033,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     const bool last = response.is_done();
     std::array<asio::const_buffer, 5> buffers;
     std::size_t count = 0;
-    if (head_pending) buffers[count++] = asio::buffer(down_head_);
+    if (head_pending) buffers[count++] = asio::buffer(down_head_.view());
     if (got > 0) {
       if (framing == chunked) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
       buffers[count++] = asio::buffer(response.body().data(), got);
