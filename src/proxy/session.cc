@@ -310,6 +310,11 @@ class Session {
   Session(Worker& worker, Socket socket, uint16_t port, std::string ip, bool resumed)
       : w(worker), client(std::move(socket)), local_port(port), client_ip(std::move(ip)) {
     self = w.sessions.insert(w.sessions.end(), this);
+    // Synchronous sends (forward_response()) must return would_block, never
+    // wait. The ioctl is the one Asio would make before the first async
+    // operation anyway.
+    error_code ignored;
+    client.non_blocking(true, ignored);
     if (resumed) {
       nodelay_ = true;  // set before parking
       return;
@@ -1043,8 +1048,18 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (count > 0) {
       arm(pool.send_timeout);
       before_client_write();
-      std::span<asio::const_buffer> out(buffers.data(), count);  // as for the request, above
-      auto [ec, n] = co_await client.async_write_some(out, use_task);
+      // Sent from here: Asio's async write_some completes through the
+      // scheduler even when its send succeeded at once, a queue round trip
+      // and a resumption per response. The client socket is in non-blocking
+      // mode (the constructor), so a full send buffer gives would_block and
+      // Asio's composed write takes over what is left.
+      std::span<asio::const_buffer> out(buffers.data(), count);
+      error_code ec;
+      std::size_t n = client.write_some(out, ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec = {};
+        n = 0;
+      }
       if (!ec && !(out = unwritten(out, n)).empty())
         std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
       if (ec) co_return AttemptResult{Outcome::client_gone};
