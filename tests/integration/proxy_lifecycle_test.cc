@@ -347,6 +347,64 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_EQ(requests_on_one_connection, 2);
 }
 
+// A backend that closes a keep-alive connection right after answering on it
+// (no "Connection: close"), while heft holds it in its pool: the next request
+// does not fail and does not wait for the read timeout; it goes out again on
+// a fresh connection. Both ways of closing: close() (heft's send is answered
+// with a reset) and shutdown(SHUT_WR) with the socket kept open (nothing
+// comes back at all; heft has to look: Session::check_upstream()).
+TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
+  for (const bool half_close : {false, true}) {
+    SCOPED_TRACE(half_close ? "shutdown(SHUT_WR)" : "close()");
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port);
+    ASSERT_GE(listener, 0);
+    std::atomic<int> connections{0};
+    std::thread origin([&] {
+      std::vector<int> open;
+      for (const std::string body : {"one", "two"}) {
+        int c = ::accept(listener, nullptr, nullptr);
+        if (c < 0) break;
+        ++connections;
+        timeval tv{10, 0};
+        ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        std::string in;
+        char buf[4096];
+        while (in.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          in.append(buf, static_cast<std::size_t>(n));
+        }
+        const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n" + body;
+        ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        if (body == "one" && half_close) {
+          ::shutdown(c, SHUT_WR);  // FIN, but the socket stays open and silent
+          open.push_back(c);
+        } else {
+          ::close(c);
+        }
+      }
+      for (int c : open) ::close(c);
+    });
+
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port);
+    Response first = HttpClient(port).get("/one");
+    // Long enough for the FIN to reach heft, well under the second after
+    // which heft checks a pooled connection before using it.
+    std::this_thread::sleep_for(50ms);
+    Response second = HttpClient(port, 5s).get("/two");
+    origin.join();
+    ::close(listener);
+
+    EXPECT_EQ(first.status, 200);
+    EXPECT_EQ(first.body, "one");
+    EXPECT_EQ(second.status, 200);
+    EXPECT_EQ(second.body, "two");
+    EXPECT_EQ(connections.load(), 2);
+  }
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
