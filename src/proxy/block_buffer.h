@@ -24,6 +24,13 @@ namespace heft::proxy {
 class BlockPool {
  public:
   static constexpr std::size_t kBlockSize = 64 * 1024;
+  // Where a buffer's bytes start in its block: the next of 64 cache-line
+  // offsets over 4 KiB. Blocks are page-aligned and mostly 64 KiB apart, so
+  // at one fixed offset every connection's bytes would fall into the same few
+  // sets of the L1 (4 KiB period) and L2 (64 KiB period) caches and evict
+  // each other on every request.
+  static constexpr std::size_t kColorSpan = 4096;
+  std::size_t next_color() { return (colors_++ % (kColorSpan / 64)) * 64; }
 
   BlockPool() = default;
   ~BlockPool() {
@@ -68,23 +75,29 @@ class BlockPool {
  private:
   std::vector<char*> free_;
   std::size_t low_free_ = 0;  // fewest free blocks since the last trim
+  std::size_t colors_ = 0;
 };
 
 // A contiguous byte buffer of at most one block, [begin, end) readable: the
 // subset of a Beast DynamicBuffer the proxy uses. The block is taken on the
-// first prepare() and given back by release() or the destructor. The last
-// `tail` bytes of the block are not used for data: tail() lends them out
-// (a session keeps its header-field arena there).
+// first prepare() and given back by release() or the destructor. The bytes
+// start at the buffer's color (BlockPool::next_color()); the `tail` bytes
+// after the data area are not used for data: tail() lends them out (a
+// session keeps its header-field arena there).
 class BlockBuffer {
  public:
   explicit BlockBuffer(BlockPool& pool, std::size_t tail = 0)
-      : pool_(&pool), capacity_(BlockPool::kBlockSize - tail) {}
+      : pool_(&pool),
+        color_(pool.next_color()),
+        capacity_(color_ + BlockPool::kBlockSize - BlockPool::kColorSpan - tail),
+        begin_(color_),
+        end_(color_) {}
   ~BlockBuffer() { release(); }
   BlockBuffer(const BlockBuffer&) = delete;
   BlockBuffer& operator=(const BlockBuffer&) = delete;
 
   std::size_t size() const { return end_ - begin_; }
-  std::size_t capacity() const { return block_ ? capacity_ : 0; }
+  std::size_t capacity() const { return block_ ? capacity_ - color_ : 0; }
   // The reserved end of the block (taken now if need be).
   unsigned char* tail() {
     if (!block_) block_ = pool_->get();
@@ -97,30 +110,31 @@ class BlockBuffer {
   // when it is full).
   boost::asio::mutable_buffer prepare(std::size_t n) {
     if (!block_) block_ = pool_->get();
-    if (begin_ > 0 && capacity_ - end_ < n) {
-      std::memmove(block_, block_ + begin_, size());
-      end_ -= begin_;
-      begin_ = 0;
+    if (begin_ > color_ && capacity_ - end_ < n) {
+      std::memmove(block_ + color_, block_ + begin_, size());
+      end_ -= begin_ - color_;
+      begin_ = color_;
     }
     return {block_ + end_, std::min(n, capacity_ - end_)};
   }
   void commit(std::size_t n) { end_ += std::min(n, capacity_ - end_); }
   void consume(std::size_t n) {
     begin_ += std::min(n, size());
-    if (begin_ == end_) begin_ = end_ = 0;
+    if (begin_ == end_) begin_ = end_ = color_;
   }
   // Gives the block back (its bytes are dropped).
   void release() {
     if (block_) pool_->put(std::exchange(block_, nullptr));
-    begin_ = end_ = 0;
+    begin_ = end_ = color_;
   }
 
  private:
   BlockPool* pool_;
-  std::size_t capacity_;
+  std::size_t color_;     // offset of the data area in the block
+  std::size_t capacity_;  // end of the data area (the tail follows)
   char* block_ = nullptr;
-  std::size_t begin_ = 0;
-  std::size_t end_ = 0;
+  std::size_t begin_;
+  std::size_t end_;
 };
 
 }  // namespace heft::proxy
