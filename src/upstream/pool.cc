@@ -147,6 +147,7 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
 
 void PoolSnapshot::report_success(uint32_t i) const {
   BackendState& s = *states_[i];
+  if (!s.trial.load(std::memory_order_relaxed)) return;  // the usual case: nothing to settle
   std::lock_guard lock(s.mu);
   if (s.trial) {
     s.trial = false;

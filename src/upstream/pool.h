@@ -77,7 +77,10 @@ struct BackendState {
   TimePoint window_start{};
   TimePoint out_until{};
   bool out = false;        // taken out by passive failures
-  bool trial = false;      // back after fail_timeout, on trial
+  // Back after fail_timeout, on trial. Written under mu; atomic so that
+  // report_success(), called for every response, can skip the lock (shared
+  // by all workers) when no trial is running.
+  std::atomic<bool> trial{false};
   // Active health (set by health checks; true when none run).
   std::atomic<bool> healthy{true};
   // Counters for /metrics and /reverse_proxy/upstreams.
