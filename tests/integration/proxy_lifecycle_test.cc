@@ -359,6 +359,8 @@ TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
     uint16_t origin_port = 0;
     const int listener = listen_on_loopback(origin_port);
     ASSERT_GE(listener, 0);
+    timeval accept_timeout{10, 0};  // accept() gives up if heft never connects again
+    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof accept_timeout);
     std::atomic<int> connections{0};
     std::thread origin([&] {
       std::vector<int> open;
