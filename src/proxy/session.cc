@@ -50,10 +50,6 @@ constexpr std::size_t kMaxResponseHead = 64 * 1024;
 // A client connection idle this long gives back its buffers and waits for
 // readability without one (docs/proxy.md: memory per idle connection).
 constexpr auto kParkAfter = std::chrono::milliseconds(500);
-// A reused upstream connection still silent this long after the request went
-// out is looked at once for a close that came while it was pooled
-// (Session::check_upstream()).
-constexpr auto kStaleCheckAfter = std::chrono::milliseconds(100);
 // How often spare I/O blocks unused since the last look are unmapped.
 constexpr auto kTrimInterval = std::chrono::milliseconds(250);
 
@@ -172,10 +168,13 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
 }
 
 // Feeds `buffer` to `parser` until its header is done, reading when needed.
-// `wait_first`: the request went out just now by a synchronous send, with no
-// suspension since, so the answer cannot be here yet and no readiness event
-// for it can have been consumed: wait for readability, then read. (Asio's read
-// would try a recv first, which fails with EAGAIN: a syscall per response.)
+// `wait_first`: the request went out just now by a synchronous send, so the
+// answer is not here yet: wait for readability, then read, instead of Asio's
+// read, which tries a recv first (EAGAIN). Asio arms the wait with
+// EPOLL_CTL_MOD, which reports readiness already present too, so a close that
+// came while the connection was pooled is seen at once (and so is a response
+// that beat the wait). That is a syscall as well (~the cost of the recv,
+// measured), but the send needs no trip through the scheduler.
 template <bool isRequest>
 Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
                              http::basic_parser<isRequest>& parser, bool& received, bool wait_first) {
@@ -357,25 +356,6 @@ class Session {
     error_code ignored;
     client.cancel(ignored);
   }
-  // Called by the sweep when stale_check_at passed: the first read from a
-  // reused upstream connection waits for readability (attempt()), and the
-  // readiness event for a close that came while the connection sat in the
-  // pool was spent while nothing waited. On Linux the acknowledgement of the
-  // request (or the reset a closed socket answers with) reports the socket
-  // again, which is what ProxyLifecycle.PooledConnectionTheBackendClosedIsNot-
-  // UsedAgain sees; this look bounds the wait should no such event come.
-  // Closed means stale, as a read would have found at once.
-  void check_upstream() {
-    stale_check_at = Clock::time_point::max();
-    if (!upstream) return;
-    char probe;
-    const ssize_t n = ::recv(upstream->native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      upstream_closed = true;
-      error_code ignored;
-      upstream->cancel(ignored);
-    }
-  }
   // Called by the sweep when the deadline passed: aborts whatever is pending.
   void expire() {
     timed_out = true;
@@ -391,8 +371,6 @@ class Session {
   std::string client_ip;
   std::list<Session*>::iterator self;
   Clock::time_point deadline = Clock::time_point::max();
-  Clock::time_point stale_check_at = Clock::time_point::max();  // see check_upstream()
-  bool upstream_closed = false;  // check_upstream() found the reused connection closed
   bool timed_out = false;
   bool idle = false;  // waiting for a request, nothing received: drain may close it
   bool park_requested = false;  // the sweep cancelled the idle read to park the connection
@@ -877,8 +855,8 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // Sent from here with one synchronous non-blocking send, which takes a
     // head and a small body whole; Asio's composed write only for what a
     // short send left. Asio's async write would complete through the
-    // scheduler, and its read would then try a recv that finds nothing yet;
-    // read_header() waits for readability instead (wait_first).
+    // scheduler; a read right after a direct send would find nothing yet, so
+    // read_header() waits for readability first (wait_first).
     std::span<asio::const_buffer> out(buffers.data(), count);
     error_code write_ec;
     std::size_t written = conn->socket.write_some(out, write_ec);
@@ -934,16 +912,13 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // Response head (1xx other than 101 are skipped).
     arm(pool.read_timeout);
     bool received = false;
-    bool wait_first = sent_now;  // the first head only (an interim one came after a suspension)
-    upstream_closed = false;
-    if (sent_now && reused) stale_check_at = coarse_now() + kStaleCheckAfter;
+    bool wait_first = sent_now;  // the first head only
     for (;;) {
       error_code ec =
           co_await read_header(conn->socket, conn->buffer, response, received, std::exchange(wait_first, false));
-      stale_check_at = Clock::time_point::max();
       if (ec) {
         if (reused && !received && replayable && !timed_out &&
-            (ec == asio::error::eof || ec == asio::error::connection_reset || upstream_closed))
+            (ec == asio::error::eof || ec == asio::error::connection_reset))
           break;  // stale pooled connection
         co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
       }
@@ -1178,7 +1153,6 @@ void parked_connection_closed(Worker& w) {
 void sweep_timeouts(Worker& worker, Clock::time_point now) {
   for (Session* s : worker.sessions) {
     if (now >= s->deadline) s->expire();
-    else if (now >= s->stale_check_at) s->check_upstream();
     else if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
   }
   // Four times a second: unmap spare I/O blocks, and once sessions have ended

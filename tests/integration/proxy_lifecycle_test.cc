@@ -351,8 +351,8 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
 // (no "Connection: close"), while heft holds it in its pool: the next request
 // does not fail and does not wait for the read timeout; it goes out again on
 // a fresh connection. Both ways of closing: close() (heft's send is answered
-// with a reset) and shutdown(SHUT_WR) with the socket kept open (nothing
-// comes back at all; heft has to look: Session::check_upstream()).
+// with a reset) and shutdown(SHUT_WR) with the socket kept open (only the
+// FIN, which arrived while the connection sat in the pool, says so).
 TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
   for (const bool half_close : {false, true}) {
     SCOPED_TRACE(half_close ? "shutdown(SHUT_WR)" : "close()");
