@@ -27,8 +27,8 @@ class BlockPool {
   // Where a buffer's bytes start in its block: the next of 64 cache-line
   // offsets over 4 KiB. Blocks are page-aligned and mostly 64 KiB apart, so
   // at one fixed offset every connection's bytes would fall into the same few
-  // sets of the L1 (4 KiB period) and L2 (64 KiB period) caches and evict
-  // each other on every request.
+  // sets of the L1 cache (a 4 KiB period) and the L2 (64–128 KiB on current
+  // CPUs) and evict each other on every request.
   static constexpr std::size_t kColorSpan = 4096;
   std::size_t next_color() { return (colors_++ % (kColorSpan / 64)) * 64; }
 
