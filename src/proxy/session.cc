@@ -284,6 +284,19 @@ std::span<asio::const_buffer> unwritten(std::span<asio::const_buffer> buffers, s
   return buffers;
 }
 
+// One synchronous send of `out` on a socket in non-blocking mode; `out` is left
+// holding what was not sent (a full send buffer is would_block, not an error),
+// for Asio's composed write to finish. Asio's own asynchronous write completes
+// through the scheduler even when its send succeeds at once: a queue round
+// trip and a resumption per write.
+error_code send_now(Socket& socket, std::span<asio::const_buffer>& out) {
+  error_code ec;
+  const std::size_t n = socket.write_some(out, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) return {};
+  if (!ec) out = unwritten(out, n);
+  return ec;
+}
+
 // A malformed message (as opposed to a connection that ended or failed).
 bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
@@ -326,9 +339,9 @@ class Session {
   Session(Worker& worker, Socket socket, uint16_t port, std::string ip, bool resumed)
       : w(worker), client(std::move(socket)), local_port(port), client_ip(std::move(ip)) {
     self = w.sessions.insert(w.sessions.end(), this);
-    // Synchronous sends (forward_response()) must return would_block, never
-    // wait. The ioctl is the one Asio would make before the first async
-    // operation anyway.
+    // Synchronous sends (send_now()) must return would_block, never wait.
+    // The ioctl is the one Asio would make before the first async operation
+    // anyway.
     error_code ignored;
     client.non_blocking(true, ignored);
     if (resumed) {
@@ -837,7 +850,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
-      conn->socket.non_blocking(true, ignored);  // for the synchronous send and read below
+      conn->socket.non_blocking(true, ignored);  // for send_now() and read_header()'s read
     }
     upstream = &conn->socket;
 
@@ -852,21 +865,14 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       buffers[count++] = asio::buffer(body_prefix_);
       if (upstream_chunked_) buffers[count++] = asio::buffer("\r\n", 2);
     }
-    // Sent from here with one synchronous non-blocking send, which takes a
-    // head and a small body whole; Asio's composed write only for what a
-    // short send left. Asio's async write would complete through the
-    // scheduler; a read right after a direct send would find nothing yet, so
-    // read_header() waits for readability first (wait_first).
+    // One send takes a head and a small body whole. A read right after it
+    // would find nothing yet, so read_header() waits for readability first
+    // (wait_first).
     std::span<asio::const_buffer> out(buffers.data(), count);
-    error_code write_ec;
-    std::size_t written = conn->socket.write_some(out, write_ec);
-    if (write_ec == asio::error::would_block || write_ec == asio::error::try_again) {
-      write_ec = {};
-      written = 0;
-    }
-    const bool sent_now = !write_ec && (out = unwritten(out, written)).empty();
+    error_code write_ec = send_now(conn->socket, out);
+    const bool sent_now = !write_ec && out.empty();
     if (!write_ec && !sent_now)
-      std::tie(write_ec, written) = co_await asio::async_write(conn->socket, out, use_task);
+      std::tie(write_ec, std::ignore) = co_await asio::async_write(conn->socket, out, use_task);
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
       co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
@@ -1072,20 +1078,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (count > 0) {
       arm(pool.send_timeout);
       before_client_write();
-      // Sent from here: Asio's async write_some completes through the
-      // scheduler even when its send succeeded at once, a queue round trip
-      // and a resumption per response. The client socket is in non-blocking
-      // mode (the constructor), so a full send buffer gives would_block and
-      // Asio's composed write takes over what is left.
       std::span<asio::const_buffer> out(buffers.data(), count);
-      error_code ec;
-      std::size_t n = client.write_some(out, ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        ec = {};
-        n = 0;
-      }
-      if (!ec && !(out = unwritten(out, n)).empty())
-        std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
+      error_code ec = send_now(client, out);
+      if (!ec && !out.empty()) std::tie(ec, std::ignore) = co_await asio::async_write(client, out, use_task);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
