@@ -223,6 +223,28 @@ int listen_on_loopback(uint16_t& port) {
   return listener;
 }
 
+// For scripted origins: the next connection on `listener`, its reads bounded
+// by a 10 s timeout; -1 on failure.
+int accept_scripted(int listener) {
+  const int c = ::accept(listener, nullptr, nullptr);
+  if (c < 0) return -1;
+  timeval tv{10, 0};
+  ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return c;
+}
+
+// Reads from `fd` onto `in` until `in` holds a whole head (up to its blank
+// line); false if the peer closed or the read timed out first.
+bool read_until_head(int fd, std::string& in) {
+  char buf[4096];
+  while (in.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return false;
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
 // heft on `port` (one worker, no admin API) in front of one origin.
 Process start_heft_to(uint16_t origin_port, uint16_t port) {
   return start_heft(make_temp_dir(),
@@ -242,16 +264,9 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   ASSERT_GE(listener, 0);
   std::string head;
   std::thread origin([&] {
-    int c = ::accept(listener, nullptr, nullptr);
+    const int c = accept_scripted(listener);
     if (c < 0) return;
-    timeval tv{10, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[4096];
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      head.append(buf, static_cast<std::size_t>(n));
-    }
+    read_until_head(c, head);
     const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
     ::close(c);
@@ -289,12 +304,9 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   const std::string long_value(3000, 'v');
   int requests_on_one_connection = 0;
   std::thread origin([&] {
-    int c = ::accept(listener, nullptr, nullptr);
+    const int c = accept_scripted(listener);
     if (c < 0) return;
-    timeval tv{10, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     std::string in;
-    char buf[4096];
     const std::string replies[] = {
         "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
         "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
@@ -302,16 +314,11 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
         "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
         "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
     for (const std::string& reply : replies) {
-      std::size_t end;
-      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
-        ssize_t n = ::recv(c, buf, sizeof buf, 0);
-        if (n <= 0) {
-          ::close(c);
-          return;
-        }
-        in.append(buf, static_cast<std::size_t>(n));
+      if (!read_until_head(c, in)) {
+        ::close(c);
+        return;
       }
-      in.erase(0, end + 4);
+      in.erase(0, in.find("\r\n\r\n") + 4);
       ++requests_on_one_connection;
       ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
     }
@@ -365,18 +372,11 @@ TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
     std::thread origin([&] {
       std::vector<int> open;
       for (const std::string body : {"one", "two"}) {
-        int c = ::accept(listener, nullptr, nullptr);
+        const int c = accept_scripted(listener);
         if (c < 0) break;
         ++connections;
-        timeval tv{10, 0};
-        ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
         std::string in;
-        char buf[4096];
-        while (in.find("\r\n\r\n") == std::string::npos) {
-          ssize_t n = ::recv(c, buf, sizeof buf, 0);
-          if (n <= 0) break;
-          in.append(buf, static_cast<std::size_t>(n));
-        }
+        read_until_head(c, in);
         const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n" + body;
         ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
         if (body == "one" && half_close) {
