@@ -21,7 +21,7 @@ void ShareTracker::sample(proxy::Proxy& proxy) {
       Ring ring;
       for (auto& [old_name, old_ring] : rings_[site])
         if (old_name == name) ring = old_ring;
-      ring.values[ring.next] = snapshot->state(i).requests_total.load(std::memory_order_relaxed);
+      ring.values[ring.next] = snapshot->state(i).requests_total();
       ring.next = (ring.next + 1) % kSamples;
       if (ring.filled < kSamples) ++ring.filled;
       next.emplace_back(name, ring);
@@ -53,7 +53,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
     uint64_t recent_sum = 0;
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
       recent[i] = shares.recent(site, snapshot->backend(i).name,
-                                snapshot->state(i).requests_total.load(std::memory_order_relaxed));
+                                snapshot->state(i).requests_total());
       recent_sum += recent[i];
     }
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
@@ -73,19 +73,19 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
                      {"effective_weight", snapshot->display_effective_weight(i)},
                      {"active", active},
                      {"healthy", snapshot->available(i)},
-                     {"requests_total", state.requests_total.load(std::memory_order_relaxed)},
+                     {"requests_total", state.requests_total()},
                      {"share", recent_sum ? double(recent[i]) / double(recent_sum) : 0.0}});
       // Dynamic weights, active health and response counters (docs/health.md, docs/rollout.md).
       json& entry = out.back();
       entry["weight_factor"] = snapshot->factor(i);
       entry["active_healthy"] = state.healthy.load(std::memory_order_relaxed);
       entry["health_changes_total"] = state.health_changes_total.load(std::memory_order_relaxed);
-      entry["responses_total"] = state.responses_total.load(std::memory_order_relaxed);
-      entry["responses_5xx_total"] = state.responses_5xx_total.load(std::memory_order_relaxed);
+      entry["responses_total"] = state.responses_total();
+      entry["responses_5xx_total"] = state.responses_5xx_total();
       json buckets = json::array();
       for (size_t b = 0; b < upstream::kLatencyBuckets; ++b) {
         json le = b < std::size(upstream::kLatencyBucketsMs) ? json(upstream::kLatencyBucketsMs[b]) : json("+Inf");
-        buckets.push_back({le, state.latency_buckets[b].load(std::memory_order_relaxed)});
+        buckets.push_back({le, state.latency_bucket(b)});
       }
       entry["latency_ms_buckets"] = std::move(buckets);
     }

@@ -92,6 +92,11 @@ Task<void> sweep_loop(Worker& worker) {
 
 // The pools the health checker follows (all of them; only those with
 // health_uri are probed).
+// Worker threads: as configured, else one per CPU.
+unsigned worker_count(const config::Config& config) {
+  return config.workers ? config.workers : std::max(1u, std::thread::hardware_concurrency());
+}
+
 std::vector<health::PoolTarget> health_targets(const RouteTable& table) {
   std::vector<health::PoolTarget> out;
   for (const SiteRoute& s : table.sites) out.push_back({fmt::format("site{}", s.index), s.pool, s.site.proxy});
@@ -134,7 +139,7 @@ std::string describe(const config::Config& config) {
   for (const auto& site : config.sites) ports.insert(site.port);
   std::string listeners;
   for (uint16_t p : ports) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", p);
-  unsigned workers = config.workers ? config.workers : std::max(1u, std::thread::hardware_concurrency());
+  unsigned workers = worker_count(config);
   std::string out = fmt::format("heft: listening on {} with {} worker{}; {} site{}\n", listeners, workers,
                                 workers == 1 ? "" : "s", config.sites.size(), config.sites.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < config.sites.size(); ++i) {
@@ -261,6 +266,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
       if (!route.log) fmt::print(stderr, "heft: access log for site {}: {}\n", i, error);
     }
     upstream::PoolConfig pool_config = make_pool_config(site, i);
+    pool_config.counter_slots = worker_count(next);
     if (previous) {
       for (const SiteRoute& old : previous->sites) {
         if (old.site.hosts == site.hosts && old.site.port == site.port && old.pool) {
@@ -350,7 +356,7 @@ void preallocate_socket_states(asio::io_context& io, std::size_t count) {
 void Proxy::start() {
   Impl& impl = *impl_;
   auto table = impl.current();
-  unsigned count = table->config.workers ? table->config.workers : std::max(1u, std::thread::hardware_concurrency());
+  unsigned count = worker_count(table->config);
   raise_descriptor_limit(impl.max_connections.load());
   for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
   // As many as nginx's usual worker_connections (4,096), fewer when

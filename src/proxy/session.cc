@@ -743,7 +743,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
         (pool.next_upstream_timeout.count() == 0 || now - started < pool.next_upstream_timeout) &&
         tried.size() < snapshot->size();
-    snapshot->state(i).requests_total.fetch_add(1, std::memory_order_relaxed);
+    snapshot->count_request(i, w.index);
     AttemptResult result;
     const auto attempt_start = now;
     {
@@ -759,7 +759,7 @@ Task<bool> Session::handle(RequestParser& parser) {
                                                            : static_cast<int>(result.status ? result.status : 200);
       bool ok = result.outcome == Outcome::done && !result.failed;
       if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body)
-        snapshot->record_response(i, attempt_end - attempt_start, status, ok);
+        snapshot->record_response(i, attempt_end - attempt_start, status, ok, w.index);
     }
     upstream = nullptr;
     const std::string& name = snapshot->backend(i).name;

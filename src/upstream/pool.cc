@@ -50,7 +50,7 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
       if (auto old = previous->balancer_->find(config_.backends[i].name)) state = previous->states_[*old];
     }
     if (!state) {
-      state = std::make_shared<BackendState>();
+      state = std::make_shared<BackendState>(config_.counter_slots);
       // Added to a running pool: slow start (from the floor until the next tick starts the ramp).
       if (previous && config_.backends[i].slow_start.count() > 0) {
         state->factor.store(kSlowStartFloor);
@@ -191,11 +191,12 @@ bool PoolSnapshot::passive_out(uint32_t i) const {
   return s.out;
 }
 
-void PoolSnapshot::record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok) const {
-  BackendState& s = *states_[i];
+void PoolSnapshot::record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok,
+                                   unsigned worker) const {
+  ResponseCounters& s = states_[i]->slot(worker);
   const auto us = static_cast<uint64_t>(std::max<int64_t>(0, duration.count() / 1000));
-  s.responses_total.fetch_add(1, std::memory_order_relaxed);
-  if (status >= 500) s.responses_5xx_total.fetch_add(1, std::memory_order_relaxed);
+  s.responses.fetch_add(1, std::memory_order_relaxed);
+  if (status >= 500) s.responses_5xx.fetch_add(1, std::memory_order_relaxed);
   size_t bucket = 0;
   while (bucket < std::size(kLatencyBucketsMs) && us > uint64_t{kLatencyBucketsMs[bucket]} * 1000) ++bucket;
   s.latency_buckets[bucket].fetch_add(1, std::memory_order_relaxed);
@@ -285,19 +286,16 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   } else if (!next_evaluation_) {
     next_evaluation_ = now + adaptive.interval;
     for (uint32_t i = 0; i < n; ++i) {  // start a clean interval
-      BackendState& s = snap->state(i);
-      s.interval_count.exchange(0);
-      s.interval_errors.exchange(0);
-      s.interval_latency_us.exchange(0);
+      uint64_t count, errors, latency_us;
+      snap->state(i).drain_interval(count, errors, latency_us);
     }
   } else if (now >= *next_evaluation_) {
     next_evaluation_ = std::max(*next_evaluation_ + adaptive.interval, now);
     std::vector<AdaptiveInput> in(n);
     for (uint32_t i = 0; i < n; ++i) {
       BackendState& s = snap->state(i);
-      uint64_t count = s.interval_count.exchange(0, std::memory_order_relaxed);
-      uint64_t errors = s.interval_errors.exchange(0, std::memory_order_relaxed);
-      uint64_t latency_us = s.interval_latency_us.exchange(0, std::memory_order_relaxed);
+      uint64_t count, errors, latency_us;
+      s.drain_interval(count, errors, latency_us);
       if (count > 0) {
         s.ewma_latency_ms = ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count));
         s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count));

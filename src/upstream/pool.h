@@ -29,6 +29,7 @@
 // slow start must be ticked (the proxy does every 250 ms).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -62,6 +63,10 @@ struct PoolConfig {
   balance::PolicyOptions policy;
   std::vector<BackendConfig> backends;
   AdaptiveOptions adaptive;
+  // Slots of the per-response counters (BackendState::slot): one per worker
+  // thread that records responses. Fixed for a backend's life (a backend
+  // carried into a new snapshot keeps the slots it was created with).
+  unsigned counter_slots = 1;
 };
 
 // Upper bounds (ms) of the per-backend response-time histogram (+Inf implied).
@@ -69,8 +74,53 @@ inline constexpr uint32_t kLatencyBucketsMs[] = {1,   2,   5,   10,  25,  50,   
                                                  300, 400, 500, 750, 1000, 2000, 5000, 10000, 30000};
 inline constexpr size_t kLatencyBuckets = std::size(kLatencyBucketsMs) + 1;
 
+// The counters every response writes (record_response), one slot per worker.
+// A slot is a cache line of its own that one worker writes: two workers
+// writing one shared counter would pass its cache line back and forth on
+// every response. Readers add the slots up (BackendState's totals).
+struct alignas(64) ResponseCounters {
+  std::atomic<uint64_t> requests{0};  // attempts sent to the backend
+  std::atomic<uint64_t> responses{0};
+  std::atomic<uint64_t> responses_5xx{0};
+  // Response times (kLatencyBucketsMs, not cumulative; the last bucket is +Inf).
+  std::atomic<uint64_t> latency_buckets[kLatencyBuckets] = {};
+  // Adaptive accumulators for the current interval (drained by Pool::tick).
+  std::atomic<uint64_t> interval_count{0};
+  std::atomic<uint64_t> interval_errors{0};
+  std::atomic<uint64_t> interval_latency_us{0};
+};
+
 // Run-time state of one backend that outlives snapshots.
 struct BackendState {
+  explicit BackendState(unsigned counter_slots = 1)
+      : slots(std::max(1u, counter_slots)), counters(std::make_unique<ResponseCounters[]>(slots)) {}
+
+  // The counter slot of worker `worker`.
+  ResponseCounters& slot(unsigned worker) const { return counters[worker < slots ? worker : worker % slots]; }
+  // Totals over the slots.
+  uint64_t total(std::atomic<uint64_t> ResponseCounters::*counter) const {
+    uint64_t sum = 0;
+    for (unsigned k = 0; k < slots; ++k) sum += (counters[k].*counter).load(std::memory_order_relaxed);
+    return sum;
+  }
+  uint64_t requests_total() const { return total(&ResponseCounters::requests); }
+  uint64_t responses_total() const { return total(&ResponseCounters::responses); }
+  uint64_t responses_5xx_total() const { return total(&ResponseCounters::responses_5xx); }
+  uint64_t latency_bucket(size_t bucket) const {
+    uint64_t sum = 0;
+    for (unsigned k = 0; k < slots; ++k) sum += counters[k].latency_buckets[bucket].load(std::memory_order_relaxed);
+    return sum;
+  }
+  // Takes the current adaptive interval's totals (count, errors, latency µs), leaving zeros.
+  void drain_interval(uint64_t& count, uint64_t& errors, uint64_t& latency_us) {
+    count = errors = latency_us = 0;
+    for (unsigned k = 0; k < slots; ++k) {
+      count += counters[k].interval_count.exchange(0, std::memory_order_relaxed);
+      errors += counters[k].interval_errors.exchange(0, std::memory_order_relaxed);
+      latency_us += counters[k].interval_latency_us.exchange(0, std::memory_order_relaxed);
+    }
+  }
+
   // Passive failure accounting, guarded by mu.
   std::mutex mu;
   uint32_t fails = 0;
@@ -83,21 +133,12 @@ struct BackendState {
   std::atomic<bool> trial{false};
   // Active health (set by health checks; true when none run).
   std::atomic<bool> healthy{true};
-  // Counters for /metrics and /reverse_proxy/upstreams.
-  std::atomic<uint64_t> requests_total{0};
+  // Counters for /metrics and /reverse_proxy/upstreams (the per-response
+  // ones are in `counters`).
   std::atomic<uint64_t> failures_total{0};
-
-  // Responses (record_response): totals, 5xx, and a response-time histogram
-  // (kLatencyBucketsMs, not cumulative; the last bucket is +Inf).
-  std::atomic<uint64_t> responses_total{0};
-  std::atomic<uint64_t> responses_5xx_total{0};
-  std::atomic<uint64_t> latency_buckets[kLatencyBuckets] = {};
   std::atomic<uint64_t> health_changes_total{0};
-
-  // Adaptive accumulators for the current interval (drained by Pool::tick).
-  std::atomic<uint64_t> interval_count{0};
-  std::atomic<uint64_t> interval_errors{0};
-  std::atomic<uint64_t> interval_latency_us{0};
+  const unsigned slots;
+  const std::unique_ptr<ResponseCounters[]> counters;
   // The weight factor in force (slow start x adaptive), read by snapshots.
   std::atomic<double> factor{1.0};
   // Set when the backend comes back into service; Pool::tick starts its ramp
@@ -144,10 +185,16 @@ class PoolSnapshot {
   bool clear_passive(uint32_t i, TimePoint now) const;
   bool passive_out(uint32_t i) const;
 
+  // An attempt sent to backend i by worker `worker` (requests_total). Lock-free.
+  void count_request(uint32_t i, unsigned worker = 0) const {
+    states_[i]->slot(worker).requests.fetch_add(1, std::memory_order_relaxed);
+  }
   // One response from backend i (or a failed attempt: status 502/504), for
-  // adaptive weights and the per-backend counters. `ok` = not an error by the
-  // pool's rules (a 5xx or a transport failure is an error). Lock-free.
-  void record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok) const;
+  // adaptive weights and the per-backend counters, recorded in the slot of
+  // `worker`. `ok` = not an error by the pool's rules (a 5xx or a transport
+  // failure is an error). Lock-free.
+  void record_response(uint32_t i, std::chrono::nanoseconds duration, int status, bool ok,
+                       unsigned worker = 0) const;
 
   // The weight factor (slow start x adaptive) this snapshot balances backend i by.
   double factor(uint32_t i) const { return factors_[i]; }
@@ -208,13 +255,19 @@ class Pool {
 
 // A worker thread's view of a pool: one atomic load per use in the steady
 // state; the lock is taken only when a new snapshot was published.
+// The pointer get() returns shares ownership through a holder of this cache's
+// own (std::shared_ptr's aliasing constructor), so the copies a worker's
+// requests take count references on a control block only that worker touches,
+// not on the snapshot's, which every worker would pass back and forth.
+// Copies must stay on the cache's thread.
 class CachedSnapshot {
  public:
   explicit CachedSnapshot(const Pool& pool) : pool_(&pool) {}
   const std::shared_ptr<const PoolSnapshot>& get() {
     uint64_t v = pool_->version();
     if (!snapshot_ || v != version_) {
-      snapshot_ = pool_->snapshot();
+      auto holder = std::make_shared<const std::shared_ptr<const PoolSnapshot>>(pool_->snapshot());
+      snapshot_ = std::shared_ptr<const PoolSnapshot>(holder, holder->get());
       version_ = snapshot_->version();
     }
     return snapshot_;

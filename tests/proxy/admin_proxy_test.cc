@@ -235,6 +235,39 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
             5);
 }
 
+// Each worker counts responses in its own slot; the API adds the slots up.
+TEST(AdminProxy, UpstreamCountersAddUpBothWorkers) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  // 16 connections: SO_REUSEPORT spreads them over both workers' listeners
+  // (all on one: probability 2^-15).
+  std::atomic<int> answered{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 16; ++c) {
+    clients.emplace_back([&] {
+      HttpClient client(stack.port);
+      for (int i = 0; i < 25; ++i) answered += client.get("/").status == 200;
+    });
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(answered.load(), 400);
+  auto snapshot = stack.proxy->pool(0)->snapshot();
+  const upstream::BackendState& v1 = snapshot->state(0);
+  ASSERT_EQ(v1.slots, 2u);
+  EXPECT_GT(v1.slot(0).requests.load(), 0u);
+  EXPECT_GT(v1.slot(1).requests.load(), 0u);
+  json list = json::parse(stack.admin_call("GET", "/reverse_proxy/upstreams").body);
+  ASSERT_EQ(list.size(), 2u);
+  // One ticket for both workers: 100 whole periods of 3:1.
+  EXPECT_EQ(list[0]["requests_total"], 300);
+  EXPECT_EQ(list[1]["requests_total"], 100);
+  EXPECT_EQ(list[0]["responses_total"], 300);
+  EXPECT_EQ(list[1]["responses_total"], 100);
+  uint64_t in_buckets = 0;
+  for (const json& bucket : list[0]["latency_ms_buckets"]) in_buckets += bucket[1].get<uint64_t>();
+  EXPECT_EQ(in_buckets, 300u);
+}
+
 TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
   Stack stack("weight 1|weight 1");
   ASSERT_TRUE(stack.admin);
