@@ -9,7 +9,19 @@
 // this machine cannot go below, so "per CPU-second vs nginx" of this relay is
 // the ceiling for any proxy's ratio.
 //
-//   floor_relay --listen PORT [--workers N] --to PORT:WEIGHT [--to PORT:WEIGHT ...]
+// --per-request balances every request instead of every connection, as a
+// weighted HTTP proxy does: each request goes to the origin smooth weighted
+// round robin picks for it, on an idle pooled connection to that origin (LIFO,
+// as nginx's and heft's keep-alive pools), which returns to the pool when the
+// response's Content-Length has been relayed. Measured in the fifth
+// session: spreading each client's requests over the origins makes the origins
+// sleep and be woken twice as often as pinning a client to one origin (their
+// arrivals are evenly spaced instead of bursty), and a wakeup is paid by the
+// sender's CPU. So this mode is the fairer floor for a proxy that must balance
+// per request. It takes a client read that ends a request head ("\r\n\r\n")
+// as the end of a request (wrk sends bodiless GETs, each in one write).
+//
+//   floor_relay --listen PORT [--workers N] [--per-request] --to PORT:WEIGHT [--to PORT:WEIGHT ...]
 //
 // Listens on 127.0.0.1 only; upstreams are 127.0.0.1 ports. One thread per
 // worker, each with its own SO_REUSEPORT listener and level-triggered epoll
@@ -18,11 +30,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -30,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -46,7 +61,20 @@ struct Pair {
   std::string pending[2];      // bytes read from side i not yet written to the other side
 };
 
+// --per-request: a client connection, and an upstream one of the pool.
+struct Client {
+  bool open = false;
+  int upstream = -1;  // the connection its current request went out on
+  bool at_request_start = true;
+};
+struct Link {
+  int origin = -1;
+  int client = -1;         // whose response it carries; -1 while idle
+  ssize_t remaining = -1;  // response bytes still to come; -1 before its head
+};
+
 std::atomic<bool> stopping{false};
+bool per_request = false;
 
 void on_signal(int) { stopping = true; }
 
@@ -55,7 +83,20 @@ void on_signal(int) { stopping = true; }
   std::exit(1);
 }
 
-// nginx's smooth weighted round robin, per worker.
+// nginx's smooth weighted round robin, per worker: the chosen upstream's index.
+std::size_t pick_index(std::vector<Upstream>& ups) {
+  int total = 0;
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < ups.size(); ++i) {
+    ups[i].current += ups[i].weight;
+    total += ups[i].weight;
+    if (ups[i].current > ups[best].current) best = i;
+  }
+  ups[best].current -= total;
+  return best;
+}
+
+// The same, for a whole connection: the chosen upstream's port.
 uint16_t pick(std::vector<Upstream>& ups) {
   int total = 0;
   Upstream* best = nullptr;
@@ -100,7 +141,7 @@ int connect_to(uint16_t port) {
 
 class Worker {
  public:
-  Worker(uint16_t port, std::vector<Upstream> ups) : ups_(std::move(ups)) {
+  Worker(uint16_t port, std::vector<Upstream> ups) : ups_(std::move(ups)), idle_(ups_.size()) {
     listener_ = listen_on(port);
     epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
     if (epoll_ < 0) die("epoll_create1");
@@ -108,6 +149,7 @@ class Worker {
   }
 
   void run() {
+    if (per_request) return run_per_request();
     epoll_event events[256];
     while (!stopping) {
       int n = ::epoll_wait(epoll_, events, 256, 200);  // wakes to notice a stop signal
@@ -218,7 +260,145 @@ class Worker {
     free_.push_back(id);
   }
 
+  // --per-request: tags are (kind << 32) | fd; state is indexed by fd.
+  static constexpr uint64_t kClientKind = 1, kOriginKind = 2;
+
+  void run_per_request() {
+    epoll_event events[256];
+    while (!stopping) {
+      int n = ::epoll_wait(epoll_, events, 256, 200);
+      for (int i = 0; i < n; ++i) {
+        uint64_t tag = events[i].data.u64;
+        if (tag == kListener) {
+          accept_clients();
+          continue;
+        }
+        int fd = static_cast<int>(tag & 0xFFFFFFFF);
+        if (tag >> 32 == kClientKind) {
+          if (fd < static_cast<int>(clients_.size()) && clients_[fd].open) from_client(fd);
+        } else if (fd < static_cast<int>(links_.size()) && links_[fd].origin >= 0) {
+          from_origin(fd);
+        }
+      }
+    }
+  }
+
+  template <class T>
+  static T& at(std::vector<T>& v, int fd) {
+    if (fd >= static_cast<int>(v.size())) v.resize(static_cast<std::size_t>(fd) + 1);
+    return v[static_cast<std::size_t>(fd)];
+  }
+
+  void accept_clients() {
+    for (;;) {
+      int c = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (c < 0) return;
+      int one = 1;
+      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      at(clients_, c) = Client{true, -1, true};
+      watch(EPOLL_CTL_ADD, c, EPOLLIN, kClientKind << 32 | static_cast<uint32_t>(c));
+    }
+  }
+
+  // A request starts: an idle connection to the origin SWRR picks, or a new one.
+  void from_client(int c) {
+    ssize_t n = ::recv(c, buffer_, sizeof buffer_, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return close_client(c);
+    if (n < 0) return;
+    Client& client = clients_[static_cast<std::size_t>(c)];
+    if (client.at_request_start || client.upstream < 0) {
+      std::size_t o = pick_index(ups_);
+      int u = -1;
+      if (!idle_[o].empty()) {
+        u = idle_[o].back();
+        idle_[o].pop_back();
+      } else {
+        u = connect_to(ups_[o].port);
+        if (u < 0) return close_client(c);
+        int one = 1;
+        ::setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        watch(EPOLL_CTL_ADD, u, EPOLLIN, kOriginKind << 32 | static_cast<uint32_t>(u));
+      }
+      at(links_, u) = Link{static_cast<int>(o), c, -1};
+      client.upstream = u;
+    }
+    client.at_request_start = n >= 4 && std::memcmp(buffer_ + n - 4, "\r\n\r\n", 4) == 0;
+    if (!send_all(client.upstream, buffer_, static_cast<std::size_t>(n))) close_client(c);
+  }
+
+  // Response bytes go to the client; once Content-Length is complete the
+  // connection goes back to its origin's idle list (LIFO, as nginx and heft).
+  void from_origin(int u) {
+    Link& link = links_[static_cast<std::size_t>(u)];
+    ssize_t n = ::recv(u, buffer_, sizeof buffer_, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return close_origin(u);
+    if (n < 0) return;
+    if (link.client < 0) return close_origin(u);  // bytes nobody asked for
+    int c = link.client;
+    if (!send_all(c, buffer_, static_cast<std::size_t>(n))) return close_client(c);
+    if (link.remaining < 0) link.remaining = response_size(buffer_, static_cast<std::size_t>(n));
+    link.remaining -= n;
+    if (link.remaining > 0) return;
+    link.client = -1;
+    link.remaining = -1;
+    if (clients_[static_cast<std::size_t>(c)].upstream == u) clients_[static_cast<std::size_t>(c)].upstream = -1;
+    idle_[static_cast<std::size_t>(link.origin)].push_back(u);
+  }
+
+  // Head plus Content-Length of the response starting at `data` (the head
+  // arrives in one read on loopback); without a Content-Length, what was read.
+  static ssize_t response_size(const char* data, std::size_t size) {
+    std::string_view text(data, size);
+    std::size_t end = text.find("\r\n\r\n");
+    if (end == std::string_view::npos) return static_cast<ssize_t>(size);
+    std::string_view head = text.substr(0, end + 4);
+    for (std::string_view name : {"\r\nContent-Length:", "\r\ncontent-length:"}) {
+      std::size_t at = head.find(name);
+      if (at != std::string_view::npos)
+        return static_cast<ssize_t>(end + 4) + std::atoll(std::string(head.substr(at + name.size(), 24)).c_str());
+    }
+    return static_cast<ssize_t>(size);
+  }
+
+  // Small messages on loopback go out whole; should one not, wait for the
+  // socket (a measurement tool, not a server: this blocks the worker).
+  static bool send_all(int fd, const char* data, std::size_t size) {
+    while (size > 0) {
+      ssize_t w = ::send(fd, data, size, MSG_NOSIGNAL);
+      if (w < 0) {
+        if (errno != EAGAIN) return false;
+        pollfd p{fd, POLLOUT, 0};
+        ::poll(&p, 1, 1000);
+        continue;
+      }
+      data += w;
+      size -= static_cast<std::size_t>(w);
+    }
+    return true;
+  }
+
+  void close_client(int c) {
+    const Client client = clients_[static_cast<std::size_t>(c)];
+    clients_[static_cast<std::size_t>(c)] = Client{};
+    ::close(c);
+    // Mid-exchange, its upstream connection is not reusable.
+    if (client.upstream >= 0 && links_[static_cast<std::size_t>(client.upstream)].client == c)
+      close_origin(client.upstream);
+  }
+
+  void close_origin(int u) {
+    const Link link = links_[static_cast<std::size_t>(u)];
+    links_[static_cast<std::size_t>(u)] = Link{};
+    auto& idle = idle_[static_cast<std::size_t>(link.origin)];
+    idle.erase(std::remove(idle.begin(), idle.end(), u), idle.end());
+    ::close(u);
+    if (link.client >= 0 && clients_[static_cast<std::size_t>(link.client)].open) close_client(link.client);
+  }
+
   std::vector<Upstream> ups_;
+  std::vector<Client> clients_;          // --per-request, by client fd
+  std::vector<Link> links_;              // --per-request, by upstream fd
+  std::vector<std::vector<int>> idle_;   // --per-request: idle upstream fds by origin
   int listener_ = -1;
   int epoll_ = -1;
   std::vector<Pair> pairs_;
@@ -232,8 +412,17 @@ int main(int argc, char** argv) {
   uint16_t port = 0;
   int workers = 1;
   std::vector<Upstream> ups;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     std::string opt = argv[i];
+    if (opt == "--per-request") {
+      per_request = true;
+      --i;  // a flag: no value
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "floor_relay: %s wants a value\n", opt.c_str());
+      return 2;
+    }
     if (opt == "--listen") {
       port = static_cast<uint16_t>(std::atoi(argv[i + 1]));
     } else if (opt == "--workers") {
@@ -251,7 +440,7 @@ int main(int argc, char** argv) {
     }
   }
   if (port == 0 || ups.empty() || workers < 1) {
-    std::fprintf(stderr, "usage: floor_relay --listen PORT [--workers N] --to PORT:WEIGHT ...\n");
+    std::fprintf(stderr, "usage: floor_relay --listen PORT [--workers N] [--per-request] --to PORT:WEIGHT ...\n");
     return 2;
   }
   struct sigaction sa{};
