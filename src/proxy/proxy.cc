@@ -90,13 +90,13 @@ Task<void> sweep_loop(Worker& worker) {
   }
 }
 
-// The pools the health checker follows (all of them; only those with
-// health_uri are probed).
 // Worker threads: as configured, else one per CPU.
 unsigned worker_count(const config::Config& config) {
   return config.workers ? config.workers : std::max(1u, std::thread::hardware_concurrency());
 }
 
+// The pools the health checker follows (all of them; only those with
+// health_uri are probed).
 std::vector<health::PoolTarget> health_targets(const RouteTable& table) {
   std::vector<health::PoolTarget> out;
   for (const SiteRoute& s : table.sites) out.push_back({fmt::format("site{}", s.index), s.pool, s.site.proxy});
