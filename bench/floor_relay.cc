@@ -97,17 +97,7 @@ std::size_t pick_index(std::vector<Upstream>& ups) {
 }
 
 // The same, for a whole connection: the chosen upstream's port.
-uint16_t pick(std::vector<Upstream>& ups) {
-  int total = 0;
-  Upstream* best = nullptr;
-  for (auto& u : ups) {
-    u.current += u.weight;
-    total += u.weight;
-    if (!best || u.current > best->current) best = &u;
-  }
-  best->current -= total;
-  return best->port;
-}
+uint16_t pick(std::vector<Upstream>& ups) { return ups[pick_index(ups)].port; }
 
 int listen_on(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -419,6 +409,10 @@ int main(int argc, char** argv) {
       --i;  // a flag: no value
       continue;
     }
+    if (opt != "--listen" && opt != "--workers" && opt != "--to") {
+      std::fprintf(stderr, "floor_relay: unknown option \"%s\"\n", opt.c_str());
+      return 2;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "floor_relay: %s wants a value\n", opt.c_str());
       return 2;
@@ -427,16 +421,13 @@ int main(int argc, char** argv) {
       port = static_cast<uint16_t>(std::atoi(argv[i + 1]));
     } else if (opt == "--workers") {
       workers = std::atoi(argv[i + 1]);
-    } else if (opt == "--to") {
+    } else {  // --to
       int p = 0, w = 1;
       if (std::sscanf(argv[i + 1], "%d:%d", &p, &w) < 1) {
         std::fprintf(stderr, "floor_relay: --to wants PORT:WEIGHT, got \"%s\"\n", argv[i + 1]);
         return 2;
       }
       ups.push_back({static_cast<uint16_t>(p), w});
-    } else {
-      std::fprintf(stderr, "floor_relay: unknown option \"%s\"\n", opt.c_str());
-      return 2;
     }
   }
   if (port == 0 || ups.empty() || workers < 1) {
