@@ -49,7 +49,7 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += '\n';
     out += "  events:";
     if (sc.events.empty()) out += " none";
-    for (const Event& e : sc.events) out += " " + event_text(e);
+    for (const Event& e : sc.events) out.append(" ").append(event_text(e));
     out += '\n';
     out += fmt::format("  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
                        "policy", "server", "size", "weight", "requests", "share", "util", "mean", "p50", "p95",

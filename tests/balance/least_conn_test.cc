@@ -67,7 +67,7 @@ struct ReferenceLeastConn {
 std::vector<BackendSpec> specs(const std::vector<uint32_t>& weights, uint32_t max_fails = 1) {
   std::vector<BackendSpec> out;
   for (size_t i = 0; i < weights.size(); ++i)
-    out.push_back({.name = "b" + std::to_string(i), .weight = weights[i], .max_fails = max_fails});
+    out.push_back({.name = std::string("b").append(std::to_string(i)), .weight = weights[i], .max_fails = max_fails});
   return out;
 }
 

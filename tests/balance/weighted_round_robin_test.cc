@@ -17,7 +17,7 @@ namespace {
 std::vector<BackendSpec> specs(const std::vector<uint32_t>& weights, uint32_t max_fails = 1) {
   std::vector<BackendSpec> out;
   for (size_t i = 0; i < weights.size(); ++i)
-    out.push_back({.name = std::string(1, char('A' + i % 26)) + std::to_string(i / 26), .weight = weights[i],
+    out.push_back({.name = std::string(1, char('A' + i % 26)).append(std::to_string(i / 26)), .weight = weights[i],
                    .max_fails = max_fails});
   return out;
 }

@@ -137,7 +137,7 @@ TEST(Json, CaddyShape) {
 TEST(Json, ServersAreReadInNumericOrder) {
   std::string text;
   for (int port = 8000; port < 8012; ++port)
-    text += ":" + std::to_string(port) + " {\n\treverse_proxy a:1\n}\n";
+    text.append(":").append(std::to_string(port)).append(" {\n\treverse_proxy a:1\n}\n");
   Config config = parse_ok(text);
   Result<Config> back = from_json(to_json(config));
   ASSERT_TRUE(back.ok());

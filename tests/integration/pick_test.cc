@@ -66,7 +66,7 @@ TEST(HeftPick, BadArgumentsExitTwoWithOneLine) {
 // Every heft instance maps a key to the same backend: two processes agree.
 TEST(HeftPick, HashIsTheSameInSeparateProcesses) {
   std::string keys;
-  for (int i = 0; i < 200; ++i) keys += (i ? "," : "") + std::string("user-") + std::to_string(i);
+  for (int i = 0; i < 200; ++i) keys.append(i ? "," : "").append("user-").append(std::to_string(i));
   for (const char* strategy : {"ring", "maglev"}) {
     std::string args = std::string("pick --policy hash --hash-strategy ") + strategy +
                        " --weights 5,3,2 --names 10.0.0.1:80,10.0.0.2:80,10.0.0.3:80 --json --keys " + keys;

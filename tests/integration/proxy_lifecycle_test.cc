@@ -173,7 +173,7 @@ TEST(ProxyLifecycle, SighupSwapsWeightsUnderLoadAndInvalidReloadKeepsOld) {
   for (const char* n : {"a", "b", "c"}) EXPECT_NEAR(counts[n], 100, 2) << n;
 
   // An invalid file: the old configuration (1:1:1) stays.
-  write_file(dir + "/Heftfile", ":" + std::to_string(port) + " {\n\treverse_proxy {\n\t\tto 127.0.0.1:1 weight lots\n\t}\n}\n");
+  write_file(dir + "/Heftfile", fmt::format(":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:1 weight lots\n\t}}\n}}\n", port));
   heft.signal(SIGHUP);
   ASSERT_TRUE(wait_for_log(heft, "keeping the old configuration"));
   counts.clear();

@@ -42,7 +42,7 @@ Scenario three_equal(double duration_s = 100) {
   s.rate = 300;
   for (int i = 0; i < 3; ++i) {
     ServerSpec server;
-    server.name = "s" + std::to_string(i + 1);
+    server.name = std::string("s").append(std::to_string(i + 1));
     server.size = 4;
     server.service_s = 0.02;  // 200 req/s each
     s.servers.push_back(server);

@@ -18,7 +18,7 @@ const TimePoint t0 = TimePoint(std::chrono::hours(1000));
 
 PoolConfig three_backends(unsigned slots) {
   PoolConfig c;
-  c.name = "p";
+  c.name = std::string("p");  // (a move: GCC 12 warns falsely about assigning the literal here)
   for (char name : {'A', 'B', 'C'}) {
     BackendConfig b;
     b.name = b.address = std::string(1, name);
