@@ -90,7 +90,9 @@ struct Exposition {
             family.compare(family.size() - strlen(suffix), std::string::npos, suffix) == 0)
           family = family.substr(0, family.size() - strlen(suffix));
       EXPECT_TRUE(e.types.count(family)) << "no TYPE before " << line;
-      if (e.types[family] == "counter") EXPECT_TRUE(s.name.size() > 6 && s.name.ends_with("_total")) << line;
+      if (e.types[family] == "counter") {
+        EXPECT_TRUE(s.name.size() > 6 && s.name.ends_with("_total")) << line;
+      }
       e.samples.push_back(std::move(s));
     }
     e.check_histograms();
@@ -154,8 +156,8 @@ TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
   connection_opened();
   record_reload(true);
   record_reload(false);
-  std::vector<UpstreamGauge> gauges{{"srv0", "127.0.0.1:9001", 3, 95, 95, true},
-                                    {"srv0", "weird\"name\\", 0, 5, 2.5, false}};
+  std::vector<UpstreamGauge> gauges{{"srv0", "127.0.0.1:9001", 3, 95, 95, true, 1, 0, {}},
+                                    {"srv0", "weird\"name\\", 0, 5, 2.5, false, 1, 0, {}}};
   Exposition e = Exposition::parse(render_metrics(gauges));
 
   EXPECT_EQ(e.value("heft_requests_total", {{"server", "srv0"}, {"code", "200"}}), 3600);
