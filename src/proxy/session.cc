@@ -319,16 +319,25 @@ struct ActiveGuard {
 
 }  // namespace
 
+// Sets up a parser for a backend's response head: heft's head limit, no body
+// limit (bodies are streamed), and for a HEAD request no body to read.
+void prepare_response(ResponseParser& response, bool head_request) {
+  response.header_limit(kMaxResponseHead);
+  response.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (head_request) response.skip(true);
+}
+
 // A 1xx other than 101 is an interim response (RFC 9110 15.2): drop it and
-// parse the next head. Returns true when it reset the parser for that.
+// parse the next head (of the same request: a HEAD's body is still skipped).
+// Returns true when it reset the parser for that.
 bool reset_if_interim(ResponseParser& response) {
   const unsigned status = response.status();
   if (status < 100 || status >= 200 || status == 101) return false;
   FieldArena& arena = response.arena();
+  const bool head_request = response.skip();
   response.~ResponseParser();
   new (&response) ResponseParser(arena);
-  response.header_limit(kMaxResponseHead);
-  response.body_limit(std::numeric_limits<std::uint64_t>::max());
+  prepare_response(response, head_request);
   return true;
 }
 
@@ -881,9 +890,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // A member, not a local: a coroutine frame holding a parser is too big
     // for Asio's per-thread frame recycling and would cost a malloc per attempt.
     ResponseParser& response = response_.emplace(arena_);
-    response.header_limit(kMaxResponseHead);
-    response.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (parser.get().method() == http::verb::head) response.skip(true);
+    prepare_response(response, parser.get().method() == http::verb::head);
 
     if (!parser.is_done()) {
       // Stream the rest of the body while the response may already be coming

@@ -354,6 +354,48 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_EQ(requests_on_one_connection, 2);
 }
 
+// A HEAD request whose answer starts with an interim 103: the final head's
+// Content-Length describes the body a GET would get, and no body follows. The
+// parser made fresh for the final head must still skip that body: if it
+// waited for the 5 bytes, the client would get nothing until the origin's
+// next answer (which waits for the next request).
+TEST(ProxyLifecycle, HeadAnswerAfterAnInterimResponseHasNoBody) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
+  ASSERT_GE(listener, 0);
+  int requests_on_one_connection = 0;
+  std::thread origin([&] {
+    const int c = accept_scripted(listener);
+    if (c < 0) return;
+    std::string in;
+    const std::string replies[] = {
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
+    for (const std::string& reply : replies) {
+      if (!read_until_head(c, in)) break;
+      in.erase(0, in.find("\r\n\r\n") + 4);
+      ++requests_on_one_connection;
+      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  });
+
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin_port, port);
+  HttpClient client(port, 3s);
+  Response head = client.request("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n", true);
+  Response second = client.get("/two");
+  origin.join();
+  ::close(listener);
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-length"), "5");
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, "two");
+  EXPECT_EQ(requests_on_one_connection, 2);
+}
+
 // A backend that closes a keep-alive connection right after answering on it
 // (no "Connection: close"), while heft holds it in its pool: the next request
 // does not fail and does not wait for the read timeout; it goes out again on
