@@ -245,6 +245,21 @@ bool read_until_head(int fd, std::string& in) {
   return true;
 }
 
+// A scripted origin on one connection: for each of `replies` in turn, reads
+// a request head and sends the reply; `answered` counts the replies sent.
+void answer_in_turn(int listener, const std::vector<std::string>& replies, int& answered) {
+  const int c = accept_scripted(listener);
+  if (c < 0) return;
+  std::string in;
+  for (const std::string& reply : replies) {
+    if (!read_until_head(c, in)) break;
+    in.erase(0, in.find("\r\n\r\n") + 4);
+    ++answered;
+    ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+  }
+  ::close(c);
+}
+
 // heft on `port` (one worker, no admin API) in front of one origin.
 Process start_heft_to(uint16_t origin_port, uint16_t port) {
   return start_heft(make_temp_dir(),
@@ -303,27 +318,13 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   ASSERT_GE(listener, 0);
   const std::string long_value(3000, 'v');
   int requests_on_one_connection = 0;
-  std::thread origin([&] {
-    const int c = accept_scripted(listener);
-    if (c < 0) return;
-    std::string in;
-    const std::string replies[] = {
-        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-        "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
-        "Set-Cookie: b=2\r\nX-Long: " + long_value + "\r\nTransfer-Encoding: chunked\r\n\r\n"
-        "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
-    for (const std::string& reply : replies) {
-      if (!read_until_head(c, in)) {
-        ::close(c);
-        return;
-      }
-      in.erase(0, in.find("\r\n\r\n") + 4);
-      ++requests_on_one_connection;
-      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-    }
-    ::close(c);
-  });
+  const std::vector<std::string> replies = {
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
+      "Set-Cookie: b=2\r\nX-Long: " + long_value + "\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
+  std::thread origin([&] { answer_in_turn(listener, replies, requests_on_one_connection); });
 
   uint16_t port = free_port();
   Process heft = start_heft_to(origin_port, port);
@@ -364,22 +365,11 @@ TEST(ProxyLifecycle, HeadAnswerAfterAnInterimResponseHasNoBody) {
   const int listener = listen_on_loopback(origin_port);
   ASSERT_GE(listener, 0);
   int requests_on_one_connection = 0;
-  std::thread origin([&] {
-    const int c = accept_scripted(listener);
-    if (c < 0) return;
-    std::string in;
-    const std::string replies[] = {
-        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
-    for (const std::string& reply : replies) {
-      if (!read_until_head(c, in)) break;
-      in.erase(0, in.find("\r\n\r\n") + 4);
-      ++requests_on_one_connection;
-      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-    }
-    ::close(c);
-  });
+  const std::vector<std::string> replies = {
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
+  std::thread origin([&] { answer_in_turn(listener, replies, requests_on_one_connection); });
 
   uint16_t port = free_port();
   Process heft = start_heft_to(origin_port, port);
