@@ -285,17 +285,13 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     for (uint32_t i = 0; i < n; ++i) snap->state(i).adaptive = 1.0;
   } else if (!next_evaluation_) {
     next_evaluation_ = now + adaptive.interval;
-    for (uint32_t i = 0; i < n; ++i) {  // start a clean interval
-      uint64_t count, errors, latency_us;
-      snap->state(i).drain_interval(count, errors, latency_us);
-    }
+    for (uint32_t i = 0; i < n; ++i) snap->state(i).drain_interval();  // start a clean interval
   } else if (now >= *next_evaluation_) {
     next_evaluation_ = std::max(*next_evaluation_ + adaptive.interval, now);
     std::vector<AdaptiveInput> in(n);
     for (uint32_t i = 0; i < n; ++i) {
       BackendState& s = snap->state(i);
-      uint64_t count, errors, latency_us;
-      s.drain_interval(count, errors, latency_us);
+      const auto [count, errors, latency_us] = s.drain_interval();
       if (count > 0) {
         s.ewma_latency_ms = ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count));
         s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count));

@@ -97,28 +97,31 @@ struct BackendState {
 
   // The counter slot of worker `worker`.
   ResponseCounters& slot(unsigned worker) const { return counters[worker < slots ? worker : worker % slots]; }
-  // Totals over the slots.
-  uint64_t total(std::atomic<uint64_t> ResponseCounters::*counter) const {
+  // A counter's total over the slots; `counter` picks it from a slot.
+  template <class Pick>
+  uint64_t total(Pick counter) const {
     uint64_t sum = 0;
-    for (unsigned k = 0; k < slots; ++k) sum += (counters[k].*counter).load(std::memory_order_relaxed);
+    for (unsigned k = 0; k < slots; ++k) sum += counter(counters[k]).load(std::memory_order_relaxed);
     return sum;
   }
-  uint64_t requests_total() const { return total(&ResponseCounters::requests); }
-  uint64_t responses_total() const { return total(&ResponseCounters::responses); }
-  uint64_t responses_5xx_total() const { return total(&ResponseCounters::responses_5xx); }
+  uint64_t requests_total() const { return total([](auto& c) -> auto& { return c.requests; }); }
+  uint64_t responses_total() const { return total([](auto& c) -> auto& { return c.responses; }); }
+  uint64_t responses_5xx_total() const { return total([](auto& c) -> auto& { return c.responses_5xx; }); }
   uint64_t latency_bucket(size_t bucket) const {
-    uint64_t sum = 0;
-    for (unsigned k = 0; k < slots; ++k) sum += counters[k].latency_buckets[bucket].load(std::memory_order_relaxed);
-    return sum;
+    return total([bucket](auto& c) -> auto& { return c.latency_buckets[bucket]; });
   }
-  // Takes the current adaptive interval's totals (count, errors, latency µs), leaving zeros.
-  void drain_interval(uint64_t& count, uint64_t& errors, uint64_t& latency_us) {
-    count = errors = latency_us = 0;
+  // The current adaptive interval's totals, taken (the slots are left at zero).
+  struct IntervalSums {
+    uint64_t count = 0, errors = 0, latency_us = 0;
+  };
+  IntervalSums drain_interval() {
+    IntervalSums sums;
     for (unsigned k = 0; k < slots; ++k) {
-      count += counters[k].interval_count.exchange(0, std::memory_order_relaxed);
-      errors += counters[k].interval_errors.exchange(0, std::memory_order_relaxed);
-      latency_us += counters[k].interval_latency_us.exchange(0, std::memory_order_relaxed);
+      sums.count += counters[k].interval_count.exchange(0, std::memory_order_relaxed);
+      sums.errors += counters[k].interval_errors.exchange(0, std::memory_order_relaxed);
+      sums.latency_us += counters[k].interval_latency_us.exchange(0, std::memory_order_relaxed);
     }
+    return sums;
   }
 
   // Passive failure accounting, guarded by mu.
