@@ -114,6 +114,15 @@ int listen_on(uint16_t port) {
   return fd;
 }
 
+void no_delay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A read's result says the peer closed or the connection failed (not EAGAIN).
+bool peer_gone(ssize_t n) { return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR); }
+
+// A non-blocking, TCP_NODELAY connection to 127.0.0.1:port (the connect itself blocks), or -1.
 int connect_to(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -126,6 +135,7 @@ int connect_to(uint16_t port) {
     return -1;
   }
   ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  no_delay(fd);
   return fd;
 }
 
@@ -178,9 +188,7 @@ class Worker {
         ::close(c);
         continue;
       }
-      int one = 1;
-      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      ::setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      no_delay(c);
       std::size_t id;
       if (!free_.empty()) {
         id = free_.back();
@@ -202,7 +210,7 @@ class Worker {
   void relay(std::size_t id, int side) {
     Pair& p = pairs_[id];
     ssize_t n = ::recv(p.fd[side], buffer_, sizeof buffer_, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+    if (peer_gone(n)) {
       close_pair(id);
       return;
     }
@@ -283,8 +291,7 @@ class Worker {
     for (;;) {
       int c = ::accept4(listener_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (c < 0) return;
-      int one = 1;
-      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      no_delay(c);
       at(clients_, c) = Client{true, -1, true};
       watch(EPOLL_CTL_ADD, c, EPOLLIN, kClientKind << 32 | static_cast<uint32_t>(c));
     }
@@ -293,7 +300,7 @@ class Worker {
   // A request starts: an idle connection to the origin SWRR picks, or a new one.
   void from_client(int c) {
     ssize_t n = ::recv(c, buffer_, sizeof buffer_, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return close_client(c);
+    if (peer_gone(n)) return close_client(c);
     if (n < 0) return;
     Client& client = clients_[static_cast<std::size_t>(c)];
     if (client.at_request_start || client.upstream < 0) {
@@ -305,8 +312,6 @@ class Worker {
       } else {
         u = connect_to(ups_[o].port);
         if (u < 0) return close_client(c);
-        int one = 1;
-        ::setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         watch(EPOLL_CTL_ADD, u, EPOLLIN, kOriginKind << 32 | static_cast<uint32_t>(u));
       }
       at(links_, u) = Link{static_cast<int>(o), c, -1};
@@ -321,7 +326,7 @@ class Worker {
   void from_origin(int u) {
     Link& link = links_[static_cast<std::size_t>(u)];
     ssize_t n = ::recv(u, buffer_, sizeof buffer_, 0);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return close_origin(u);
+    if (peer_gone(n)) return close_origin(u);
     if (n < 0) return;
     if (link.client < 0) return close_origin(u);  // bytes nobody asked for
     int c = link.client;
