@@ -175,9 +175,8 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
 // came while the connection was pooled is seen at once (and so is a response
 // that beat the wait). That is a syscall as well (~the cost of the recv,
 // measured), but the send needs no trip through the scheduler.
-template <bool isRequest>
-Task<error_code> read_header(Socket& socket, BlockBuffer& buffer,
-                             http::basic_parser<isRequest>& parser, bool& received, bool wait_first) {
+Task<error_code> read_header(Socket& socket, BlockBuffer& buffer, ResponseParser& parser, bool& received,
+                             bool wait_first) {
   for (;;) {
     if (buffer.size() > 0) {
       error_code ec;
