@@ -3,25 +3,10 @@
 #include <array>
 #include <cstring>
 
+#include "proxy/http_chars.h"
+
 namespace heft::proxy {
 namespace {
-
-constexpr std::array<bool, 256> make_tchar() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kTchar = make_tchar();
-
-bool is_tchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
-// Field-value octets: VCHAR, obs-text, SP, HTAB.
-bool is_value_char(char c) {
-  auto u = static_cast<unsigned char>(c);
-  return u == '\t' || (u >= 0x20 && u != 0x7f);
-}
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -127,7 +112,7 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
     std::string_view name = line.substr(0, colon);
     std::string_view value = line.substr(colon + 1);
     for (char c : value)
-      if (!is_value_char(c)) return bad("control character in a header value");
+      if (!is_field_text(c)) return bad("control character in a header value");
     value = trim_ows(value);
     if (iequals(name, "content-length")) {
       if (value.empty() || value.size() > 18) return bad("malformed Content-Length");

@@ -7,29 +7,12 @@
 
 #include <boost/beast/core/string.hpp>
 
+#include "proxy/http_chars.h"
+
 namespace heft::proxy {
 namespace {
 
 namespace http = boost::beast::http;
-
-constexpr std::array<bool, 256> make_tchar() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kTchar = make_tchar();
-
-// Octets Beast takes in a reason phrase or field value: all but the controls
-// other than HTAB (CR and LF included) and DEL.
-constexpr std::array<bool, 256> make_text() {
-  std::array<bool, 256> t{};
-  for (int c = 0; c < 256; ++c) t[c] = (c >= 0x20 && c != 0x7f) || c == '\t';
-  return t;
-}
-constexpr std::array<bool, 256> kText = make_text();
 
 // The first octet at or after `p` that is not text (a control other than
 // HTAB, or DEL: normally the CR ending the line), or `end`. Eight octets at a
@@ -53,7 +36,7 @@ const char* end_of_text(const char* p, const char* end) {
     p += 8;
   }
   for (; p < end; ++p)
-    if (!kText[static_cast<unsigned char>(*p)]) return p;
+    if (!kFieldText[static_cast<unsigned char>(*p)]) return p;
   return end;
 }
 
