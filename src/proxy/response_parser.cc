@@ -28,9 +28,12 @@ const char* end_of_text(const char* p, const char* end) {
     const std::uint64_t found = (((x - k20) & ~x) | ((del - k01) & ~del)) & k80;
     if (found) {
       // The lowest flagged octet is a real one (a false flag needs a borrow
-      // from a real one below it); little-endian: the lowest octet comes first.
-      p += std::countr_zero(found) / 8;
-      if (*p != '\t') return p;
+      // from a real one below it). Little-endian: the lowest octet is the
+      // first; elsewhere the octet-by-octet loop below finds it.
+      if constexpr (std::endian::native == std::endian::little) {
+        p += std::countr_zero(found) / 8;
+        if (*p != '\t') return p;
+      }
       break;
     }
     p += 8;
