@@ -4,10 +4,10 @@
 //   1.1, a single plain Content-Length (or no body: HEAD, 204, 304), no
 //   Transfer-Encoding / Upgrade / Proxy-Connection, no obs-fold, every octet
 //   valid — is parsed by heft itself in one pass (parse_simple_head()), and
-//   the body is then a count of octets. Beast's tokenizer spent ~1,400
-//   user-space instructions per proxied response on a 4-field head (callgrind:
-//   its per-octet loops and per-field bookkeeping, a fifth of heft's
-//   instructions per request with the field handling around it).
+//   the body is then a count of octets. Beast's tokenizer and field handling
+//   took ~2,600 user-space instructions for a 4-field head, a fifth of what a
+//   proxied request cost (callgrind; mostly per-octet loops); this path
+//   takes ~1,150 (BENCHMARKS.md, sixth session).
 // * Everything else goes to Beast's HTTP/1.1 parser (basic_parser: status
 //   line, fields, Content-Length / chunked, limits) from the first octet, so
 //   anything unusual — chunked bodies, bodies delimited by close, interim
