@@ -272,9 +272,8 @@ TEST(ResponseParser, EverythingElseGoesToBeast) {
 
 TEST(ResponseParser, AHeadThatStaysIncompleteGoesToBeastAndTheLimitHolds) {
   // A head larger than the limit is refused however it arrives. (Beast
-  // alone lets it through when its first piece is under the limit and the
-  // second completes it; the proxy never gets there: read_header() stops
-  // reading at the limit.)
+  // alone, driven the same way, refuses it whole but let it through when it
+  // came in two halves; heft's parse keeps Beast out of that case.)
   std::string big = "HTTP/1.1 200 OK\r\n";
   while (big.size() < 70 * 1024) big += "X-Filler: 0123456789012345678901234567890123456789\r\n";
   big += "Content-Length: 0\r\n\r\n";
