@@ -1,5 +1,5 @@
-// Octet classes of HTTP/1.1 heads, shared by heft's own head parsers
-// (request_head.cc, response_parser.cc).
+// Octet classes and list syntax of HTTP/1.1 heads, shared by heft's own head
+// parsers (request_head.cc, response_parser.cc) and the session.
 #pragma once
 
 #include <array>
@@ -31,5 +31,25 @@ inline constexpr std::array<bool, 256> kFieldText = http_chars_detail::make_fiel
 
 inline bool is_tchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
 inline bool is_field_text(char c) { return kFieldText[static_cast<unsigned char>(c)]; }
+inline bool is_ows(char c) { return c == ' ' || c == '\t'; }
+
+inline std::string_view trim_ows(std::string_view v) {
+  while (!v.empty() && is_ows(v.front())) v.remove_prefix(1);
+  while (!v.empty() && is_ows(v.back())) v.remove_suffix(1);
+  return v;
+}
+
+// Calls visit(item) for each element of a comma-separated list (RFC 9110
+// 5.6.1), OWS around it trimmed, empty elements included; returns false as
+// soon as visit does, true after the last element.
+template <class Visit>
+bool each_list_item(std::string_view list, Visit visit) {
+  for (;;) {
+    const std::size_t comma = list.find(',');
+    if (!visit(trim_ows(list.substr(0, comma)))) return false;
+    if (comma == std::string_view::npos) return true;
+    list.remove_prefix(comma + 1);
+  }
+}
 
 }  // namespace heft::proxy

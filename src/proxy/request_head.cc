@@ -19,12 +19,6 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
-std::string_view trim_ows(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-  return v;
-}
-
 HeadScan bad(const char* reason) {
   HeadScan s;
   s.status = HeadScan::bad_request;

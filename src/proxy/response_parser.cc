@@ -52,6 +52,8 @@ bool all_tchar(const char* p, const char* end) {
   return ok != 0;
 }
 
+// `name` equals `lower` (lower case) ignoring case: one side folded, half
+// the work of a general case-insensitive compare, on every response.
 bool lower_equals(std::string_view name, std::string_view lower) {
   if (name.size() != lower.size()) return false;
   for (std::size_t i = 0; i < name.size(); ++i) {
@@ -81,7 +83,6 @@ http::field classify(std::string_view name) {
 }
 
 bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
-bool ows(char c) { return c == ' ' || c == '\t'; }
 
 // A Content-Length of plain digits (Beast also takes lists of equal values;
 // those go to Beast). At most 18 digits: no overflow to check.
@@ -99,19 +100,14 @@ bool simple_length(std::string_view v, std::uint64_t& out) {
 // The tokens of a Connection value: close and keep-alive noted; false for
 // what Beast should see (upgrade, or anything not a plain token list).
 bool simple_connection(std::string_view list, bool& close, bool& keep_alive) {
-  while (true) {
-    const std::size_t comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    while (!item.empty() && ows(item.front())) item.remove_prefix(1);
-    while (!item.empty() && ows(item.back())) item.remove_suffix(1);
+  return each_list_item(list, [&](std::string_view item) {
     for (char c : item)
-      if (!kTchar[static_cast<unsigned char>(c)]) return false;
+      if (!is_tchar(c)) return false;
     if (boost::beast::iequals(item, "close")) close = true;
     else if (boost::beast::iequals(item, "keep-alive")) keep_alive = true;
     else if (boost::beast::iequals(item, "upgrade")) return false;
-    if (comma == std::string_view::npos) return true;
-    list.remove_prefix(comma + 1);
-  }
+    return true;
+  });
 }
 
 }  // namespace
@@ -217,15 +213,15 @@ ResponseParser::Simple ResponseParser::parse_simple_head(const char* const p, co
     if (q == name_begin) return Simple::not_simple;
     const std::string_view name(name_begin, static_cast<std::size_t>(q - name_begin));
     ++q;
-    while (q < end && ows(*q)) ++q;
+    while (q < end && is_ows(*q)) ++q;
     const char* value_begin = q;
     q = end_of_text(q, end);
     if (end - q < 3) return short_of_end;  // CR LF and the next line's first octet
     if (q[0] != '\r' || q[1] != '\n') return Simple::not_simple;
     const char* value_end = q;
-    while (value_end > value_begin && ows(value_end[-1])) --value_end;
+    while (value_end > value_begin && is_ows(value_end[-1])) --value_end;
     q += 2;
-    if (ows(*q)) return Simple::not_simple;  // obs-fold: Beast joins the lines
+    if (is_ows(*q)) return Simple::not_simple;  // obs-fold: Beast joins the lines
 
     const field f = classify(name);
     const std::string_view value(value_begin, static_cast<std::size_t>(value_end - value_begin));

@@ -29,6 +29,7 @@
 #include "heft/balance/hash.h"
 #include "proxy/field_arena.h"
 #include "proxy/head_builder.h"
+#include "proxy/http_chars.h"
 #include "proxy/request_head.h"
 #include "proxy/response_parser.h"
 #include "observe/metrics.h"
@@ -57,16 +58,7 @@ bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, 
 
 // True if the comma-separated list `list` contains `token` (case-insensitive).
 bool has_token(std::string_view list, std::string_view token) {
-  while (!list.empty()) {
-    std::size_t comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (iequals(item, token)) return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return false;
+  return !each_list_item(list, [token](std::string_view item) { return !iequals(item, token); });
 }
 
 // Beast names known fields when it parses them, so the check is a switch.
@@ -89,18 +81,10 @@ bool is_hop_by_hop(http::field name) {
 // fields it names are hop-by-hop too. Usually there are none, and then no
 // field needs the check.
 std::string_view connection_extras(std::string_view connection) {
-  std::string_view list = connection;
-  while (!list.empty()) {
-    std::size_t comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (!item.empty() && !iequals(item, "close") && !iequals(item, "keep-alive") && !iequals(item, "upgrade"))
-      return connection;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return {};
+  const bool none = each_list_item(connection, [](std::string_view item) {
+    return item.empty() || iequals(item, "close") || iequals(item, "keep-alive") || iequals(item, "upgrade");
+  });
+  return none ? std::string_view{} : connection;
 }
 
 bool named_by_connection(std::string_view extras, std::string_view name) {
