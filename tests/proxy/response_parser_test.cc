@@ -191,9 +191,10 @@ http::field expected_name(const std::string& name) {
 // Both parsers, whole and in pieces (1 byte, 7 bytes, half the message);
 // returns heft's outcome for the whole message.
 Outcome check_same(const std::string& message, bool head_request = false) {
-  const Outcome whole = through_heft(message, 0, head_request);
+  Outcome whole;
   for (std::size_t step : {std::size_t{0}, std::size_t{1}, std::size_t{7}, message.size() / 2 + 1}) {
     const Outcome heft = through_heft(message, step, head_request);
+    if (step == 0) whole = heft;
     const Outcome beast = through_beast(message, step, head_request);
     EXPECT_EQ(heft, beast) << "step " << step << ", message:\n" << printable(message);
     for (std::size_t i = 0; i < heft.names.size(); ++i)
