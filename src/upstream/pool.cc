@@ -285,16 +285,29 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     for (uint32_t i = 0; i < n; ++i) snap->state(i).adaptive = 1.0;
   } else if (!next_evaluation_) {
     next_evaluation_ = now + adaptive.interval;
-    for (uint32_t i = 0; i < n; ++i) snap->state(i).drain_interval();  // start a clean interval
+    for (uint32_t i = 0; i < n; ++i) {  // start a clean interval
+      BackendState& s = snap->state(i);
+      s.drain_interval();
+      s.carried = {};
+      s.carried_intervals = 0;
+    }
   } else if (now >= *next_evaluation_) {
     next_evaluation_ = std::max(*next_evaluation_ + adaptive.interval, now);
     std::vector<AdaptiveInput> in(n);
     for (uint32_t i = 0; i < n; ++i) {
       BackendState& s = snap->state(i);
-      const auto [count, errors, latency_us] = s.drain_interval();
-      if (count > 0) {
-        s.ewma_latency_ms = ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count));
-        s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count));
+      const BackendState::IntervalSums sums = s.drain_interval();
+      s.carried.count += sums.count;
+      s.carried.errors += sums.errors;
+      s.carried.latency_us += sums.latency_us;
+      s.carried_intervals = std::min(s.carried_intervals + 1, kMaxCarriedIntervals);
+      const auto [count, errors, latency_us] = s.carried;
+      if (count >= kAdaptiveMinSamples) {
+        s.ewma_latency_ms =
+            ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count), s.carried_intervals);
+        s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count), s.carried_intervals);
+        s.carried = {};
+        s.carried_intervals = 0;
       }
       in[i] = {count,           std::max(0.0, s.ewma_latency_ms), std::max(0.0, s.ewma_error), s.adaptive,
                s.recover_hold,  s.clean_intervals,                   s.last_up,                    s.full_intervals};

@@ -156,6 +156,9 @@ struct BackendState {
   double ewma_latency_ms = -1;  // < 0: no history
   double ewma_error = -1;
   unsigned recover_hold = 1, clean_intervals = 0, full_intervals = 0;
+  // Intervals with too few responses to fold, carried into the next.
+  IntervalSums carried{};
+  unsigned carried_intervals = 0;
   bool last_up = false;
 };
 

@@ -31,6 +31,12 @@ std::string_view reason_name(WeightReason reason) {
   return "?";
 }
 
+double ewma_fold(double previous, double value, unsigned intervals) {
+  if (previous < 0) return value;
+  const double keep = std::pow(1 - kEwmaAlpha, std::clamp(intervals, 1u, kMaxCarriedIntervals));
+  return (1 - keep) * value + keep * previous;
+}
+
 std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, const std::vector<AdaptiveInput>& in) {
   std::vector<AdaptiveOutput> out(in.size());
   double limit = double(options.latency_threshold.count());
@@ -42,7 +48,7 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
       // Lower median: with two backends, the faster one is the reference.
       size_t mid = (latencies.size() - 1) / 2;
       std::nth_element(latencies.begin(), latencies.begin() + mid, latencies.end());
-      limit = options.median_factor * latencies[mid];
+      limit = std::max(kMinRelativeLatencyLimitMs, options.median_factor * latencies[mid]);
     } else {
       limit = 0;  // nothing to compare with: latency is not judged
     }

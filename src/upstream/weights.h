@@ -17,11 +17,18 @@
 //
 // Adaptive weights: per backend, the mean latency and the error rate of each
 // interval are folded into an EWMA (kEwmaAlpha = 0.8 weight for the newest
-// interval). Every interval, a backend with at least kAdaptiveMinSamples
-// responses in it is judged:
+// interval). An interval with fewer than kAdaptiveMinSamples responses is not
+// folded but carried into the next, until the backend has that many: a
+// backend cut to a small share of a quiet pool is judged over longer spans
+// instead of never again. The history then weighs (1 - kEwmaAlpha)^k for k
+// intervals, as if each had been folded (it ages with time, not with samples).
+// Every interval, a backend with at least kAdaptiveMinSamples responses since
+// its last judgement is judged:
 //   * too slow: EWMA latency > latency_threshold, or, when that is 0,
 //     > median_factor x the pool median (the lower median of the EWMA latencies
-//     of the backends with samples). Latency is judged against the pool's
+//     of the backends with samples), and never below kMinRelativeLatencyLimitMs:
+//     below a millisecond, differences between backends are mostly scheduling
+//     noise, not a slower backend. Latency is judged against the pool's
 //     median, never against a weight share, so a backend slower in proportion
 //     to its lower weight is not punished.
 //   * too many errors: EWMA error rate > error_threshold.
@@ -55,6 +62,8 @@ inline constexpr double kEwmaAlpha = 0.8;
 inline constexpr double kRecoverHysteresis = 0.8;
 inline constexpr uint64_t kAdaptiveMinSamples = 5;
 inline constexpr unsigned kMaxRecoverHold = 16;
+inline constexpr double kMinRelativeLatencyLimitMs = 1.0;
+inline constexpr unsigned kMaxCarriedIntervals = 16;  // (1 - kEwmaAlpha)^16: history gone
 
 struct AdaptiveOptions {
   bool enabled = false;
@@ -82,8 +91,8 @@ inline constexpr int kWeightReasons = 5;
 
 // One backend's figures and controller state for an adaptive evaluation.
 struct AdaptiveInput {
-  uint64_t samples = 0;         // responses in the interval just ended
-  double ewma_latency_ms = 0;   // after folding in that interval
+  uint64_t samples = 0;         // responses since the last fold (carried intervals included)
+  double ewma_latency_ms = 0;   // after folding them in (when there are enough)
   double ewma_error = 0;        // fraction 0..1, idem
   double factor = 1;            // adaptive factor before the evaluation
   // Backoff state (carried from one evaluation to the next by the caller).
@@ -104,10 +113,9 @@ struct AdaptiveOutput {
 // One evaluation of a pool (inputs and outputs by backend index).
 std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, const std::vector<AdaptiveInput>& in);
 
-// Folds one interval's value into an EWMA (`previous` < 0: no history yet).
-inline double ewma_fold(double previous, double value) {
-  return previous < 0 ? value : kEwmaAlpha * value + (1 - kEwmaAlpha) * previous;
-}
+// Folds a value measured over `intervals` intervals into an EWMA (`previous`
+// < 0: no history yet): the history weighs (1 - kEwmaAlpha)^intervals.
+double ewma_fold(double previous, double value, unsigned intervals = 1);
 
 // A decision, for the log.
 struct WeightEvent {

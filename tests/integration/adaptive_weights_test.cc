@@ -17,10 +17,15 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   uint16_t port = free_port();
   std::string tos;
   for (const Backend& b : backends) tos += fmt::format("\t\tto 127.0.0.1:{} weight 1\n", b.port);
-  // interval 500ms; cut 75% per interval down to 1 % of the weight.
+  // interval 500ms; cut 75% per interval down to 1 % of the weight. An
+  // explicit threshold: over loopback the backends answer in well under a
+  // millisecond, and on a loaded machine the median rule's limit (at least
+  // 1 ms) is within the scheduling noise; the median rule has its own tests
+  // (below, and tests/upstream/weights_test.cc).
   Process heft = start_heft(dir,
                             fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n{}"
                                         "\t\tadaptive {{\n\t\t\tinterval 500ms\n\t\t\tcut 75%\n"
+                                        "\t\t\tlatency_threshold 50ms\n"
                                         "\t\t\tmin_weight_ratio 0.01\n\t\t}}\n\t}}\n}}\n",
                                         free_port(), port, tos),
                             port);
@@ -35,7 +40,7 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   load.stop();
 
   auto before = load.between(slowed - 1500ms, slowed);
-  EXPECT_NEAR(share_of(before, "c"), 1.0 / 3, 0.03);
+  EXPECT_NEAR(share_of(before, "c"), 1.0 / 3, 0.03) << before.size() << " responses";
   // Within 3 intervals its share falls.
   auto early = load.between(slowed + 1000ms, slowed + 1500ms);
   EXPECT_LT(share_of(early, "c"), 0.2);
@@ -45,12 +50,13 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   ASSERT_GT(settled.size(), 300u);
   EXPECT_LT(share_of(settled, "c"), 0.01);
   EXPECT_LT(p99_ms(settled), 150.0);
-  // Back to its weight within the documented bound: EWMA decay (a ~500x
-  // slowdown: 4 intervals) + recovery steps (0.01 -> 1 with cut 75 %: 2) = 6
-  // intervals = 3 s (+ a partly slow interval); measure from 4 s.
+  // Back to its weight within the documented bound: EWMA decay (200 ms to
+  // below 0.8 x 50 ms: 2 intervals) + recovery steps (0.01 -> 1 with cut 75 %:
+  // 2) = 4 intervals = 2 s, + a partly slow interval, + intervals carried
+  // while c, at 1 %, gets fewer than 5 responses in one; measure from 4 s.
   auto restored = load.between(fixed + 4000ms, fixed + 5500ms);
   ASSERT_GT(restored.size(), 300u);
-  EXPECT_NEAR(share_of(restored, "c"), 1.0 / 3, 0.04);
+  EXPECT_NEAR(share_of(restored, "c"), 1.0 / 3, 0.04) << restored.size() << " responses";
   EXPECT_EQ(failures(load.all()), 0u);
   std::string log = heft.log();
   EXPECT_NE(log.find("(latency: latency"), std::string::npos) << log;

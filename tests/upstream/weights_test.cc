@@ -223,6 +223,32 @@ TEST(AdaptiveEvaluate, ErrorsAbsoluteThresholdAndTooFewSamples) {
   EXPECT_EQ(out[2].reason, std::nullopt);  // fewer than kAdaptiveMinSamples: hold
 }
 
+// Sub-millisecond differences are noise: the relative limit is at least
+// kMinRelativeLatencyLimitMs; an explicit threshold is taken as given.
+TEST(AdaptiveEvaluate, RelativeLimitIsAtLeastOneMillisecond) {
+  AdaptiveOptions o = adaptive_options();
+  std::vector<AdaptiveInput> in = {{100, 0.1, 0, 1}, {100, 0.1, 0, 1}, {100, 0.9, 0, 1}};
+  auto out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, kMinRelativeLatencyLimitMs);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  in[2].ewma_latency_ms = 1.5;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, WeightReason::latency);
+  o.latency_threshold = 0ms;
+  o.median_factor = 20;  // 20 x 0.1 = 2 ms: above the minimum, used as is
+  out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 2.0);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+}
+
+TEST(EwmaFold, HistoryAgesWithIntervalsNotSamples) {
+  EXPECT_DOUBLE_EQ(ewma_fold(-1, 7), 7);
+  EXPECT_NEAR(ewma_fold(100, 0), 20, 1e-9);
+  EXPECT_NEAR(ewma_fold(100, 0, 2), 4, 1e-9);
+  EXPECT_NEAR(ewma_fold(100, 0, 3), 0.8, 1e-9);
+  EXPECT_NEAR(ewma_fold(100, 10, 0), ewma_fold(100, 10, 1), 1e-12);  // at least one interval
+}
+
 // Feeds `n` responses of `latency` to backend i, `errors` of them failed.
 void feed(Pool& pool, uint32_t i, int n, milliseconds latency, int errors = 0) {
   auto snap = pool.snapshot();
@@ -268,6 +294,45 @@ TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   EXPECT_EQ(pool.snapshot()->balancer().backend(2).balance_weight, 0u);
   c = picks(pool, 3000, now);
   EXPECT_NEAR(double(c[2]), 1000, 2);
+}
+
+// A backend cut low in a quiet pool gets fewer responses per interval than a
+// judgement needs: its intervals are carried until it has enough, so it is
+// judged over longer spans and still regains its weight (it used to stay at
+// its cut factor for good).
+TEST(PoolAdaptive, QuietBackendStillRegainsItsWeight) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  for (int k = 0; k < 6; ++k) {
+    feed(pool, 0, 100, 10ms);
+    feed(pool, 1, 100, 10ms);
+    feed(pool, 2, 100, 200ms);
+    now += 1s;
+    pool.tick(now);
+  }
+  const double low = pool.snapshot()->factor(2);
+  ASSERT_LT(low, 0.2);
+  // Now fast, but only 2 responses per interval (kAdaptiveMinSamples is 5):
+  // judged every third interval, when the carried responses reach 6.
+  static_assert(kAdaptiveMinSamples == 5);
+  std::vector<int> recovered_at;
+  for (int k = 1; k <= 30 && pool.snapshot()->factor(2) < 1.0; ++k) {
+    feed(pool, 0, 100, 10ms);
+    feed(pool, 1, 100, 10ms);
+    feed(pool, 2, 2, 10ms);
+    now += 1s;
+    if (!pool.tick(now).empty()) recovered_at.push_back(k);
+  }
+  EXPECT_EQ(pool.snapshot()->factor(2), 1.0);
+  const int steps = int(std::ceil((1 - low) / 0.25));
+  ASSERT_EQ(int(recovered_at.size()), steps);
+  // Three intervals' history is 0.2^3 of the EWMA: 200 ms -> 11.6 ms, already
+  // below 0.8 x the limit (20 ms), so the first judgement recovers a step.
+  for (int j = 0; j < steps; ++j) EXPECT_EQ(recovered_at[j], 3 * (j + 1));
+  EXPECT_EQ(pool.decisions(WeightReason::recover), unsigned(steps));
 }
 
 TEST(PoolAdaptive, ErrorsCutToTheFloorNeverBelow) {
