@@ -1,6 +1,7 @@
 // Slow start and adaptive weights on virtual time (upstream/weights.h, Pool::tick).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -255,6 +256,15 @@ void feed(Pool& pool, uint32_t i, int n, milliseconds latency, int errors = 0) {
   for (int k = 0; k < n; ++k) snap->record_response(i, latency, k < errors ? 500 : 200, k >= errors);
 }
 
+// One 1 s interval of the three-backend pools below: backend i gets
+// responses[i] responses of latency[i], then the pool ticks.
+std::vector<WeightEvent> interval(Pool& pool, TimePoint& now, std::array<int, 3> responses,
+                                  std::array<milliseconds, 3> latency) {
+  for (uint32_t i = 0; i < 3; ++i) feed(pool, i, responses[i], latency[i]);
+  now += 1s;
+  return pool.tick(now);
+}
+
 TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   PoolConfig cfg = pool_config({1, 1, 1});
   cfg.adaptive = adaptive_options();
@@ -264,11 +274,7 @@ TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   std::vector<double> factors;
   // 6 intervals of C being 20x slower.
   for (int k = 0; k < 6; ++k) {
-    feed(pool, 0, 100, 10ms);
-    feed(pool, 1, 100, 10ms);
-    feed(pool, 2, 100, 200ms);
-    now += 1s;
-    pool.tick(now);
+    interval(pool, now, {100, 100, 100}, {10ms, 10ms, 200ms});
     factors.push_back(pool.snapshot()->factor(2));
   }
   EXPECT_DOUBLE_EQ(factors[0], 0.75);
@@ -282,11 +288,7 @@ TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   double low = pool.snapshot()->factor(2);
   int intervals = 0;
   while (pool.snapshot()->factor(2) < 1.0 && intervals < 20) {
-    feed(pool, 0, 100, 10ms);
-    feed(pool, 1, 100, 10ms);
-    feed(pool, 2, 100, 10ms);
-    now += 1s;
-    pool.tick(now);
+    interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms});
     ++intervals;
   }
   EXPECT_LE(intervals, 3 + int(std::ceil((1 - low) / 0.25)));
@@ -306,26 +308,15 @@ TEST(PoolAdaptive, QuietBackendStillRegainsItsWeight) {
   Pool pool(cfg);
   TimePoint now = t0;
   pool.tick(now);
-  for (int k = 0; k < 6; ++k) {
-    feed(pool, 0, 100, 10ms);
-    feed(pool, 1, 100, 10ms);
-    feed(pool, 2, 100, 200ms);
-    now += 1s;
-    pool.tick(now);
-  }
+  for (int k = 0; k < 6; ++k) interval(pool, now, {100, 100, 100}, {10ms, 10ms, 200ms});
   const double low = pool.snapshot()->factor(2);
   ASSERT_LT(low, 0.2);
   // Now fast, but only 2 responses per interval (kAdaptiveMinSamples is 5):
   // judged every third interval, when the carried responses reach 6.
   static_assert(kAdaptiveMinSamples == 5);
   std::vector<int> recovered_at;
-  for (int k = 1; k <= 30 && pool.snapshot()->factor(2) < 1.0; ++k) {
-    feed(pool, 0, 100, 10ms);
-    feed(pool, 1, 100, 10ms);
-    feed(pool, 2, 2, 10ms);
-    now += 1s;
-    if (!pool.tick(now).empty()) recovered_at.push_back(k);
-  }
+  for (int k = 1; k <= 30 && pool.snapshot()->factor(2) < 1.0; ++k)
+    if (!interval(pool, now, {100, 100, 2}, {10ms, 10ms, 10ms}).empty()) recovered_at.push_back(k);
   EXPECT_EQ(pool.snapshot()->factor(2), 1.0);
   const int steps = int(std::ceil((1 - low) / 0.25));
   ASSERT_EQ(int(recovered_at.size()), steps);
