@@ -63,11 +63,14 @@ void parse(RolloutOptions& o) {
   while (start <= o.stages_text.size()) {
     size_t comma = o.stages_text.find(',', start);
     std::string item = o.stages_text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto bad_stage = [&item] {
+      return BadArguments(fmt::format("rollout: bad stage \"{}\" in --stages (want STABLE:CANARY weights, e.g. 95:5)", item));
+    };
     auto colon = item.find(':');
-    auto a = colon == std::string::npos ? std::nullopt : config::parse_uint(item.substr(0, colon), 1'000'000);
-    auto b = colon == std::string::npos ? std::nullopt : config::parse_uint(item.substr(colon + 1), 1'000'000);
-    if (!a || !b || *a + *b == 0)
-      throw BadArguments(fmt::format("rollout: bad stage \"{}\" in --stages (want STABLE:CANARY weights, e.g. 95:5)", item));
+    if (colon == std::string::npos) throw bad_stage();
+    auto a = config::parse_uint(item.substr(0, colon), 1'000'000);
+    auto b = config::parse_uint(item.substr(colon + 1), 1'000'000);
+    if (!a || !b || *a + *b == 0) throw bad_stage();
     o.stages.push_back({uint32_t(*a), uint32_t(*b)});
     if (comma == std::string::npos) break;
     start = comma + 1;
