@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string_view>
 
 namespace heft::proxy {
@@ -37,6 +38,33 @@ inline std::string_view trim_ows(std::string_view v) {
   while (!v.empty() && is_ows(v.front())) v.remove_prefix(1);
   while (!v.empty() && is_ows(v.back())) v.remove_suffix(1);
   return v;
+}
+
+// `name` equals `lower` (given in lower case) ignoring ASCII case: only
+// `name` is folded, half the work of a general case-insensitive compare.
+inline bool lower_equals(std::string_view name, std::string_view lower) {
+  if (name.size() != lower.size()) return false;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// A Content-Length value as heft accepts it: 1 to 18 digits (so no overflow
+// to check), nothing else. False, `out` untouched, for anything other.
+inline bool plain_length(std::string_view v, std::uint64_t& out) {
+  if (v.empty() || v.size() > 18) return false;
+  std::uint64_t n = 0;
+  for (char c : v) {
+    if (!is_digit(c)) return false;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = n;
+  return true;
 }
 
 // Calls visit(item) for each element of a comma-separated list (RFC 9110

@@ -1,23 +1,11 @@
 #include "proxy/request_head.h"
 
-#include <array>
 #include <cstring>
 
 #include "proxy/http_chars.h"
 
 namespace heft::proxy {
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x + 32);
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y + 32);
-    if (x != y) return false;
-  }
-  return true;
-}
 
 HeadScan bad(const char* reason) {
   HeadScan s;
@@ -108,17 +96,16 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
     for (char c : value)
       if (!is_field_text(c)) return bad("control character in a header value");
     value = trim_ows(value);
-    if (iequals(name, "content-length")) {
-      if (value.empty() || value.size() > 18) return bad("malformed Content-Length");
-      for (char c : value)
-        if (c < '0' || c > '9') return bad("malformed Content-Length");
+    if (lower_equals(name, "content-length")) {
+      std::uint64_t ignored;
+      if (!plain_length(value, ignored)) return bad("malformed Content-Length");
       if (have_length && value != length) return bad("differing Content-Length");
       have_length = true;
       length = value;
-    } else if (iequals(name, "transfer-encoding")) {
+    } else if (lower_equals(name, "transfer-encoding")) {
       ++transfer_encodings;
-      if (!iequals(value, "chunked")) return bad("Transfer-Encoding other than chunked");
-    } else if (iequals(name, "host")) {
+      if (!lower_equals(value, "chunked")) return bad("Transfer-Encoding other than chunked");
+    } else if (lower_equals(name, "host")) {
       ++hosts;
     }
   }

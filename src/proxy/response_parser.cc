@@ -1,11 +1,8 @@
 #include "proxy/response_parser.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cstring>
-
-#include <boost/beast/core/string.hpp>
 
 #include "proxy/http_chars.h"
 
@@ -52,18 +49,6 @@ bool all_tchar(const char* p, const char* end) {
   return ok != 0;
 }
 
-// `name` equals `lower` (lower case) ignoring case: one side folded, half
-// the work of a general case-insensitive compare, on every response.
-bool lower_equals(std::string_view name, std::string_view lower) {
-  if (name.size() != lower.size()) return false;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    char c = name[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
-
 // Field names the proxy acts on, by length first (most names match none).
 http::field classify(std::string_view name) {
   using http::field;
@@ -82,30 +67,15 @@ http::field classify(std::string_view name) {
   }
 }
 
-bool ascii_digit(char c) { return c >= '0' && c <= '9'; }
-
-// A Content-Length of plain digits (Beast also takes lists of equal values;
-// those go to Beast). At most 18 digits: no overflow to check.
-bool simple_length(std::string_view v, std::uint64_t& out) {
-  if (v.empty() || v.size() > 18) return false;
-  std::uint64_t n = 0;
-  for (char c : v) {
-    if (!ascii_digit(c)) return false;
-    n = n * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  out = n;
-  return true;
-}
-
 // The tokens of a Connection value: close and keep-alive noted; false for
 // what Beast should see (upgrade, or anything not a plain token list).
 bool simple_connection(std::string_view list, bool& close, bool& keep_alive) {
   return each_list_item(list, [&](std::string_view item) {
     for (char c : item)
       if (!is_tchar(c)) return false;
-    if (boost::beast::iequals(item, "close")) close = true;
-    else if (boost::beast::iequals(item, "keep-alive")) keep_alive = true;
-    else if (boost::beast::iequals(item, "upgrade")) return false;
+    if (lower_equals(item, "close")) close = true;
+    else if (lower_equals(item, "keep-alive")) keep_alive = true;
+    else if (lower_equals(item, "upgrade")) return false;
     return true;
   });
 }
@@ -183,7 +153,9 @@ ResponseParser::Simple ResponseParser::parse_simple_head(const char* const p, co
   // Status line: HTTP/1.x SP 3DIGIT SP reason CRLF, a final status.
   if (end - p < 13) return std::memcmp(p, "HTTP/1.", std::min<std::size_t>(n, 7)) == 0 ? short_of_end : Simple::not_simple;
   if (std::memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ') return Simple::not_simple;
-  if (!ascii_digit(p[9]) || !ascii_digit(p[10]) || !ascii_digit(p[11]) || p[12] != ' ') return Simple::not_simple;
+  // proxy:: — basic_parser has a private is_digit of its own.
+  if (!proxy::is_digit(p[9]) || !proxy::is_digit(p[10]) || !proxy::is_digit(p[11]) || p[12] != ' ')
+    return Simple::not_simple;
   const bool http11 = p[7] == '1';
   const unsigned status = static_cast<unsigned>((p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0'));
   if (status < 200 || status > 599) return Simple::not_simple;  // interim and odd codes: Beast
@@ -226,8 +198,8 @@ ResponseParser::Simple ResponseParser::parse_simple_head(const char* const p, co
     const field f = classify(name);
     const std::string_view value(value_begin, static_cast<std::size_t>(value_end - value_begin));
     switch (f) {
-      case field::content_length:
-        if (has_length_ || !simple_length(value, length_)) return Simple::not_simple;
+      case field::content_length:  // plain digits; Beast also takes lists of equal values
+        if (has_length_ || !plain_length(value, length_)) return Simple::not_simple;
         has_length_ = true;
         break;
       case field::connection:
