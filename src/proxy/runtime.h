@@ -29,6 +29,7 @@
 #include "proxy/block_buffer.h"
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
+#include "proxy/ready_watch.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
 #include "observe/access_log.h"
@@ -75,6 +76,7 @@ struct UpstreamConnection {
   Socket socket;
   BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
+  bool watched = false;  // in the worker's ReadyWatch
 };
 using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 
@@ -115,6 +117,7 @@ struct Worker {
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::list<Session*> sessions;            // for the timeout sweep and draining
   std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
+  std::unique_ptr<ReadyWatch> ready_watch;  // waits for a response or a next request (after io)
   std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
   Clock::time_point last_trim{};
   bool draining = false;

@@ -151,16 +151,18 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
   co_return ec;
 }
 
-// Feeds `buffer` to `parser` until its header is done, reading when needed.
-// `wait_first`: the request went out just now by a synchronous send, so the
-// answer is not here yet: wait for readability, then read, instead of Asio's
-// read, which tries a recv first (EAGAIN). Asio arms the wait with
-// EPOLL_CTL_MOD, which reports readiness already present too, so a close that
-// came while the connection was pooled is seen at once (and so is a response
-// that beat the wait). That is a syscall as well (~the cost of the recv,
-// measured), but the send needs no trip through the scheduler.
-Task<error_code> read_header(Socket& socket, BlockBuffer& buffer, ResponseParser& parser, bool& received,
-                             bool wait_first) {
+// Feeds the connection's buffer to `parser` until its header is done, reading
+// when needed. `wait_in`: the request went out just now by a synchronous
+// send, so the answer is not here yet: wait in the worker's ReadyWatch (no
+// syscall per wait), then read, instead of Asio's read, which tries a recv
+// first (EAGAIN), or Asio's wait, which re-arms with EPOLL_CTL_MOD. The
+// connection was drained when it was pooled (its last response read whole,
+// nothing after it), so an edge-triggered wait misses nothing: a close that
+// came while it was pooled, or a response that beat the wait, was reported
+// already and is remembered.
+Task<error_code> read_header(UpstreamConnection& conn, ResponseParser& parser, bool& received, ReadyWatch* wait_in) {
+  Socket& socket = conn.socket;
+  BlockBuffer& buffer = conn.buffer;
   for (;;) {
     if (buffer.size() > 0) {
       error_code ec;
@@ -176,11 +178,12 @@ Task<error_code> read_header(Socket& socket, BlockBuffer& buffer, ResponseParser
     // less on every response.
     error_code ec;
     std::size_t n = 0;
-    if (wait_first && buffer.size() == 0) {
-      wait_first = false;
-      std::tie(ec) = co_await socket.async_wait(Socket::wait_read, use_task);
+    if (wait_in && buffer.size() == 0) {
+      ReadyWatch& watch = *std::exchange(wait_in, nullptr);
+      const int fd = socket.native_handle();
+      if (!watch.take_ready(fd, conn.watched)) std::tie(ec) = co_await watch.async_wait(fd, conn.watched, use_task);
       if (!ec) n = socket.read_some(room, ec);  // non-blocking socket: never waits
-      if (ec == asio::error::would_block || ec == asio::error::try_again) continue;
+      if (ec == asio::error::would_block || ec == asio::error::try_again) continue;  // a stale event
     } else {
       std::tie(ec, n) = co_await socket.async_read_some(room, use_task);
     }
@@ -358,16 +361,24 @@ class Session {
   // read is cancelled and read_head() parks it (buffers released).
   void request_park() {
     park_requested = true;
-    error_code ignored;
-    client.cancel(ignored);
+    cancel_client();
   }
   // Called by the sweep when the deadline passed: aborts whatever is pending.
   void expire() {
     timed_out = true;
     deadline = Clock::time_point::max();
+    cancel_client();
+    if (upstream) {
+      error_code ignored;
+      upstream->cancel(ignored);
+      w.ready_watch->cancel(upstream->native_handle());
+    }
+  }
+  // Aborts the client side's pending operation, in Asio or in the ReadyWatch.
+  void cancel_client() {
     error_code ignored;
     client.cancel(ignored);
-    if (upstream) upstream->cancel(ignored);
+    w.ready_watch->cancel(client.native_handle());
   }
 
   Worker& w;
@@ -410,6 +421,11 @@ class Session {
     nodelay_ = true;
   }
   bool nodelay_ = false;
+  // The client's last read came back short (the socket was drained then), so
+  // the next one may wait in the ReadyWatch; any other read of the client
+  // (bodies) clears it.
+  bool client_drained_ = false;
+  bool client_watched_ = false;  // in the worker's ReadyWatch
   unsigned client_writes_ = 0;
   bool client_keep_alive_ = false;  // the current request's Connection: semantics (handle())
   char* scratch() {
@@ -468,8 +484,22 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     idle_since = coarse_now();
     arm(first ? config.header_timeout : config.idle_timeout);
     // Inline rather than read_more(): one coroutine frame less per request
-    // (the buffer is empty, so it has room).
-    auto [ec, n] = co_await client.async_read_some(in_.prepare(kReadSize), use_task);
+    // (the buffer is empty, so it has room). After a drained read the next
+    // request is waited for in the ReadyWatch: Asio's read would try a recv
+    // first, which finds nothing while the client reads our response.
+    const auto room = in_.prepare(kReadSize);
+    error_code ec;
+    std::size_t n = 0;
+    if (client_drained_) {
+      const int fd = client.native_handle();
+      if (!w.ready_watch->take_ready(fd, client_watched_)) std::tie(ec) = co_await w.ready_watch->async_wait(fd, client_watched_, use_task);
+      if (!ec) n = client.read_some(room, ec);  // non-blocking socket: never waits
+      if (ec == asio::error::would_block || ec == asio::error::try_again)  // a stale event
+        std::tie(ec, n) = co_await client.async_read_some(room, use_task);
+    } else {
+      std::tie(ec, n) = co_await client.async_read_some(room, use_task);
+    }
+    client_drained_ = !ec && n < room.size();
     in_.commit(n);
     idle = false;
     if (ec == asio::error::operation_aborted && park_requested && !timed_out && !w.draining) co_return -2;
@@ -492,6 +522,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
       case HeadScan::header_too_large: co_return 431;
       case HeadScan::incomplete: break;
     }
+    client_drained_ = false;
     error_code ec = co_await read_more(client, in_);
     if (ec) co_return timed_out ? 408 : -1;
   }
@@ -537,6 +568,7 @@ Task<void> Session::run() {
       // the socket (docs/proxy.md, idle connections).
       if (!nodelay_) set_nodelay();  // the resumed session's first write is not the first
       handed_to_park_ = true;
+      w.ready_watch->forget(client.native_handle(), client_watched_);
       const bool v6 = client_ip.find(':') != std::string::npos;
       if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline}))
         parked_connection_closed(w);
@@ -653,6 +685,7 @@ Task<bool> Session::handle(RequestParser& parser) {
   // fully validated before any byte reaches a backend).
   body_prefix_.clear();
   if (!parser.is_done()) {
+    client_drained_ = false;  // the body is read through Asio
     if (expect_continue && req.version() >= 11) {
       arm(config_->idle_timeout);
       before_client_write();
@@ -908,10 +941,9 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // Response head (1xx other than 101 are skipped).
     arm(pool.read_timeout);
     bool received = false;
-    bool wait_first = sent_now;  // the first head only
+    ReadyWatch* wait_in = sent_now ? w.ready_watch.get() : nullptr;  // the first head only
     for (;;) {
-      error_code ec =
-          co_await read_header(conn->socket, conn->buffer, response, received, std::exchange(wait_first, false));
+      error_code ec = co_await read_header(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
         if (reused && !received && replayable && !timed_out &&
             (ec == asio::error::eof || ec == asio::error::connection_reset))
@@ -972,7 +1004,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     arm(pool.read_timeout);
     bool received = false;
     for (;;) {
-      error_code ec = co_await read_header(conn.socket, conn.buffer, response, received, false);
+      error_code ec = co_await read_header(conn, response, received, nullptr);
       if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
       if (reset_if_interim(response)) continue;
       break;
@@ -1158,8 +1190,7 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
 void close_idle_sessions(Worker& worker) {
   for (Session* s : worker.sessions) {
     if (!s->idle) continue;
-    error_code ignored;
-    s->client.cancel(ignored);
+    s->cancel_client();
   }
   worker.parking->close_all();
 }

@@ -1,6 +1,8 @@
 // Streaming with bounded memory, WebSocket tunnelling, reload and shutdown
 // through real `heft run` and `heft demo-backend` processes.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <atomic>
 #include <csignal>
@@ -389,12 +391,16 @@ TEST(ProxyLifecycle, HeadAnswerAfterAnInterimResponseHasNoBody) {
 // A backend that closes a keep-alive connection right after answering on it
 // (no "Connection: close"), while heft holds it in its pool: the next request
 // does not fail and does not wait for the read timeout; it goes out again on
-// a fresh connection. Both ways of closing: close() (heft's send is answered
-// with a reset) and shutdown(SHUT_WR) with the socket kept open (only the
-// FIN, which arrived while the connection sat in the pool, says so).
+// a fresh connection. Each way of closing: close() (heft's send is answered
+// with a reset); shutdown(SHUT_WR) with the socket kept open (only the FIN,
+// which arrived while the connection sat in the pool, says so); and the same
+// with the FIN in the answer's own segment (TCP_CORK holds the answer back
+// until the shutdown), so one edge-triggered event reports both.
 TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
-  for (const bool half_close : {false, true}) {
-    SCOPED_TRACE(half_close ? "shutdown(SHUT_WR)" : "close()");
+  enum Mode { close_it, half_close_after, half_close_with_answer };
+  for (const Mode mode : {close_it, half_close_after, half_close_with_answer}) {
+    SCOPED_TRACE(mode == close_it ? "close()" : mode == half_close_after ? "shutdown(SHUT_WR)" : "TCP_CORK, shutdown(SHUT_WR)");
+    const bool half_close = mode != close_it;
     uint16_t origin_port = 0;
     const int listener = listen_on_loopback(origin_port);
     ASSERT_GE(listener, 0);
@@ -410,6 +416,8 @@ TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
         std::string in;
         read_until_head(c, in);
         const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n" + body;
+        const int cork = 1;
+        if (body == "one" && mode == half_close_with_answer) ::setsockopt(c, IPPROTO_TCP, TCP_CORK, &cork, sizeof cork);
         ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
         if (body == "one" && half_close) {
           ::shutdown(c, SHUT_WR);  // FIN, but the socket stays open and silent
@@ -496,6 +504,60 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
   // SIGTERM with parked connections open: they are closed and heft exits.
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(5s), std::optional<int>(0));
+}
+
+// After its first answer on a keep-alive connection heft waits for the next
+// request in its own edge-triggered epoll set (src/proxy/ready_watch.h), which
+// reports only what arrives after the last read. A client that closes its
+// side, alone or right behind its last request, is still seen at once (the
+// end is remembered even when it came with the request's bytes), and an
+// idle timeout shorter than the parking delay still ends the wait.
+TEST(ProxyLifecycle, KeepAliveClientsClosingOrIdleAreClosedPromptly) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  const auto closed_within = [](HttpClient& client) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string rest = client.read_all();
+    EXPECT_TRUE(rest.empty()) << rest;
+    return std::chrono::steady_clock::now() - t0;
+  };
+  {
+    uint16_t port = free_port();
+    std::string file = pool_file(port, backends, {1});
+    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 30s\n\tadmin off\n");
+    Process heft = start_heft(dir, file, port);
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE(round);
+      // A last request and the end of the client's side in one segment
+      // (TCP_CORK holds the request back until the shutdown sends both).
+      HttpClient last(port, 10s);
+      ASSERT_EQ(last.get("/").status, 200);
+      const int cork = 1;
+      ::setsockopt(last.fd(), IPPROTO_TCP, TCP_CORK, &cork, sizeof cork);
+      ASSERT_TRUE(last.send_raw("GET /last HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+      ::shutdown(last.fd(), SHUT_WR);
+      EXPECT_EQ(last.read_response().status, 200);
+      // Before the parking delay (500 ms), whose parking would see the end too.
+      EXPECT_LT(closed_within(last), 450ms);
+      // The end alone, after an answer.
+      HttpClient done(port, 10s);
+      ASSERT_EQ(done.get("/").status, 200);
+      ASSERT_EQ(done.get("/").status, 200);
+      ::shutdown(done.fd(), SHUT_WR);
+      EXPECT_LT(closed_within(done), 450ms);
+    }
+  }
+  {
+    uint16_t port = free_port();
+    std::string file = pool_file(port, backends, {1});
+    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 200ms\n\tadmin off\n");
+    Process heft = start_heft(dir, file, port);
+    HttpClient idle(port, 10s);
+    ASSERT_EQ(idle.get("/").status, 200);
+    ASSERT_EQ(idle.get("/").status, 200);
+    EXPECT_LT(closed_within(idle), 3s);  // the idle timeout, not the client's 10 s
+  }
 }
 
 }  // namespace
