@@ -4,8 +4,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <array>
 #include <system_error>
+
+#include "proxy/epoll_events.h"
 
 namespace heft::proxy {
 
@@ -71,28 +72,21 @@ void Parking::arm() {
 }
 
 void Parking::wake_ready() {
-  std::array<epoll_event, 64> events;
-  for (;;) {
-    const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 0);
-    if (n <= 0) return;
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd < 0 || static_cast<std::size_t>(fd) >= by_fd_.size() || by_fd_[fd].position < 0) continue;
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-      Entry entry = std::move(by_fd_[fd].entry);
-      forget(fd);
-      Socket socket(io_);
-      boost::system::error_code ec;
-      socket.assign(entry.v6 ? tcp::v6() : tcp::v4(), fd, ec);
-      if (ec) {
-        ::close(fd);
-        if (closed_) closed_(entry);
-        continue;
-      }
-      wake_(std::move(socket), entry);
+  take_epoll_events(epoll_fd_, [this](int fd, uint32_t) {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= by_fd_.size() || by_fd_[fd].position < 0) return;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    Entry entry = std::move(by_fd_[fd].entry);
+    forget(fd);
+    Socket socket(io_);
+    boost::system::error_code ec;
+    socket.assign(entry.v6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      if (closed_) closed_(entry);
+      return;
     }
-    if (n < static_cast<int>(events.size())) return;
-  }
+    wake_(std::move(socket), entry);
+  });
 }
 
 void Parking::close(int fd) {

@@ -3,12 +3,13 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <system_error>
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/post.hpp>
+
+#include "proxy/epoll_events.h"
 
 namespace heft::proxy {
 
@@ -95,28 +96,21 @@ void ReadyWatch::arm() {
 }
 
 void ReadyWatch::on_ready() {
-  std::array<epoll_event, 64> events;
-  for (;;) {
-    const int n = ::epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), 0);
-    if (n <= 0) return;
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd < 0 || static_cast<std::size_t>(fd) >= slots_.size()) continue;
-      Slot& slot = slots_[fd];
-      if (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) slot.hung_up = true;
-      if (!slot.waiter) {
-        slot.ready = true;
-        continue;
-      }
-      // Run here: the waiter reads at once (it may start new waits, which
-      // only touch slots by index, so nothing held here goes stale).
-      Handler waiter = std::move(slot.waiter);
-      slot.waiter = nullptr;
-      --waiting_;
-      std::move(waiter)(error_code{});
+  take_epoll_events(epoll_fd_, [this](int fd, uint32_t events) {
+    if (fd < 0 || static_cast<std::size_t>(fd) >= slots_.size()) return;
+    Slot& slot = slots_[fd];
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) slot.hung_up = true;
+    if (!slot.waiter) {
+      slot.ready = true;
+      return;
     }
-    if (n < static_cast<int>(events.size())) return;
-  }
+    // Run here: the waiter reads at once (it may start new waits, which
+    // only touch slots by index, so nothing held here goes stale).
+    Handler waiter = std::move(slot.waiter);
+    slot.waiter = nullptr;
+    --waiting_;
+    std::move(waiter)(error_code{});
+  });
 }
 
 }  // namespace heft::proxy
