@@ -107,6 +107,10 @@ struct Worker {
   Proxy::Impl& proxy;
   unsigned index;
   BlockPool blocks;  // before io: sessions (destroyed with io) give their blocks back
+  // Before io too: sessions still running when a grace period ran out are
+  // destroyed with io's pending operations, and leave this list then.
+  std::list<Session*> sessions;            // for the timeout sweep and draining
+  std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
   // One thread runs it and only that thread touches its sockets (others post
   // to it), so the reactor's per-socket locks are off; posting stays locked.
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
@@ -115,10 +119,8 @@ struct Worker {
   std::shared_ptr<WorkerRoutes> routes;
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
-  std::list<Session*> sessions;            // for the timeout sweep and draining
   std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
   std::unique_ptr<ReadyWatch> ready_watch;  // waits for a response or a next request (after io)
-  std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
   Clock::time_point last_trim{};
   bool draining = false;
   Timer ticker{io};

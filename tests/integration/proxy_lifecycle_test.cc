@@ -207,6 +207,29 @@ TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
   EXPECT_FALSE(wait_for_port(port, 200ms));
 }
 
+// Requests still in flight when the grace period ends are dropped (their
+// connections closed, as nginx's worker_shutdown_timeout does) and heft
+// exits 0: the sessions torn down with their worker's pending operations
+// must not outlive what they refer to (they once crashed heft here).
+TEST(ProxyLifecycle, GracePeriodOverDropsWhatIsLeftAndExitsZero) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a", {"--delay", "5s"}));
+  uint16_t port = free_port();
+  std::string file = pool_file(port, backends, {1}, 2);
+  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 300ms\n");
+  Process heft = start_heft(dir, file, port);
+  std::vector<Response> slow(6);
+  std::vector<std::thread> clients;
+  for (Response& r : slow)
+    clients.emplace_back([&r, port] { r = HttpClient(port, 8s).get("/"); });
+  std::this_thread::sleep_for(300ms);  // every request is waiting for the backend
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(4s), std::optional<int>(0));
+  for (std::thread& t : clients) t.join();
+  for (const Response& r : slow) EXPECT_EQ(r.status, 0);  // closed, not answered
+}
+
 // A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
 // for origins a test scripts byte by byte; -1 on failure.
 int listen_on_loopback(uint16_t& port) {
