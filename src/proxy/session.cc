@@ -477,12 +477,14 @@ class Session {
 // idle timeout, draining). -2: idle long enough to be parked (the sweep asked).
 // Otherwise an HTTP status to answer before closing.
 Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
-  const config::Config& config = w.current_routes()->table->config;
+  // Looked up after every wait, never held across one: a reload meanwhile
+  // frees the route table this session saw last (nothing here holds it).
+  const auto config = [this]() -> const config::Config& { return w.current_routes()->table->config; };
   if (in_.size() == 0) {
     if (w.draining) co_return -1;
     idle = true;
     idle_since = coarse_now();
-    arm(first ? config.header_timeout : config.idle_timeout);
+    arm(first ? config().header_timeout : config().idle_timeout);
     // Inline rather than read_more(): one coroutine frame less per request
     // (the buffer is empty, so it has room). After a drained read the next
     // request is waited for in the ReadyWatch: Asio's read would try a recv
@@ -506,7 +508,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     park_requested = false;
     if (ec || in_.size() == 0) co_return -1;
   }
-  arm(config.header_timeout);
+  arm(config().header_timeout);
   for (;;) {
     std::string_view bytes(in_.bytes(), in_.size());
     HeadScan scan = scan_request_head(bytes);
