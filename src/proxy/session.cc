@@ -494,7 +494,9 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     std::size_t n = 0;
     if (client_drained_) {
       const int fd = client.native_handle();
-      if (!w.ready_watch->take_ready(fd, client_watched_)) std::tie(ec) = co_await w.ready_watch->async_wait(fd, client_watched_, use_task);
+      ReadyWatch& watch = *w.ready_watch;
+      if (!watch.take_ready(fd, client_watched_))
+        std::tie(ec) = co_await watch.async_wait(fd, client_watched_, use_task);
       if (!ec) n = client.read_some(room, ec);  // non-blocking socket: never waits
       if (ec == asio::error::would_block || ec == asio::error::try_again)  // a stale event
         std::tie(ec, n) = co_await client.async_read_some(room, use_task);
