@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds heft and its tests with AddressSanitizer and UndefinedBehaviorSanitizer
 # into build-sanitized/ and runs the suite there. Not part of CI: the build
-# alone takes ~20 minutes on 2 cores. Fails if a test fails or if any process
+# alone takes 20–30 minutes on 2 cores. Fails if a test fails or if any process
 # (the tests, and every heft they start) reported a sanitizer error.
 # Left out: GigabyteDownloadAndUploadStayUnder64MiB (ASan's shadow memory is
 # part of RSS) and install.find_package (its example builds without the
