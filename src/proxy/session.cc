@@ -159,7 +159,9 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
 // connection was drained when it was pooled (its last response read whole,
 // nothing after it), so an edge-triggered wait misses nothing: a close that
 // came while it was pooled, or a response that beat the wait, was reported
-// already and is remembered.
+// already and is remembered. (An origin that sends bytes after a complete
+// response, a protocol violation, and so fills heft's last read exactly, is
+// noticed at the read timeout rather than at once.)
 Task<error_code> read_header(UpstreamConnection& conn, ResponseParser& parser, bool& received, ReadyWatch* wait_in) {
   Socket& socket = conn.socket;
   BlockBuffer& buffer = conn.buffer;
