@@ -190,7 +190,6 @@ Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
         resume_session(*this, std::move(socket), entry.local_port, std::move(entry.client_ip));
       },
       [this](const Parking::Entry&) { parked_connection_closed(*this); });
-  ready_watch = std::make_unique<ReadyWatch>(io);
   rng_state = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t{i} << 32) ^ 0x5eedULL;
 }
 

@@ -62,9 +62,7 @@ void ReadyWatch::start(int fd, bool& watched, Handler handler) {
 
 void ReadyWatch::cancel(int fd) {
   if (static_cast<std::size_t>(fd) >= slots_.size() || !slots_[fd].waiter) return;
-  --waiting_;
-  asio::post(io_, [h = std::move(slots_[fd].waiter)]() mutable { std::move(h)(asio::error::operation_aborted); });
-  slots_[fd].waiter = nullptr;
+  asio::post(io_, [h = take_waiter(slots_[fd])]() mutable { std::move(h)(asio::error::operation_aborted); });
   // Nobody waits: an armed watcher would keep the worker's io_context busy
   // (a drained worker stops when it runs out of work).
   if (waiting_ == 0 && armed_) {
@@ -106,10 +104,7 @@ void ReadyWatch::on_ready() {
     }
     // Run here: the waiter reads at once (it may start new waits, which
     // only touch slots by index, so nothing held here goes stale).
-    Handler waiter = std::move(slot.waiter);
-    slot.waiter = nullptr;
-    --waiting_;
-    std::move(waiter)(error_code{});
+    take_waiter(slot)(error_code{});
   });
 }
 

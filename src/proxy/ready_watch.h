@@ -80,6 +80,11 @@ class ReadyWatch {
     Handler waiter;
   };
   void start(int fd, bool& watched, Handler handler);
+  // The slot's pending handler, taken out (the slot is left without one).
+  Handler take_waiter(Slot& slot) {
+    --waiting_;
+    return Handler(std::move(slot.waiter));  // a moved-from handler is empty
+  }
   void arm();
   void on_ready();
 

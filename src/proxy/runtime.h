@@ -120,7 +120,7 @@ struct Worker {
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
-  std::unique_ptr<ReadyWatch> ready_watch;  // waits for a response or a next request (after io)
+  ReadyWatch ready_watch{io};  // waits for a response or a next request (after io)
   Clock::time_point last_trim{};
   bool draining = false;
   Timer ticker{io};

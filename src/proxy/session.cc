@@ -370,17 +370,14 @@ class Session {
     timed_out = true;
     deadline = Clock::time_point::max();
     cancel_client();
-    if (upstream) {
-      error_code ignored;
-      upstream->cancel(ignored);
-      w.ready_watch->cancel(upstream->native_handle());
-    }
+    if (upstream) cancel_io(*upstream);
   }
-  // Aborts the client side's pending operation, in Asio or in the ReadyWatch.
-  void cancel_client() {
+  void cancel_client() { cancel_io(client); }
+  // Aborts a socket's pending operation, in Asio or in the ReadyWatch.
+  void cancel_io(Socket& socket) {
     error_code ignored;
-    client.cancel(ignored);
-    w.ready_watch->cancel(client.native_handle());
+    socket.cancel(ignored);
+    w.ready_watch.cancel(socket.native_handle());
   }
 
   Worker& w;
@@ -496,7 +493,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     std::size_t n = 0;
     if (client_drained_) {
       const int fd = client.native_handle();
-      ReadyWatch& watch = *w.ready_watch;
+      ReadyWatch& watch = w.ready_watch;
       if (!watch.take_ready(fd, client_watched_))
         std::tie(ec) = co_await watch.async_wait(fd, client_watched_, use_task);
       if (!ec) n = client.read_some(room, ec);  // non-blocking socket: never waits
@@ -574,7 +571,7 @@ Task<void> Session::run() {
       // the socket (docs/proxy.md, idle connections).
       if (!nodelay_) set_nodelay();  // the resumed session's first write is not the first
       handed_to_park_ = true;
-      w.ready_watch->forget(client.native_handle(), client_watched_);
+      w.ready_watch.forget(client.native_handle(), client_watched_);
       const bool v6 = client_ip.find(':') != std::string::npos;
       if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline}))
         parked_connection_closed(w);
@@ -922,10 +919,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       error_code body_ec;
       auto send_body = [&]() -> Task<void> {
         body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed);
-        if (body_ec) {
-          error_code ignored;
-          conn->socket.cancel(ignored);  // unblock the response side
-        }
+        if (body_ec) cancel_io(conn->socket);  // unblock the response side
       };
       AttemptResult result;
       auto receive = [&]() -> Task<void> {
@@ -947,7 +941,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     // Response head (1xx other than 101 are skipped).
     arm(pool.read_timeout);
     bool received = false;
-    ReadyWatch* wait_in = sent_now ? w.ready_watch.get() : nullptr;  // the first head only
+    ReadyWatch* wait_in = sent_now ? &w.ready_watch : nullptr;  // the first head only
     for (;;) {
       error_code ec = co_await read_header(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
