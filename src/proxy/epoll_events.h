@@ -1,12 +1,32 @@
-// Taking every event queued in an epoll set of heft's own (the nested sets of
-// Parking and ReadyWatch), without waiting.
+// The epoll sets of heft's own that nest in Asio's (Parking's and
+// ReadyWatch's): opening one, and taking every event it has queued.
 #pragma once
 
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <system_error>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
 
 namespace heft::proxy {
+
+// Creates an epoll set and hands it to watcher, which then owns it (closing
+// the watcher closes the set) and tells Asio's reactor when it has events.
+// Returns the set's descriptor; throws, naming what, if either step fails.
+inline int open_nested_epoll(boost::asio::posix::stream_descriptor& watcher, const char* what) {
+  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) throw std::system_error(errno, std::generic_category(), what);
+  boost::system::error_code ec;
+  watcher.assign(epoll_fd, ec);
+  if (ec) {
+    ::close(epoll_fd);
+    throw boost::system::system_error(ec, what);
+  }
+  return epoll_fd;
+}
 
 // Calls on_event(fd, events) for each queued event, in batches of 64 until
 // the set has no more.

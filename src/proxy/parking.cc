@@ -15,11 +15,7 @@ using tcp = asio::ip::tcp;
 
 Parking::Parking(asio::io_context& io, Wake wake, Closed closed)
     : io_(io), wake_(std::move(wake)), closed_(std::move(closed)), watcher_(io) {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
-  boost::system::error_code ec;
-  watcher_.assign(epoll_fd_, ec);
-  if (ec) throw boost::system::system_error(ec, "parking epoll");
+  epoll_fd_ = open_nested_epoll(watcher_, "parking epoll");
   // Room for every descriptor the process may open (up to 65,536), reserved
   // now: a large block of its own that is never moved, instead of copies
   // grown in the middle of a burst of connections, which would sit on top of

@@ -17,11 +17,7 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 ReadyWatch::ReadyWatch(asio::io_context& io) : io_(io), watcher_(io) {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
-  error_code ec;
-  watcher_.assign(epoll_fd_, ec);
-  if (ec) throw boost::system::system_error(ec, "ready watch epoll");
+  epoll_fd_ = open_nested_epoll(watcher_, "ready watch epoll");
   slots_.reserve(1024);
 }
 
