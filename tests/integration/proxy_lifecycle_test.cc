@@ -583,5 +583,66 @@ TEST(ProxyLifecycle, KeepAliveClientsClosingOrIdleAreClosedPromptly) {
   }
 }
 
+// HTTP/1.1 pipelining: requests sent back to back before any answer are each
+// answered, in order, on the one connection, though they go to different
+// backends; bodies (with a length or chunked) end where they say, and the
+// bytes after them are the next request. Whole batches and a batch in 7-byte
+// pieces, then a second batch on the same connection.
+TEST(ProxyLifecycle, PipelinedRequestsAreAnsweredInOrder) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  backends.push_back(start_backend(dir, "b"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1, 1}), port);
+  const std::string batch =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\none"
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n"
+      "HEAD / HTTP/1.1\r\nHost: x\r\n\r\n"
+      "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  const auto expect_answers = [&](HttpClient& client) {
+    std::vector<std::string> served_by;
+    Response one = client.read_response();
+    EXPECT_EQ(one.status, 200);
+    EXPECT_EQ(one.body, "one");
+    served_by.push_back(one.header("x-backend"));
+    Response two = client.read_response();
+    EXPECT_EQ(two.status, 200);
+    EXPECT_EQ(two.body, "two");
+    served_by.push_back(two.header("x-backend"));
+    Response head = client.read_response(/*head=*/true);
+    EXPECT_EQ(head.status, 200);
+    served_by.push_back(head.header("x-backend"));
+    Response get = client.read_response();
+    EXPECT_EQ(get.status, 200);
+    EXPECT_FALSE(get.body.empty());
+    served_by.push_back(get.header("x-backend"));
+    // Smooth weighted round robin over 1:1 alternates: each answer came from
+    // the request it belongs to, not from one that happened to finish first.
+    for (std::size_t i = 1; i < served_by.size(); ++i) EXPECT_NE(served_by[i], served_by[i - 1]) << i;
+  };
+  HttpClient client(port, 5s);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_TRUE(client.send_raw(batch));
+    expect_answers(client);
+    ASSERT_FALSE(HasFailure());
+  }
+  {
+    SCOPED_TRACE("7-byte pieces");
+    const int nodelay = 1;
+    ::setsockopt(client.fd(), IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
+    for (std::size_t at = 0; at < batch.size(); at += 7) ASSERT_TRUE(client.send_raw(batch.substr(at, 7)));
+    expect_answers(client);
+    ASSERT_FALSE(HasFailure());
+  }
+  ASSERT_TRUE(client.send_raw("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  EXPECT_EQ(client.read_response().status, 200);
+  Response last = client.read_response();
+  EXPECT_EQ(last.status, 200);
+  EXPECT_EQ(last.header("connection"), "close");
+  EXPECT_TRUE(client.read_all().empty());  // and then the end, nothing more
+}
+
 }  // namespace
 }  // namespace heft::test
