@@ -1,5 +1,6 @@
 #include "proxy/request_head.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "proxy/http_chars.h"
@@ -115,6 +116,42 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   if (!http10 && hosts != 1) return bad("HTTP/1.1 without exactly one Host");
   if (http10 && hosts > 1) return bad("several Host fields");
   return HeadScan{HeadScan::complete, skip, end, ""};
+}
+
+AbsoluteTarget split_absolute_target(std::string_view target) {
+  AbsoluteTarget t;
+  if (target.empty() || target.front() == '/' || target == "*") return t;
+  t.status = AbsoluteTarget::bad;
+  const std::size_t scheme_end = target.find("://");
+  if (scheme_end == std::string_view::npos) {
+    t.reason = "request target is neither a path nor an absolute URI";
+    return t;
+  }
+  const std::string_view scheme = target.substr(0, scheme_end);
+  if (!lower_equals(scheme, "http") && !lower_equals(scheme, "https")) {
+    t.reason = "absolute URI scheme other than http or https";
+    return t;
+  }
+  const std::string_view rest = target.substr(scheme_end + 3);
+  const std::size_t authority_end = std::min(rest.find_first_of("/?#"), rest.size());
+  t.authority = rest.substr(0, authority_end);
+  t.path = rest.substr(authority_end);
+  // RFC 9110 4.2.1: an http URI with an empty host is invalid; 4.2.4: userinfo
+  // is deprecated and a way to disguise the host a request goes to.
+  if (t.authority.empty() || t.authority.front() == ':') {
+    t.reason = "absolute URI without a host";
+    return t;
+  }
+  if (t.authority.find('@') != std::string_view::npos) {
+    t.reason = "absolute URI with userinfo";
+    return t;
+  }
+  if (!t.path.empty() && t.path.front() == '#') {
+    t.reason = "fragment in the request target";
+    return t;
+  }
+  t.status = AbsoluteTarget::absolute;
+  return t;
 }
 
 }  // namespace heft::proxy

@@ -38,4 +38,22 @@ struct HeadScan {
 // Content-Length, never on HTTP/1.0; HTTP/1.1 has exactly one Host.
 HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits = {});
 
+// A request target in absolute-form (`GET http://host:port/path?q HTTP/1.1`,
+// RFC 9112 3.2.2), split so heft routes by its authority, as the backend
+// would, and forwards the origin-form that a client must send an origin server
+// (RFC 9112 3.2.1) with that authority as Host.
+struct AbsoluteTarget {
+  enum Status {
+    not_absolute,  // origin-form ("/...") or asterisk-form ("*")
+    absolute,      // authority and path are set
+    bad            // 400: not http/https, or an empty or userinfo@ authority
+  };
+  Status status = not_absolute;
+  std::string_view authority;  // host[:port]
+  std::string_view path;       // the rest: "", "/...", or "?..." (origin-form then needs a leading "/")
+  const char* reason = "";
+};
+
+AbsoluteTarget split_absolute_target(std::string_view target);
+
 }  // namespace heft::proxy

@@ -627,6 +627,27 @@ Task<bool> Session::handle(RequestParser& parser) {
       default: break;
     }
   }
+  // An absolute-form target names the host itself, and the Host field is then
+  // ignored (RFC 9112 3.2.2): routed by it, forwarded in origin-form with it as
+  // Host, so heft and the backend agree on where the request goes.
+  std::string_view target = req.target();
+  const AbsoluteTarget absolute = split_absolute_target(target);
+  std::string origin_form;  // only for an absolute-form target
+  if (absolute.status == AbsoluteTarget::bad) {
+    fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, absolute.reason);
+    co_await send_error(400, "400 Bad Request\n", false);
+    co_return false;
+  }
+  if (absolute.status == AbsoluteTarget::absolute) {
+    host = absolute.authority;
+    if (absolute.path.empty() && req.method() == http::verb::options) {
+      origin_form = "*";  // RFC 9112 3.2.4
+    } else {
+      if (absolute.path.empty() || absolute.path.front() == '?') origin_form = "/";
+      origin_form.append(absolute.path);
+    }
+    target = origin_form;
+  }
   const SiteRoute* route = routes->table->route(local_port, host);
   current_routes_ = routes;  // keeps `route` alive until finish_request()
   current_route_ = route;
@@ -654,12 +675,13 @@ Task<bool> Session::handle(RequestParser& parser) {
 
   // The request head for the backend: same for every attempt.
   up_head_.clear();
-  up_head_.append(req.method_string()).append(" "sv).append(req.target()).append(" HTTP/1.1\r\n"sv);
+  up_head_.append(req.method_string()).append(" "sv).append(target).append(" HTTP/1.1\r\n"sv);
   std::string_view forwarded_for;
   for (const auto& field : req) {
     std::string_view name = field.name_string();
     if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
     if (field.name() == http::field::expect) continue;
+    if (field.name() == http::field::host && !origin_form.empty()) continue;  // the target's authority instead
     if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
       if (iequals(name, "x-forwarded-for")) {
         forwarded_for = field.value();
@@ -671,12 +693,14 @@ Task<bool> Session::handle(RequestParser& parser) {
     if (!pool.header_up.empty() && overridden(pool.header_up, name)) continue;
     up_head_.field(name, field.value());
   }
-  if (host.empty() && !overridden(pool.header_up, "host"))
-    up_head_.field("Host", route->site.hosts.empty() ? "localhost" : route->site.hosts.front());
+  if ((host.empty() || !origin_form.empty()) && !overridden(pool.header_up, "host"))
+    up_head_.field("Host", !host.empty()             ? host
+                           : route->site.hosts.empty() ? "localhost"sv
+                                                       : std::string_view(route->site.hosts.front()));
   up_head_.append("X-Forwarded-For: "sv);
   if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", "sv);
   up_head_.append(client_ip).append("\r\nX-Forwarded-Proto: http\r\n"sv);
-  up_head_.field("X-Forwarded-Host", host);
+  if (!host.empty()) up_head_.field("X-Forwarded-Host", host);  // none asked for (HTTP/1.0 without Host): none
   up_head_.field("X-Real-IP", client_ip);
   append_ops(up_head_, pool.header_up);
   if (upgrade) {
@@ -739,7 +763,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       case config::HashKey::cookie:
         ctx.key_hash = balance::hash_key(cookie_value(req[http::field::cookie], pool.hash_key.name));
         break;
-      case config::HashKey::uri: ctx.key_hash = balance::hash_key(req.target()); break;
+      case config::HashKey::uri: ctx.key_hash = balance::hash_key(target); break;
       case config::HashKey::none: ctx.key_hash = balance::hash_key(client_ip); break;
     }
   }

@@ -333,6 +333,74 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
     EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
 }
 
+// An absolute-form target (`GET http://host/path`) names the host itself and
+// its Host field is ignored (RFC 9112 3.2.2): heft routes by the target's
+// host and sends the backend origin-form with that host as Host, so heft and
+// the backend cannot disagree about which site a request is for. Targets that
+// are neither a path nor an http(s) URI, or hide the host behind userinfo,
+// get a 400 and reach no backend.
+TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
+  ASSERT_GE(listener, 0);
+  std::vector<std::string> heads;
+  std::thread origin([&] {
+    const int c = accept_scripted(listener);
+    if (c < 0) return;
+    std::string in;
+    for (int i = 0; i < 3 && read_until_head(c, in); ++i) {
+      const std::size_t end = in.find("\r\n\r\n") + 4;
+      heads.push_back(in.substr(0, end));
+      in.erase(0, end);
+      const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na";
+      ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+    }
+    ::close(c);
+  });
+  std::string dir = make_temp_dir();
+  Backend other = start_backend(dir, "other");
+  uint16_t port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                                        "a.test:{0} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{1}\n\t}}\n}}\n"
+                                        "b.test:{0} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{2}\n\t}}\n}}\n",
+                                        port, origin_port, other.port),
+                            port);
+  HttpClient client(port);
+  // The Host field says b.test; the target says a.test, and wins.
+  Response r = client.request("GET http://a.test:" + std::to_string(port) +
+                              "/where?x=1 HTTP/1.1\r\nHost: b.test\r\nX-Kept: yes\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "a");
+  // Case-insensitive scheme, no path: "/"; HTTP/1.0 without any Host.
+  r = client.request("GET HTTP://A.TEST:" + std::to_string(port) + " HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  r = client.request("GET http://a.test:" + std::to_string(port) + "?q HTTP/1.1\r\nHost: a.test\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  // And the other way round: the target says b.test.
+  r = client.request("GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("x-backend"), "other");
+  for (const std::string target : {"ftp://a.test/", "http://user@b.test/", "http:///where", "where", "http://a.test#x"}) {
+    HttpClient bad(port);
+    EXPECT_EQ(bad.request("GET " + target + " HTTP/1.1\r\nHost: a.test\r\n\r\n").status, 400) << target;
+  }
+  client.close();
+  origin.join();
+  ::close(listener);
+  ASSERT_EQ(heads.size(), 3u);
+  const std::string authority = "a.test:" + std::to_string(port);
+  EXPECT_EQ(heads[0].rfind("GET /where?x=1 HTTP/1.1\r\n", 0), 0u) << heads[0];
+  EXPECT_NE(heads[0].find("\r\nHost: " + authority + "\r\n"), std::string::npos) << heads[0];
+  EXPECT_NE(heads[0].find("\r\nX-Forwarded-Host: " + authority + "\r\n"), std::string::npos) << heads[0];
+  EXPECT_EQ(heads[0].find("b.test"), std::string::npos) << heads[0];
+  EXPECT_NE(heads[0].find("\r\nX-Kept: yes\r\n"), std::string::npos) << heads[0];
+  EXPECT_EQ(heads[1].rfind("GET / HTTP/1.1\r\n", 0), 0u) << heads[1];
+  EXPECT_NE(heads[1].find("\r\nHost: A.TEST:" + std::to_string(port) + "\r\n"), std::string::npos) << heads[1];
+  EXPECT_EQ(heads[2].rfind("GET /?q HTTP/1.1\r\n", 0), 0u) << heads[2];
+  for (const std::string& head : heads) EXPECT_EQ(head.find("http://"), std::string::npos) << head;
+}
+
 // The response side of the same: an interim 103 is dropped, every field of
 // the final head reaches the client in order (repeated ones too, a long one
 // whole), hop-by-hop fields and those Connection names do not, a chunked body
