@@ -555,7 +555,11 @@ void Session::finish_request(const SiteRoute* route, const RequestParser& parser
   const double wall_start =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - seconds;
   const auto& req = parser.get();
-  route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(req[http::field::host]),
+  // The host the request was routed by: an absolute-form target's, else Host.
+  const AbsoluteTarget absolute = split_absolute_target(req.target());
+  const std::string_view host =
+      absolute.status == AbsoluteTarget::absolute ? absolute.authority : std::string_view(req[http::field::host]);
+  route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(host),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
                      static_cast<int>(record_.status), seconds, record_.size, record_.tries});
 }

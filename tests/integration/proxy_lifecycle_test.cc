@@ -362,9 +362,10 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   uint16_t port = free_port();
   Process heft = start_heft(dir,
                             fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
-                                        "a.test:{0} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{1}\n\t}}\n}}\n"
+                                        "a.test:{0} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{1}\n\t}}\n"
+                                        "\tlog {{\n\t\toutput file {3}/a.log\n\t}}\n}}\n"
                                         "b.test:{0} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{2}\n\t}}\n}}\n",
-                                        port, origin_port, other.port),
+                                        port, origin_port, other.port, dir),
                             port);
   HttpClient client(port);
   // The Host field says b.test; the target says a.test, and wins.
@@ -399,6 +400,15 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   EXPECT_NE(heads[1].find("\r\nHost: A.TEST:" + std::to_string(port) + "\r\n"), std::string::npos) << heads[1];
   EXPECT_EQ(heads[2].rfind("GET /?q HTTP/1.1\r\n", 0), 0u) << heads[2];
   for (const std::string& head : heads) EXPECT_EQ(head.find("http://"), std::string::npos) << head;
+  // The access log names the host the request was routed by, and its target as sent.
+  std::string first_line;
+  for (int wait = 0; wait < 100 && first_line.empty(); ++wait) {
+    std::this_thread::sleep_for(20ms);  // written off the request path
+    std::ifstream in(dir + "/a.log");
+    std::getline(in, first_line);
+  }
+  EXPECT_NE(first_line.find("\"host\":\"" + authority + "\""), std::string::npos) << first_line;
+  EXPECT_NE(first_line.find("\"uri\":\"http://" + authority + "/where?x=1\""), std::string::npos) << first_line;
 }
 
 // The response side of the same: an interim 103 is dropped, every field of
