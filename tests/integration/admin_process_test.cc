@@ -27,12 +27,6 @@ int heft(const std::string& dir, const std::vector<std::string>& args, std::stri
   return code.value_or(-1);
 }
 
-bool run_supports_resume(const std::string& dir) {
-  std::string out;
-  heft(dir, {"run", "--help"}, out);
-  return out.find("--resume") != std::string::npos;
-}
-
 struct AdminProcessTest : ::testing::Test {
   std::string dir = make_temp_dir();
   std::vector<Backend> backends;
@@ -41,7 +35,6 @@ struct AdminProcessTest : ::testing::Test {
   std::string state = dir + "/state/autosave.json";
 
   void SetUp() override {
-    if (!run_supports_resume(dir)) GTEST_SKIP() << "heft run has no --resume yet (admin wiring pending)";
     backends.push_back(start_backend(dir, "a"));
     backends.push_back(start_backend(dir, "b"));
   }

@@ -338,9 +338,19 @@ inline Backend start_backend(const std::string& dir, const std::string& name,
   return b;
 }
 
-// `heft run --config FILE` on a config whose sites listen on `port`.
-inline Process start_heft(const std::string& dir, const std::string& heftfile, uint16_t port,
+// `heft run --config FILE` on a config whose sites listen on `port`. A config
+// that does not mention the admin API gets `admin off`: heft's default admin
+// address is the fixed 127.0.0.1:2019, which tests running in parallel would
+// race for (and EmbeddedDefault, which needs it, would find taken).
+inline Process start_heft(const std::string& dir, std::string heftfile, uint16_t port,
                           const std::string& log_name = "heft.log") {
+  if (heftfile.find("admin") == std::string::npos)
+  {
+    if (heftfile.starts_with("{\n"))
+      heftfile.insert(2, "\tadmin off\n");
+    else
+      heftfile.insert(0, "{\n\tadmin off\n}\n");
+  }
   std::string path = dir + "/Heftfile";
   write_file(path, heftfile);
   Process p({HEFT_BINARY, "run", "--config", path}, dir + "/" + log_name);

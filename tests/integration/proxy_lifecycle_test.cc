@@ -24,7 +24,8 @@ std::string pool_file(uint16_t port, const std::vector<Backend>& backends, const
   std::string to;
   for (std::size_t i = 0; i < backends.size(); ++i)
     to += fmt::format("\t\tto 127.0.0.1:{} weight {}\n", backends[i].port, weights[i]);
-  return fmt::format("{{\n\tworkers {}\n\tgrace_period 5s\n}}\n:{} {{\n\treverse_proxy {{\n{}\t}}\n}}\n", workers, port, to);
+  return fmt::format("{{\n\tadmin off\n\tworkers {}\n\tgrace_period 5s\n}}\n:{} {{\n\treverse_proxy {{\n{}\t}}\n}}\n",
+                     workers, port, to);
 }
 
 bool wait_for_log(const Process& p, const std::string& text, std::chrono::milliseconds timeout = 10s) {
@@ -567,7 +568,7 @@ TEST(ProxyLifecycle, ParkedIdleConnectionsServeTheNextRequestAndStillTimeOut) {
   backends.push_back(start_backend(dir, "a"));
   uint16_t port = free_port();
   std::string file = pool_file(port, backends, {1});
-  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 5s\n\tadmin off\n");
+  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 5s\n");
   Process heft = start_heft(dir, file, port);
 
   HttpClient kept(port);
@@ -626,7 +627,7 @@ TEST(ProxyLifecycle, KeepAliveClientsClosingOrIdleAreClosedPromptly) {
   {
     uint16_t port = free_port();
     std::string file = pool_file(port, backends, {1});
-    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 30s\n\tadmin off\n");
+    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 30s\n");
     Process heft = start_heft(dir, file, port);
     for (int round = 0; round < 3; ++round) {
       SCOPED_TRACE(round);
@@ -652,7 +653,7 @@ TEST(ProxyLifecycle, KeepAliveClientsClosingOrIdleAreClosedPromptly) {
   {
     uint16_t port = free_port();
     std::string file = pool_file(port, backends, {1});
-    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 200ms\n\tadmin off\n");
+    file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 5s\n\tidle_timeout 200ms\n");
     Process heft = start_heft(dir, file, port);
     HttpClient idle(port, 10s);
     ASSERT_EQ(idle.get("/").status, 200);
