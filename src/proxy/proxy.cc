@@ -85,6 +85,12 @@ Task<void> sweep_loop(Worker& worker) {
     if (worker.draining && worker.sessions.empty() && worker.parking->size() == 0) {
       worker.grace_timer.cancel();
       worker.idle.clear();
+      // Nothing is left to finish: stop now instead of waiting for the
+      // io_context to run out of work. Once the grace timer is cancelled, a
+      // stray pending wait (a watcher left armed) would keep the worker, and
+      // the process, alive for good; what is left is destroyed with the
+      // worker, as at the end of a grace period.
+      worker.io.stop();
       co_return;
     }
   }
