@@ -43,6 +43,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using boost::system::error_code;
 using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
+using Request = RequestParser::value_type;
 
 constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
 static_assert(kChunk == BlockPool::kBlockSize, "scratch() hands out whole blocks");
@@ -440,6 +441,20 @@ class Session {
   // small enough for Asio to recycle it).
   Task<void> send_status(unsigned status, bool keep_alive);
   Task<bool> handle(RequestParser& parser);
+  // What handle() decides from the request head before its first wait, and
+  // the backend's request head (up_head_) built. A plain function so that its
+  // locals stay off handle()'s coroutine frame: Asio recycles frames of up to
+  // 1,020 bytes and sends larger ones to malloc on every request.
+  struct RequestPlan {
+    const SiteRoute* route = nullptr;  // none: 404
+    const char* bad_target = nullptr;  // 400: why
+    uint64_t key_hash = 0;             // for a hash policy
+    bool upgrade = false;
+    bool expect_continue = false;
+    bool expectation_failed = false;  // 417
+  };
+  RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
+  std::string origin_form_;  // an absolute-form target's origin-form (plan_request)
   Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
                               uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
@@ -615,12 +630,10 @@ Task<void> Session::run() {
   client.close(ignored);
 }
 
-Task<bool> Session::handle(RequestParser& parser) {
-  const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
-  config_ = &routes->table->config;
-  auto& req = parser.get();
-  // The fields this function decides on, in one walk over the list (the first
-  // of each, as basic_fields' operator[] would give, without its four lookups).
+Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
+  RequestPlan plan;
+  // The fields decided on, in one walk over the list (the first of each, as
+  // basic_fields' operator[] would give, without its four lookups).
   std::string_view host, connection, upgrade_value, expect;
   for (const auto& field : req) {
     switch (field.name()) {
@@ -636,45 +649,37 @@ Task<bool> Session::handle(RequestParser& parser) {
   // Host, so heft and the backend agree on where the request goes.
   std::string_view target = req.target();
   const AbsoluteTarget absolute = split_absolute_target(target);
-  std::string origin_form;  // only for an absolute-form target
   if (absolute.status == AbsoluteTarget::bad) {
-    fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, absolute.reason);
-    co_await send_error(400, "400 Bad Request\n", false);
-    co_return false;
+    plan.bad_target = absolute.reason;
+    return plan;
   }
   if (absolute.status == AbsoluteTarget::absolute) {
     host = absolute.authority;
     if (absolute.path.empty() && req.method() == http::verb::options) {
-      origin_form = "*";  // RFC 9112 3.2.4
+      origin_form_ = "*";  // RFC 9112 3.2.4
     } else {
-      if (absolute.path.empty() || absolute.path.front() == '?') origin_form = "/";
-      origin_form.append(absolute.path);
+      origin_form_.assign(absolute.path.empty() || absolute.path.front() == '?' ? "/" : "");
+      origin_form_.append(absolute.path);
     }
-    target = origin_form;
+    target = origin_form_;
   }
-  const SiteRoute* route = routes->table->route(local_port, host);
-  current_routes_ = routes;  // keeps `route` alive until finish_request()
-  current_route_ = route;
-  // The parser read every Connection field already (close / keep-alive tokens
-  // and the version's default).
-  bool client_keep_alive = parser.keep_alive();
-  client_keep_alive_ = client_keep_alive;
-  if (!route) {
-    // Unread body bytes would be read as the next request: close instead.
-    co_await send_error(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
-    co_return client_keep_alive && parser.is_done();
-  }
-  const config::PoolConfig& pool = route->site.proxy;
-  WorkerSite& site = routes->sites[route->index];
-  const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
-  w.prepare_site(site, *snapshot);
-
+  plan.route = routes.table->route(local_port, host);
+  if (!plan.route) return plan;
+  const config::PoolConfig& pool = plan.route->site.proxy;
   const std::string_view extras = connection_extras(connection);
-  const bool upgrade = !upgrade_value.empty() && has_token(connection, "upgrade");
-  const bool expect_continue = iequals(expect, "100-continue");
-  if (!expect.empty() && !expect_continue) {
-    co_await send_error(417, "417 Expectation Failed\n", false);
-    co_return false;
+  plan.upgrade = !upgrade_value.empty() && has_token(connection, "upgrade");
+  plan.expect_continue = iequals(expect, "100-continue");
+  plan.expectation_failed = !expect.empty() && !plan.expect_continue;
+  if (pool.policy == balance::PolicyKind::hash) {
+    switch (pool.hash_key.kind) {
+      case config::HashKey::client_ip: plan.key_hash = balance::hash_key(client_ip); break;
+      case config::HashKey::header: plan.key_hash = balance::hash_key(req[pool.hash_key.name]); break;
+      case config::HashKey::cookie:
+        plan.key_hash = balance::hash_key(cookie_value(req[http::field::cookie], pool.hash_key.name));
+        break;
+      case config::HashKey::uri: plan.key_hash = balance::hash_key(target); break;
+      case config::HashKey::none: plan.key_hash = balance::hash_key(client_ip); break;
+    }
   }
 
   // The request head for the backend: same for every attempt.
@@ -685,7 +690,8 @@ Task<bool> Session::handle(RequestParser& parser) {
     std::string_view name = field.name_string();
     if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
     if (field.name() == http::field::expect) continue;
-    if (field.name() == http::field::host && !origin_form.empty()) continue;  // the target's authority instead
+    if (field.name() == http::field::host && absolute.status == AbsoluteTarget::absolute)
+      continue;  // the target's authority instead
     if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
       if (iequals(name, "x-forwarded-for")) {
         forwarded_for = field.value();
@@ -697,27 +703,61 @@ Task<bool> Session::handle(RequestParser& parser) {
     if (!pool.header_up.empty() && overridden(pool.header_up, name)) continue;
     up_head_.field(name, field.value());
   }
-  if ((host.empty() || !origin_form.empty()) && !overridden(pool.header_up, "host"))
-    up_head_.field("Host", !host.empty()             ? host
-                           : route->site.hosts.empty() ? "localhost"sv
-                                                       : std::string_view(route->site.hosts.front()));
+  if ((host.empty() || absolute.status == AbsoluteTarget::absolute) && !overridden(pool.header_up, "host")) {
+    const auto& hosts = plan.route->site.hosts;
+    up_head_.field("Host", !host.empty() ? host : hosts.empty() ? "localhost"sv : std::string_view(hosts.front()));
+  }
   up_head_.append("X-Forwarded-For: "sv);
   if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", "sv);
   up_head_.append(client_ip).append("\r\nX-Forwarded-Proto: http\r\n"sv);
   if (!host.empty()) up_head_.field("X-Forwarded-Host", host);  // none asked for (HTTP/1.0 without Host): none
   up_head_.field("X-Real-IP", client_ip);
   append_ops(up_head_, pool.header_up);
-  if (upgrade) {
+  if (plan.upgrade) {
     up_head_.append("Connection: upgrade\r\n"sv);
     up_head_.field("Upgrade", upgrade_value);
   }
+  return plan;
+}
+
+Task<bool> Session::handle(RequestParser& parser) {
+  const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
+  config_ = &routes->table->config;
+  auto& req = parser.get();
+  const RequestPlan plan = plan_request(req, *routes);
+  if (plan.bad_target) {
+    fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, plan.bad_target);
+    co_await send_error(400, "400 Bad Request\n", false);
+    co_return false;
+  }
+  const SiteRoute* route = plan.route;
+  current_routes_ = routes;  // keeps `route` alive until finish_request()
+  current_route_ = route;
+  // The parser read every Connection field already (close / keep-alive tokens
+  // and the version's default).
+  bool client_keep_alive = parser.keep_alive();
+  client_keep_alive_ = client_keep_alive;
+  if (!route) {
+    // Unread body bytes would be read as the next request: close instead.
+    co_await send_error(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
+    co_return client_keep_alive && parser.is_done();
+  }
+  if (plan.expectation_failed) {
+    co_await send_error(417, "417 Expectation Failed\n", false);
+    co_return false;
+  }
+  const config::PoolConfig& pool = route->site.proxy;
+  WorkerSite& site = routes->sites[route->index];
+  const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
+  w.prepare_site(site, *snapshot);
+  const bool upgrade = plan.upgrade;
 
   // Buffer the start of the body: small bodies are then complete (retryable and
   // fully validated before any byte reaches a backend).
   body_prefix_.clear();
   if (!parser.is_done()) {
     client_drained_ = false;  // the body is read through Asio
-    if (expect_continue && req.version() >= 11) {
+    if (plan.expect_continue && req.version() >= 11) {
       arm(config_->idle_timeout);
       before_client_write();
       auto [ec, n] = co_await asio::async_write(client, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25),
@@ -760,17 +800,7 @@ Task<bool> Session::handle(RequestParser& parser) {
   // Attempts, nginx's proxy_next_upstream way.
   balance::PickContext ctx;
   ctx.random = w.next_random();
-  if (pool.policy == balance::PolicyKind::hash) {
-    switch (pool.hash_key.kind) {
-      case config::HashKey::client_ip: ctx.key_hash = balance::hash_key(client_ip); break;
-      case config::HashKey::header: ctx.key_hash = balance::hash_key(req[pool.hash_key.name]); break;
-      case config::HashKey::cookie:
-        ctx.key_hash = balance::hash_key(cookie_value(req[http::field::cookie], pool.hash_key.name));
-        break;
-      case config::HashKey::uri: ctx.key_hash = balance::hash_key(target); break;
-      case config::HashKey::none: ctx.key_hash = balance::hash_key(client_ip); break;
-    }
-  }
+  ctx.key_hash = plan.key_hash;
   balance::TriedSet tried;
   ctx.tried = &tried;
   const config::NextUpstream& next = pool.next_upstream;
