@@ -123,6 +123,7 @@ const char* status_text(unsigned status) {
     case 414: return "URI Too Long";
     case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     case 500: return "Internal Server Error";
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
@@ -452,6 +453,7 @@ class Session {
     bool upgrade = false;
     bool expect_continue = false;
     bool expectation_failed = false;  // 417
+    bool connect = false;             // 501: CONNECT
   };
   RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
   std::string origin_form_;  // an absolute-form target's origin-form (plan_request)
@@ -632,6 +634,10 @@ Task<void> Session::run() {
 
 Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
   RequestPlan plan;
+  if (req.method() == http::verb::connect) {
+    plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
+    return plan;
+  }
   // The fields decided on, in one walk over the list (the first of each, as
   // basic_fields' operator[] would give, without its four lookups).
   std::string_view host, connection, upgrade_value, expect;
@@ -725,6 +731,11 @@ Task<bool> Session::handle(RequestParser& parser) {
   config_ = &routes->table->config;
   auto& req = parser.get();
   const RequestPlan plan = plan_request(req, *routes);
+  if (plan.connect) {
+    fmt::print(stderr, "heft: 501 from {}: CONNECT is not supported\n", client_ip);
+    co_await send_error(501, "501 CONNECT is not supported\n", false);
+    co_return false;
+  }
   if (plan.bad_target) {
     fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, plan.bad_target);
     co_await send_error(400, "400 Bad Request\n", false);

@@ -339,7 +339,7 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
 // host and sends the backend origin-form with that host as Host, so heft and
 // the backend cannot disagree about which site a request is for. Targets that
 // are neither a path nor an http(s) URI, or hide the host behind userinfo,
-// get a 400 and reach no backend.
+// get a 400, CONNECT a 501, and none reaches a backend.
 TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm) {
   uint16_t origin_port = 0;
   const int listener = listen_on_loopback(origin_port);
@@ -386,6 +386,12 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   for (const std::string target : {"ftp://a.test/", "http://user@b.test/", "http:///where", "where", "http://a.test#x"}) {
     HttpClient bad(port);
     EXPECT_EQ(bad.request("GET " + target + " HTTP/1.1\r\nHost: a.test\r\n\r\n").status, 400) << target;
+  }
+  {  // Authority-form is CONNECT's, a tunnel heft does not make (nginx answers 405).
+    HttpClient tunnel(port);
+    Response refused = tunnel.request("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n");
+    EXPECT_EQ(refused.status, 501);
+    EXPECT_EQ(refused.header("connection"), "close");
   }
   client.close();
   origin.join();
