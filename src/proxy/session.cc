@@ -123,8 +123,8 @@ const char* status_text(unsigned status) {
     case 414: return "URI Too Long";
     case 417: return "Expectation Failed";
     case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
@@ -457,6 +457,10 @@ class Session {
   };
   RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
   std::string origin_form_;  // an absolute-form target's origin-form (plan_request)
+  // The host the current request was routed by (plan_request), for the access
+  // log: an absolute-form target's authority, else the Host field. A view into
+  // the request head, which lives until finish_request().
+  std::string_view routed_host_;
   Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
                               uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
@@ -572,11 +576,7 @@ void Session::finish_request(const SiteRoute* route, const RequestParser& parser
   const double wall_start =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - seconds;
   const auto& req = parser.get();
-  // The host the request was routed by: an absolute-form target's, else Host.
-  const AbsoluteTarget absolute = split_absolute_target(req.target());
-  const std::string_view host =
-      absolute.status == AbsoluteTarget::absolute ? absolute.authority : std::string_view(req[http::field::host]);
-  route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(host),
+  route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(routed_host_),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
                      static_cast<int>(record_.status), seconds, record_.size, record_.tries});
 }
@@ -669,6 +669,7 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     }
     target = origin_form_;
   }
+  routed_host_ = host;
   plan.route = routes.table->route(local_port, host);
   if (!plan.route) return plan;
   const config::PoolConfig& pool = plan.route->site.proxy;
@@ -761,7 +762,6 @@ Task<bool> Session::handle(RequestParser& parser) {
   WorkerSite& site = routes->sites[route->index];
   const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
   w.prepare_site(site, *snapshot);
-  const bool upgrade = plan.upgrade;
 
   // Buffer the start of the body: small bodies are then complete (retryable and
   // fully validated before any byte reaches a backend).
@@ -845,7 +845,7 @@ Task<bool> Session::handle(RequestParser& parser) {
     const auto attempt_start = now;
     {
       ActiveGuard active(snapshot->balancer(), i);
-      result = co_await attempt(*route, site, *snapshot, i, parser, !more_allowed, upgrade);
+      result = co_await attempt(*route, site, *snapshot, i, parser, !more_allowed, plan.upgrade);
     }
     const auto attempt_end = Clock::now();
     {
