@@ -344,10 +344,9 @@ inline Backend start_backend(const std::string& dir, const std::string& name,
 // race for (and EmbeddedDefault, which needs it, would find taken).
 inline Process start_heft(const std::string& dir, std::string heftfile, uint16_t port,
                           const std::string& log_name = "heft.log") {
-  if (heftfile.find("admin") == std::string::npos)
-  {
+  if (heftfile.find("admin") == std::string::npos) {
     if (heftfile.starts_with("{\n"))
-      heftfile.insert(2, "\tadmin off\n");
+      heftfile.insert(2, "\tadmin off\n");  // into the global block
     else
       heftfile.insert(0, "{\n\tadmin off\n}\n");
   }

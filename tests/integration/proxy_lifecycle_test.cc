@@ -272,14 +272,18 @@ bool read_until_head(int fd, std::string& in) {
 }
 
 // A scripted origin on one connection: for each of `replies` in turn, reads
-// a request head and sends the reply; `answered` counts the replies sent.
-void answer_in_turn(int listener, const std::vector<std::string>& replies, int& answered) {
+// a request head (kept in `heads` if given) and sends the reply; `answered`
+// counts the replies sent.
+void answer_in_turn(int listener, const std::vector<std::string>& replies, int& answered,
+                    std::vector<std::string>* heads = nullptr) {
   const int c = accept_scripted(listener);
   if (c < 0) return;
   std::string in;
   for (const std::string& reply : replies) {
     if (!read_until_head(c, in)) break;
-    in.erase(0, in.find("\r\n\r\n") + 4);
+    const std::size_t end = in.find("\r\n\r\n") + 4;
+    if (heads) heads->push_back(in.substr(0, end));
+    in.erase(0, end);
     ++answered;
     ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
   }
@@ -345,18 +349,10 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   const int listener = listen_on_loopback(origin_port);
   ASSERT_GE(listener, 0);
   std::vector<std::string> heads;
+  int answered = 0;
   std::thread origin([&] {
-    const int c = accept_scripted(listener);
-    if (c < 0) return;
-    std::string in;
-    for (int i = 0; i < 3 && read_until_head(c, in); ++i) {
-      const std::size_t end = in.find("\r\n\r\n") + 4;
-      heads.push_back(in.substr(0, end));
-      in.erase(0, end);
-      const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na";
-      ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
-    }
-    ::close(c);
+    answer_in_turn(listener, std::vector<std::string>(3, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"), answered,
+                   &heads);
   });
   std::string dir = make_temp_dir();
   Backend other = start_backend(dir, "other");
