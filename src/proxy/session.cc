@@ -402,6 +402,22 @@ class Session {
     bool keep_alive = false;  // done: whether the client connection continues
     bool failed = false;      // done, but with a status next_upstream counts as a failure
   };
+  // Why the last attempt failed, for the error log (nginx names the stage and
+  // the system's reason). Members, not part of AttemptResult: they are read
+  // only on failure and would otherwise grow handle()'s coroutine frame.
+  const char* failure_stage_ = "";
+  error_code failure_ec_;
+  // An error or timeout (whichever the deadline says) at `stage`.
+  AttemptResult failure(const char* stage, error_code ec) {
+    failure_stage_ = stage;
+    failure_ec_ = ec;
+    return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+  }
+  // The reason the error log gives: "connecting: Connection refused", "reading the response head".
+  std::string failure_reason() const {
+    if (timed_out || !failure_ec_) return failure_stage_;
+    return fmt::format("{}: {}", failure_stage_, failure_ec_.message());
+  }
 
   void arm(std::chrono::milliseconds timeout) {
     deadline = coarse_now() + timeout;
@@ -896,7 +912,8 @@ Task<bool> Session::handle(RequestParser& parser) {
       case Outcome::broken:
         // The response had started: nothing to retry, the client sees a cut.
         snapshot->report_failure(i, Clock::now());
-        fmt::print(stderr, "heft: {} {}: backend {} failed mid-response\n", req.method_string(), req.target(), name);
+        fmt::print(stderr, "heft: {} {}: backend {} failed mid-response ({})\n", req.method_string(), req.target(), name,
+                   failure_reason());
         co_return false;
       case Outcome::bad_status:
         snapshot->report_failure(i, Clock::now());
@@ -907,8 +924,8 @@ Task<bool> Session::handle(RequestParser& parser) {
         const bool timeout = result.outcome == Outcome::timeout;
         snapshot->report_failure(i, Clock::now());
         last_status = timeout ? 504 : 502;
-        fmt::print(stderr, "heft: {} {}: backend {} {}\n", req.method_string(), req.target(), name,
-                   timeout ? "timed out" : "failed");
+        fmt::print(stderr, "heft: {} {}: backend {} {} ({})\n", req.method_string(), req.target(), name,
+                   timeout ? "timed out" : "failed", failure_reason());
         if (more_allowed && (timeout ? next.timeout : next.error)) continue;
         co_await send_status(last_status, client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !w.draining;
@@ -944,7 +961,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       upstream = &conn->socket;
       arm(pool.connect_timeout);
       auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);
-      if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      if (ec) co_return failure("connecting", ec);
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
       conn->socket.non_blocking(true, ignored);  // for send_now() and read_header()'s read
@@ -972,7 +989,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       std::tie(write_ec, std::ignore) = co_await asio::async_write(conn->socket, out, use_task);
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
-      co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      co_return failure("sending the request", write_ec);
     }
 
     // A member, not a local: a coroutine frame holding a parser is too big
@@ -996,6 +1013,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       };
       co_await (send_body() && receive());
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
+      if (body_ec && result.outcome == Outcome::error) failure("sending the request body", body_ec);
       if (body_ec == http::error::bad_chunk || body_ec == http::error::bad_chunk_extension)
         co_return AttemptResult{result.outcome == Outcome::done ? Outcome::broken : Outcome::bad_request_body};
       if (result.outcome == Outcome::done) {
@@ -1017,7 +1035,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         if (reused && !received && replayable && !timed_out &&
             (ec == asio::error::eof || ec == asio::error::connection_reset))
           break;  // stale pooled connection
-        co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+        co_return failure("reading the response head", ec);
       }
       if (reset_if_interim(response)) continue;
       break;
@@ -1036,7 +1054,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     if (result.outcome == Outcome::done) result.status = status;
     co_return result;
   }
-  co_return AttemptResult{Outcome::error};
+  co_return failure("reading the response head", asio::error::eof);  // closed on a fresh connection too
 }
 
 Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
@@ -1074,7 +1092,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     bool received = false;
     for (;;) {
       error_code ec = co_await read_header(conn, response, received, nullptr);
-      if (ec) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
+      if (ec) co_return failure("reading the response head", ec);
       if (reset_if_interim(response)) continue;
       break;
     }
@@ -1150,8 +1168,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       std::optional<BodyPiece> ready = body_from_buffer(conn.buffer, response, kChunk);
       auto [ec, n] = ready ? *ready : co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
       if (ec) {
-        if (head_pending) co_return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
-        co_return AttemptResult{Outcome::broken};
+        AttemptResult failed = failure("reading the response body", ec);
+        if (!head_pending) failed.outcome = Outcome::broken;
+        co_return failed;
       }
       got = n;
       record_.size += n;

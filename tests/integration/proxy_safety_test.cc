@@ -127,6 +127,12 @@ TEST(ProxySafety, UpstreamErrors502_503_504) {
   EXPECT_EQ(error_client.get("/").status, 502);  // keep-alive after a 502
   HttpClient none_client(port3);
   EXPECT_EQ(none_client.get("/").status, 503);
+  // The error log names the stage and the reason, as nginx's does.
+  const std::string log = heft.log();
+  EXPECT_NE(log.find(fmt::format("backend 127.0.0.1:{} timed out (reading the response head)", backends[0].port)),
+            std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("backend 127.0.0.1:{} failed (connecting: Connection refused)", dead)),
+            std::string::npos) << log;
 }
 
 TEST(ProxySafety, KilledBackendUnderLoadCausesNoClientErrors) {
