@@ -37,12 +37,17 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
       live_.push_back(previous->live_[*old]);
       if (const auto* e = old_state.find(*old)) {
         const BackendSpec& was = previous->backends_[*old];
-        if ((was.balance_weight || b.balance_weight) && was.weight > 0 && b.weight > 0) {
-          // A balance-weight rescale (slow start, adaptive): carry the state in the new units.
+        if (was.weight > 0 && b.weight > 0) {
           const int64_t from = was.balance_weight ? was.balance_weight : was.weight;
           const int64_t to = b.balance_weight ? b.balance_weight : b.weight;
+          // The effective weight in proportion: a backend at full weight is at
+          // its new full weight at once (a raised weight must not climb up one
+          // per pick), a penalised one keeps its share of the penalty.
           const int64_t eff = std::min<int64_t>(to, int64_t(e->effective_weight) * to / from);
-          carried.set(i, e->current_weight * to / from, static_cast<uint32_t>(eff));
+          // A balance-weight rescale (slow start, adaptive) changes the units:
+          // the current weight follows. A plain weight change keeps it.
+          const bool rescale = was.balance_weight || b.balance_weight;
+          carried.set(i, rescale ? e->current_weight * to / from : e->current_weight, static_cast<uint32_t>(eff));
         } else {
           carried.set(i, e->current_weight, e->effective_weight);
         }

@@ -176,6 +176,32 @@ TEST(WeightedRoundRobin, WeightChangeCarriesStateOver) {
   EXPECT_EQ(counts['C'], 30);
 }
 
+// A raised weight holds from the first pick (the canary's 1:1 -> 95:5): the
+// effective weight of a backend at full weight is its new full weight at once,
+// not the old one climbing by one per pick.
+TEST(WeightedRoundRobin, RaisedWeightIsFullAtOnce) {
+  auto s = specs({1, 1});
+  Balancer before(kSwrr, s);
+  EXPECT_EQ(letters(before, 2), "AB");  // current weights back at 0, 0
+  s[0].weight = 95;
+  s[1].weight = 5;
+  Balancer after(kSwrr, s, &before);
+  EXPECT_EQ(after.effective_weight(0), 95u);
+  EXPECT_EQ(after.effective_weight(1), 5u);
+  std::map<char, int> counts;
+  for (char c : letters(after, 100)) counts[c]++;
+  EXPECT_EQ(counts['A'], 95);
+  EXPECT_EQ(counts['B'], 5);
+  // And down again: 95:5 -> 5:95 within the next 100.
+  s[0].weight = 5;
+  s[1].weight = 95;
+  Balancer back(kSwrr, s, &after);
+  counts.clear();
+  for (char c : letters(back, 100)) counts[c]++;
+  EXPECT_EQ(counts['A'], 5);
+  EXPECT_EQ(counts['B'], 95);
+}
+
 // Any k * total picks from any mix of threads: exactly k * weight each.
 TEST(WeightedRoundRobin, ExactAcrossFourThreads) {
   for (auto weights : std::vector<std::vector<uint32_t>>{{5, 3, 2}, {5, 1, 1}, {13, 7, 3, 1, 1}}) {
