@@ -72,7 +72,8 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
                      {"weight", snapshot->backend(i).weight},
                      {"effective_weight", snapshot->display_effective_weight(i)},
                      {"active", active},
-                     {"healthy", snapshot->available(i)},
+                     {"healthy", snapshot->healthy(i)},
+                     {"state", snapshot->state_name(i)},
                      {"requests_total", state.requests_total()},
                      {"share", recent_sum ? double(recent[i]) / double(recent_sum) : 0.0}});
       // Dynamic weights, active health and response counters (docs/health.md, docs/rollout.md).
@@ -108,7 +109,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
       g.active = snapshot->live(i).active.load();
       g.weight = snapshot->backend(i).weight;
       g.effective_weight = snapshot->display_effective_weight(i);
-      g.healthy = snapshot->available(i);
+      g.healthy = snapshot->healthy(i);
       g.weight_factor = snapshot->factor(i);
       g.health_changes = snapshot->state(i).health_changes_total.load(std::memory_order_relaxed);
       if (i == 0)

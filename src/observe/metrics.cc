@@ -325,7 +325,7 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
   gauge("heft_upstream_weight", "Configured weight of a backend.", [](const UpstreamGauge& g) { return double(g.weight); });
   gauge("heft_upstream_effective_weight", "Weight the balancer uses now (after slow start and adaptation).",
         [](const UpstreamGauge& g) { return g.effective_weight; });
-  gauge("heft_upstream_healthy", "1 if the backend may receive requests, else 0.",
+  gauge("heft_upstream_healthy", "1 unless passive failures or active checks keep the backend out (its weight aside), else 0.",
         [](const UpstreamGauge& g) { return g.healthy ? 1.0 : 0.0; });
   gauge("heft_upstream_weight_factor", "Slow-start x adaptive factor of a backend's weight (0..1).",
         [](const UpstreamGauge& g) { return g.weight_factor; });

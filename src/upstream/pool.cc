@@ -77,6 +77,20 @@ bool PoolSnapshot::available(uint32_t i) const {
   return balancer_->live(i).available.load(std::memory_order_relaxed);
 }
 
+bool PoolSnapshot::healthy(uint32_t i) const { return balancer_->live(i).available.load(std::memory_order_relaxed); }
+
+const char* PoolSnapshot::state_name(uint32_t i) const {
+  const BackendConfig& b = config_.backends[i];
+  if (b.down) return "down";
+  if (b.weight == 0) return "drained";
+  BackendState& s = *states_[i];
+  {
+    std::lock_guard lock(s.mu);
+    if (s.out) return "out";
+  }
+  return s.healthy.load(std::memory_order_relaxed) ? "up" : "unhealthy";
+}
+
 void PoolSnapshot::refresh_availability(uint32_t i) const {
   BackendState& s = *states_[i];
   bool out;

@@ -209,6 +209,13 @@ class PoolSnapshot {
 
   // True when the backend may receive requests (not out, healthy, not down, weight > 0).
   bool available(uint32_t i) const;
+  // True when neither passive failures nor active checks keep the backend out,
+  // whatever its weight: a drained (weight 0) or `down` backend can be healthy.
+  bool healthy(uint32_t i) const;
+  // Why the backend does or does not take requests, nginx Plus's "state":
+  // "down" (configured), "drained" (weight 0), "out" (passive failures),
+  // "unhealthy" (active checks) or "up".
+  const char* state_name(uint32_t i) const;
 
  private:
   void refresh_availability(uint32_t i) const;

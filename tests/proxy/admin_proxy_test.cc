@@ -230,6 +230,16 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
             std::string::npos)
       << m.body;
   EXPECT_NE(m.body.find("heft_config_reloads_total{result=\"success\"}"), std::string::npos);
+  // Drained is not unhealthy: health is what the checks say, the state says why no traffic.
+  ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "0").status, 200);
+  json drained = json::parse(stack.admin_call("GET", "/reverse_proxy/upstreams").body);
+  EXPECT_EQ(drained[0]["state"], "up");
+  EXPECT_EQ(drained[1]["state"], "drained");
+  EXPECT_EQ(drained[1]["healthy"], true);
+  EXPECT_NE(stack.admin_call("GET", "/metrics").body.find(
+                fmt::format("heft_upstream_healthy{{server=\"srv0\",upstream=\"{}\"}} 1", stack.dial(1))),
+            std::string::npos);
+  ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "5").status, 200);
   // The change was saved before the 200.
   auto saved = json::parse(test::read_file(stack.dir + "/autosave.json"));
   EXPECT_EQ(saved["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]["upstreams"][1]
