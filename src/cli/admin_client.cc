@@ -66,6 +66,10 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
     if (auto it = res.find(http::field::etag); it != res.end()) reply.etag = std::string(it->value());
     beast::error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  } catch (const boost::system::system_error& e) {
+    // The code's message alone: what() adds Boost's source location.
+    reply.status = 0;
+    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.code().message();
   } catch (const std::exception& e) {
     reply.status = 0;
     reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.what();

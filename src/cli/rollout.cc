@@ -25,6 +25,7 @@
 
 #include "cli/admin_client.h"
 #include "cli/command.h"
+#include "cli/site_lookup.h"
 #include "config/values.h"
 
 namespace heft::cli {
@@ -100,59 +101,41 @@ struct Target {
   size_t site_index = 0;
 };
 
-// SITE: a host of the site, ":PORT" (a site answering any host on that port), or its index.
+// SITE as find_site() reads it. Both upstreams must be primaries in service:
+// a backup takes no traffic while a primary is up, so its stage could never
+// pass, and the rollback would drain the pool's failover.
 std::optional<Target> find_target(const json& config, const RolloutOptions& o, std::string& why) {
-  const json* servers = nullptr;
-  try {
-    servers = &config.at("apps").at("http").at("servers");
-  } catch (const json::exception&) {
-    why = "the configuration has no servers";
+  auto site = find_site(config, o.site, why);
+  if (!site) return std::nullopt;
+  Target t;
+  t.site_index = site->index;
+  t.path = site->upstreams_path;
+  t.upstreams = *site->upstreams;
+  bool found_stable = false, found_canary = false;
+  for (size_t u = 0; u < t.upstreams.size(); ++u) {
+    std::string dial = t.upstreams[u].value("dial", "");
+    if (dial == o.stable) t.stable = u, found_stable = true;
+    if (dial == o.canary) t.canary = u, found_canary = true;
+  }
+  if (!found_stable || !found_canary) {
+    why = fmt::format("site {} has no upstream {}", o.site, found_stable ? o.canary : o.stable);
     return std::nullopt;
   }
-  const bool numeric = o.site.find_first_not_of("0123456789") == std::string::npos;
-  const bool by_port = !o.site.empty() && o.site[0] == ':';
-  size_t site_index = 0;
-  for (size_t s = 0; servers->contains(fmt::format("srv{}", s)); ++s) {
-    const json& server = (*servers)[fmt::format("srv{}", s)];
-    bool port_matches = false;
-    if (by_port)
-      for (const json& l : server.value("listen", json::array()))
-        if (l.is_string() && l.get<std::string>().ends_with(o.site)) port_matches = true;
-    const json& routes = server.value("routes", json::array());
-    for (size_t r = 0; r < routes.size(); ++r, ++site_index) {
-      const json& route = routes[r];
-      bool match = numeric && std::stoul(o.site) == site_index;
-      json hosts = json::array();
-      for (const json& m : route.value("match", json::array()))
-        for (const json& h : m.value("host", json::array())) hosts.push_back(h);
-      if (by_port && port_matches && (hosts.empty() || routes.size() == 1)) match = true;
-      for (const json& h : hosts)
-        if (h.is_string() && h.get<std::string>() == o.site) match = true;
-      if (!match) continue;
-      Target t;
-      t.site_index = site_index;
-      t.path = fmt::format("/config/apps/http/servers/srv{}/routes/{}/handle/0/routes/0/handle/0/upstreams", s, r);
-      try {
-        t.upstreams = route.at("handle").at(0).at("routes").at(0).at("handle").at(0).at("upstreams");
-      } catch (const json::exception&) {
-        why = "site " + o.site + " has no reverse_proxy upstreams";
-        return std::nullopt;
-      }
-      bool found_stable = false, found_canary = false;
-      for (size_t u = 0; u < t.upstreams.size(); ++u) {
-        std::string dial = t.upstreams[u].value("dial", "");
-        if (dial == o.stable) t.stable = u, found_stable = true;
-        if (dial == o.canary) t.canary = u, found_canary = true;
-      }
-      if (!found_stable || !found_canary) {
-        why = fmt::format("site {} has no upstream {}", o.site, found_stable ? o.canary : o.stable);
-        return std::nullopt;
-      }
-      return t;
+  for (size_t u : {t.stable, t.canary}) {
+    const json& upstream = t.upstreams[u];
+    const char* role = u == t.stable ? "stable" : "canary";
+    if (upstream.value("backup", false)) {
+      why = fmt::format("the {} upstream {} is a backup server (it takes traffic only when every primary is out); "
+                        "a rollout moves traffic between two primaries",
+                        role, upstream.value("dial", ""));
+      return std::nullopt;
+    }
+    if (upstream.value("down", false)) {
+      why = fmt::format("the {} upstream {} is marked down", role, upstream.value("dial", ""));
+      return std::nullopt;
     }
   }
-  why = fmt::format("no site {} (give a host, :PORT or the site's index)", o.site);
-  return std::nullopt;
+  return t;
 }
 
 // One backend's counters as /reverse_proxy/upstreams shows them.

@@ -89,6 +89,10 @@ TEST_F(AdminProcessTest, ControlCommands) {
   ASSERT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 0) << out;
   EXPECT_NE(out.find(b), std::string::npos) << out;
   EXPECT_NE(out.find("SHARE"), std::string::npos) << out;
+  // SITE as :PORT too (the same weight: a no-op), and an unknown one named.
+  EXPECT_EQ(heft(dir, {"weight", fmt::format(":{}", port), b, "3", "--address", address()}, out), 0) << out;
+  EXPECT_EQ(heft(dir, {"weight", "Nosuch.Example", b, "3", "--address", address()}, out), 1) << out;
+  EXPECT_NE(out.find("no site Nosuch.Example"), std::string::npos) << out;
 
   // A refused reload prints the API's reason and exits 1; the old config stays.
   write_file(dir + "/bad.json", R"({"apps":{"http":{"servers":{"srv0":{"listen":[":1"],"routes":[{"handle":[{"handler":"subroute","routes":[{"handle":[{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:1","weight":-3}]}]}]}]}]}}}}})");
@@ -100,6 +104,9 @@ TEST_F(AdminProcessTest, ControlCommands) {
 
   ASSERT_EQ(heft(dir, {"stop", "--address", address()}, out), 0) << out;
   EXPECT_EQ(p.wait(20s), 0) << p.log();
+  // Nobody there now: the system's reason, without Boost's source location.
+  EXPECT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 1) << out;
+  EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // `heft rollout` against a running heft and demo backends (docs/rollout.md).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "health_load_util.h"
 
 namespace heft::test {
@@ -15,13 +17,14 @@ struct RolloutFleet {
   uint16_t admin = free_port();
   Process heft;
 
-  explicit RolloutFleet(const std::vector<std::string>& canary_options = {}) {
+  explicit RolloutFleet(const std::vector<std::string>& canary_options = {},
+                        const std::string& canary_config = "weight 0") {
     stable = start_backend(dir, "stable");
     canary = start_backend(dir, "canary", canary_options);
     heft = start_heft(dir,
                       fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} weight 0\n\t}}\n}}\n",
-                                  admin, port, stable.port, canary.port),
+                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
+                                  admin, port, stable.port, canary.port, canary_config),
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
   }
@@ -54,6 +57,34 @@ TEST(Rollout, BadArgumentsExitTwo) {
             dir + "/log");
   EXPECT_EQ(p.wait(10s).value_or(-1), 2);
   EXPECT_NE(p.log().find("bad stage"), std::string::npos) << p.log();
+}
+
+TEST(Rollout, UnreachableAdminApiExitsTwoWithTheSystemsReason) {
+  std::string dir = make_temp_dir();
+  uint16_t nobody = free_port();
+  Process p({HEFT_BINARY, "rollout", "--site", ":1", "--stable", "a:1", "--canary", "b:1", "--address",
+             fmt::format("127.0.0.1:{}", nobody)},
+            dir + "/log");
+  EXPECT_EQ(p.wait(10s).value_or(-1), 2);
+  EXPECT_NE(p.log().find(fmt::format("cannot reach the admin API at 127.0.0.1:{}: Connection refused\n", nobody)),
+            std::string::npos)
+      << p.log();
+}
+
+// A backup takes no traffic while a primary is up: refused before anything
+// changes (its "rollback" would have drained the pool's failover).
+TEST(Rollout, BackupCanaryIsRefusedAndNothingChanges) {
+  RolloutFleet f({}, "backup");
+  auto [code, out] = f.rollout({"--stages", "50:50", "--hold", "1s"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("is a backup server"), std::string::npos) << out;
+  HttpClient admin(f.admin);
+  Response config = admin.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", f.admin));
+  auto upstreams = nlohmann::json::parse(config.body)["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]
+                                                      ["routes"][0]["handle"][0]["upstreams"];
+  EXPECT_EQ(upstreams[1].value("backup", false), true) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 1) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
 }
 
 TEST(Rollout, HealthyCanaryReachesFullTraffic) {
