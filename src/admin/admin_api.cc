@@ -80,7 +80,7 @@ AdminResponse error_response(int status, const std::string& message) {
 }
 
 AdminApi::AdminApi(const config::Config& running, AdminHooks hooks, std::string state_path)
-    : hooks_(std::move(hooks)), state_path_(std::move(state_path)), admin_(running.admin) {
+    : hooks_(std::move(hooks)), state_path_(std::move(state_path)), admin_(running.admin), workers_(running.workers) {
   current_ = config::to_json(running);
   etag_ = make_etag(current_.dump());
 }
@@ -231,11 +231,23 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
     for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
     return error_response(400, message.empty() ? "invalid configuration" : message);
   }
-  const config::Config& next = *parsed;
+  config::Config& next = *parsed;
+  // Settings that take effect only at start: the admin listener (moving it
+  // under a live API would cut off the caller) and the worker threads. A
+  // configuration that leaves them at their defaults, as one that does not
+  // mention them does, keeps the running ones (a /load of a file without an
+  // admin block must not mean "move the API to :2019"); another value is refused.
+  if (next.admin == config::AdminConfig{}) next.admin = admin_;
+  if (next.workers == 0) next.workers = workers_;
   if (std::string problem = admin_config_error(next.admin); !problem.empty()) return error_response(400, problem);
-  // The listener is not moved under a live API: it would cut off the caller.
   if (next.admin.enabled != admin_.enabled || next.admin.address != admin_.address)
-    return error_response(400, "admin.listen and admin.disabled take effect only at start; restart heft to change them");
+    return error_response(400, fmt::format("admin.listen and admin.disabled take effect only at start (running: {}); "
+                                           "restart heft to change them",
+                                           admin_.enabled ? admin_.address : "admin off"));
+  if (next.workers != workers_)
+    return error_response(400, fmt::format("apps.http.workers takes effect only at start (running: {}); restart "
+                                           "heft to change it",
+                                           workers_ ? std::to_string(workers_) : "0, one per core"));
 
   json canonical = config::to_json(next);
   std::string serialized = canonical.dump();

@@ -122,6 +122,7 @@ TEST_F(AdminApiTest, BadInputsAreRefusedWithAReasonAndChangeNothing) {
       {request("POST", "/load", R"({"apps":{"http":{"servers":{"srv0":{"listen":[":8080"],"routes":"x"}}}}})"), 400,
        "routes"},
       {request("PATCH", "/config/admin/listen", R"("127.0.0.1:2020")"), 400, "admin"},
+      {request("PATCH", "/config/apps/http/workers", "8"), 400, "workers takes effect only at start"},
       {request("GET", "/nope"), 404, "/nope"},
       {request("GET", "/load"), 405, "POST"},
   };
@@ -134,6 +135,35 @@ TEST_F(AdminApiTest, BadInputsAreRefusedWithAReasonAndChangeNothing) {
     EXPECT_EQ(api.config_json().dump(), before);
   }
   EXPECT_TRUE(applied.empty());
+}
+
+// The admin listener and the worker count take effect only at start: a
+// /load that does not set them keeps the running ones; another value is refused.
+TEST_F(AdminApiTest, LoadKeepsStartOnlySettingsItDoesNotSet) {
+  AdminApi api(sample_config("{\n\tadmin 127.0.0.1:2999\n\tworkers 3\n}\n"), hooks(), "");
+  const auto at_admin = [](AdminRequest r) {
+    r.headers["host"] = "127.0.0.1:2999";
+    return r;
+  };
+  const std::string heftfile = ":8080 {\n\treverse_proxy 127.0.0.1:9001\n}\n";
+  AdminResponse r = api.handle(at_admin(request("POST", "/load", heftfile, "text/heftfile")));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(applied.back().admin.address, "127.0.0.1:2999");
+  EXPECT_EQ(applied.back().workers, 3u);
+  EXPECT_EQ(api.config_json()["apps"]["http"]["workers"], 3);
+  EXPECT_EQ(api.config_json()["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]
+                             ["upstreams"].size(),
+            1u);
+  const std::string before = api.config_json().dump();
+  r = api.handle(at_admin(request("POST", "/load", "{\n\tworkers 4\n}\n" + heftfile, "text/heftfile")));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("workers takes effect only at start (running: 3)"), std::string::npos) << r.body;
+  r = api.handle(at_admin(request("POST", "/load", "{\n\tadmin 127.0.0.1:2998\n}\n" + heftfile, "text/heftfile")));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("running: 127.0.0.1:2999"), std::string::npos) << r.body;
+  EXPECT_EQ(api.config_json().dump(), before);
+  EXPECT_EQ(applied.size(), 1u);
 }
 
 TEST_F(AdminApiTest, ApplyRefusalIsA4xxAndKeepsTheOldConfig) {
