@@ -165,15 +165,38 @@ std::string describe(const config::Config& config) {
   return out;
 }
 
+namespace {
+
+// Caddy's wildcard host: each "*" label stands for exactly one label
+// ("*.example.com" matches "a.example.com", not "example.com" nor
+// "a.b.example.com"); other labels compare case-insensitively.
+bool wildcard_matches(std::string_view pattern, std::string_view host) {
+  for (;;) {
+    const std::size_t p_dot = pattern.find('.'), h_dot = host.find('.');
+    const std::string_view p_label = pattern.substr(0, p_dot), h_label = host.substr(0, h_dot);
+    if (h_label.empty()) return false;
+    if (p_label != "*" && !boost::beast::iequals(p_label, h_label)) return false;
+    if (p_dot == std::string_view::npos || h_dot == std::string_view::npos) return p_dot == h_dot;
+    pattern.remove_prefix(p_dot + 1);
+    host.remove_prefix(h_dot + 1);
+  }
+}
+
+}  // namespace
+
 const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
   auto it = by_port.find(port);
   if (it == by_port.end()) return nullptr;
-  // Host without its port; IPv6 literals keep their brackets.
+  // Host without its port, IPv6 literals without their brackets (as sites
+  // store them), and without a trailing dot (an absolute name; nginx drops it too).
   if (!host.empty() && host.front() == '[') {
-    if (auto close = host.find(']'); close != std::string_view::npos) host = host.substr(0, close + 1);
+    if (auto close = host.find(']'); close != std::string_view::npos) host = host.substr(1, close - 1);
   } else if (auto colon = host.rfind(':'); colon != std::string_view::npos) {
     host = host.substr(0, colon);
   }
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  // An exact host wins over a wildcard, a wildcard over a site for any host.
+  const SiteRoute* wildcard = nullptr;
   const SiteRoute* any_host = nullptr;
   const SiteRoute* fallback = nullptr;
   for (std::size_t i : it->second) {
@@ -182,11 +205,13 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
       if (!any_host) any_host = &s;
       continue;
     }
-    for (const std::string& h : s.site.hosts)
+    for (const std::string& h : s.site.hosts) {
       if (boost::beast::iequals(h, host)) return &s;
+      if (!wildcard && h.find('*') != std::string::npos && wildcard_matches(h, host)) wildcard = &s;
+    }
     if (s.site.is_default && !fallback) fallback = &s;
   }
-  return any_host ? any_host : fallback;
+  return wildcard ? wildcard : any_host ? any_host : fallback;
 }
 
 Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {

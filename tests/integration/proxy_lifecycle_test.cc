@@ -725,5 +725,34 @@ TEST(ProxyLifecycle, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_TRUE(client.read_all().empty());  // and then the end, nothing more
 }
 
+// Sites on one port: an exact host (any case, a trailing dot, an IPv6
+// literal) wins over a wildcard, a wildcard over the site for any host.
+TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
+  std::string dir = make_temp_dir();
+  Backend exact = start_backend(dir, "exact"), wild = start_backend(dir, "wild"), any = start_backend(dir, "any");
+  uint16_t port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                                        ":{0} {{\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
+                                        "*.wild.test:{0} {{\n\treverse_proxy 127.0.0.1:{2}\n}}\n"
+                                        "a.wild.test:{0}, [::1]:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n",
+                                        port, exact.port, wild.port, any.port),
+                            port);
+  HttpClient client(port);
+  const auto backend_for = [&](const std::string& host) {
+    return client.request("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n").header("x-backend");
+  };
+  EXPECT_EQ(backend_for("a.wild.test"), "exact");
+  EXPECT_EQ(backend_for(fmt::format("A.Wild.Test.:{}", port)), "exact");
+  EXPECT_EQ(backend_for(fmt::format("[::1]:{}", port)), "exact");
+  EXPECT_EQ(backend_for("[::1]"), "exact");
+  EXPECT_EQ(backend_for("b.wild.test"), "wild");
+  EXPECT_EQ(backend_for(fmt::format("B.WILD.test:{}", port)), "wild");
+  EXPECT_EQ(backend_for("wild.test"), "any");       // "*" is one label, not none
+  EXPECT_EQ(backend_for("c.b.wild.test"), "any");   // nor two
+  EXPECT_EQ(backend_for(".wild.test"), "any");      // nor an empty one
+  EXPECT_EQ(backend_for("elsewhere.test"), "any");
+}
+
 }  // namespace
 }  // namespace heft::test
