@@ -51,6 +51,22 @@ std::string bare_tag(std::string tag) {
   return tag;
 }
 
+// If-Match holds "*" or a list of entity tags (RFC 9110 13.1.1): any one may match.
+bool if_match_holds(const std::string& field, const std::string& current) {
+  const std::string wanted = bare_tag(current);
+  std::size_t start = 0;
+  while (start <= field.size()) {
+    std::size_t comma = field.find(',', start);
+    std::string item = field.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item == "*" || (!item.empty() && bare_tag(item) == wanted)) return true;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return false;
+}
+
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 // The media type without parameters ("application/json; charset=utf-8" → "application/json").
@@ -222,7 +238,7 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
 }
 
 AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
-  if (std::string match = request.header("if-match"); !match.empty() && match != "*" && bare_tag(match) != bare_tag(etag()))
+  if (std::string match = request.header("if-match"); !match.empty() && !if_match_holds(match, etag()))
     return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
 
   config::Result<config::Config> parsed = config::from_json(candidate);

@@ -63,7 +63,7 @@ void setup(CLI::App& root) {
   CLI::App* command = root.add_subcommand("weight", "Set one backend's weight in a running heft");
   command->add_option("site", options->site, "Site: one of its host names (HOST or HOST:PORT), :PORT, or its index")->required();
   command->add_option("upstream", options->upstream, "Backend dial address as configured (host:port)")->required();
-  command->add_option("weight", options->weight, "New weight (0 drains)")->required()->check(CLI::NonNegativeNumber);
+  command->add_option("weight", options->weight, "New weight (0 drains)")->required()->check(CLI::Range(0L, 1'000'000L));
   add_admin_options(command, options->admin);
   command->callback([options] { set_exit_code(run_weight(*options)); });
 }

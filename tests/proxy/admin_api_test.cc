@@ -189,6 +189,12 @@ TEST_F(AdminApiTest, StaleIfMatchIs412) {
   EXPECT_EQ(api.config_json().dump(), before);
   second.headers["if-match"] = api.etag();
   EXPECT_EQ(api.handle(second).status, 200);
+  // A list matches when any of its tags does (RFC 9110).
+  AdminRequest third = request("PATCH", std::string(kUpstreams) + "/0/weight", "30");
+  third.headers["if-match"] = tag + ", " + api.etag();
+  EXPECT_EQ(api.handle(third).status, 200);
+  third.headers["if-match"] = tag + ", \"nope\"";
+  EXPECT_EQ(api.handle(third).status, 412);
 }
 
 TEST_F(AdminApiTest, LoadReplacesEverythingFromJsonOrHeftfile) {
