@@ -112,15 +112,18 @@ int run(const RunOptions& options) {
   }
 
   const auto grace = config.grace_period;
-  proxy::Proxy proxy(config);
+  // Construction opens the access logs, start() binds the ports: either may refuse.
+  std::unique_ptr<proxy::Proxy> proxy_owner;
   try {
-    proxy.start();
+    proxy_owner = std::make_unique<proxy::Proxy>(config);
+    proxy_owner->start();
   } catch (const std::exception& e) {
     fmt::print(stderr, "heft: {}\n", e.what());
     for (auto& b : demo_backends) b->stop();
     if (demo_thread.joinable()) demo_thread.join();
     return 1;
   }
+  proxy::Proxy& proxy = *proxy_owner;
   // The admin API beside the data plane. A start failure (its port taken) is
   // reported and the proxy keeps serving: losing control beats losing traffic.
   std::unique_ptr<admin::ProxyAdmin> admin_api;

@@ -277,13 +277,39 @@ void Worker::drain() {
   close_idle_sessions(*this);
 }
 
+namespace {
+
+// Every site's access log (null where logging is off), or nullopt with `error`
+// set if one cannot be opened: a configuration is refused as a whole then, at
+// start as on reload (nginx -t fails on an unwritable log too).
+std::optional<std::vector<std::shared_ptr<observe::AccessLog>>> open_access_logs(const config::Config& config,
+                                                                                 std::string& error) {
+  std::vector<std::shared_ptr<observe::AccessLog>> logs(config.sites.size());
+  for (std::size_t i = 0; i < config.sites.size(); ++i) {
+    if (!config.sites[i].log.enabled) continue;
+    std::string why;
+    logs[i] = observe::open_access_log(config.sites[i].log, why);
+    if (!logs[i]) {
+      error = fmt::format("access log of site {}: {}", site_label(config.sites[i]), why);
+      return std::nullopt;
+    }
+  }
+  return logs;
+}
+
+}  // namespace
+
 Proxy::Impl::Impl(config::Config config) {
   max_connections = config.max_connections ? config.max_connections : UINT32_MAX;
-  routes = build(std::move(config), nullptr);
+  std::string error;
+  auto logs = open_access_logs(config, error);
+  if (!logs) throw std::runtime_error(error);
+  routes = build(std::move(config), nullptr, std::move(*logs));
   routes_version = routes->version;
 }
 
-std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const RouteTable* previous) const {
+std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const RouteTable* previous,
+                                                     std::vector<std::shared_ptr<observe::AccessLog>> logs) const {
   auto table = std::make_shared<RouteTable>();
   table->version = previous ? previous->version + 1 : 1;
   const std::vector<std::string> labels = observe::server_labels(next);
@@ -291,11 +317,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
     const config::SiteConfig& site = next.sites[i];
     SiteRoute route{i, site, nullptr, {}, nullptr};
     route.server_label = i < labels.size() ? labels[i] : "srv0";
-    if (site.log.enabled) {
-      std::string error;
-      route.log = observe::open_access_log(site.log, error);
-      if (!route.log) fmt::print(stderr, "heft: access log for site {}: {}\n", i, error);
-    }
+    route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     pool_config.counter_slots = worker_count(next);
     if (previous) {
@@ -417,7 +439,9 @@ bool Proxy::reload(config::Config next, std::string& error) {
     // Changing the thread count needs a restart; everything else applies now.
     next.workers = static_cast<unsigned>(impl.workers.size());
   }
-  // Bind new ports first: if one fails, nothing changed.
+  // Open the access logs and bind new ports first: if one fails, nothing changed.
+  auto logs = open_access_logs(next, error);
+  if (!logs) return false;
   std::vector<std::vector<std::pair<uint16_t, std::unique_ptr<Acceptor>>>> opened(impl.workers.size());
   try {
     for (uint16_t port : new_ports) {
@@ -429,7 +453,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
     error = e.what();
     return false;
   }
-  impl.publish(impl.build(std::move(next), old.get()));
+  impl.publish(impl.build(std::move(next), old.get(), std::move(*logs)));
   if (impl.health) impl.health->set_pools(health_targets(*impl.current()));  // follow the pools across reloads
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];

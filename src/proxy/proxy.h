@@ -31,7 +31,9 @@ std::string describe(const config::Config& config);
 
 class Proxy {
  public:
-  // Takes a validated, resolved configuration. Nothing listens until start().
+  // Takes a validated, resolved configuration and opens its access logs
+  // (std::runtime_error naming the site if one cannot be opened). Nothing
+  // listens until start().
   explicit Proxy(config::Config config);
   ~Proxy();
   Proxy(const Proxy&) = delete;

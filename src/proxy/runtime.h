@@ -159,7 +159,9 @@ struct Proxy::Impl {
     std::lock_guard lock(mu);
     return routes;
   }
-  std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous) const;
+  // `logs`: each site's access log (open_access_logs()), moved into the table.
+  std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous,
+                                          std::vector<std::shared_ptr<observe::AccessLog>> logs) const;
   void publish(std::shared_ptr<const RouteTable> table);
   // Opens an SO_REUSEPORT listener on `port` for `worker` (throws on failure).
   std::unique_ptr<Acceptor> listen(Worker& worker, uint16_t port);

@@ -189,6 +189,32 @@ TEST(ProxyLifecycle, SighupSwapsWeightsUnderLoadAndInvalidReloadKeepsOld) {
   for (const char* n : {"a", "b", "c"}) EXPECT_NEAR(counts[n], 100, 2) << n;
 }
 
+// An access log that cannot be opened refuses the configuration: at start
+// (exit 1, nothing served) and on reload (the old one keeps serving).
+TEST(ProxyLifecycle, UnopenableAccessLogRefusesStartAndReload) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  const std::string bad = fmt::format("{{\n\tadmin off\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n"
+                                      "\tlog {{\n\t\toutput file {}/no/such/dir/access.log\n\t}}\n}}\n",
+                                      port, a.port, dir);
+  write_file(dir + "/Bad", bad);
+  Process refused({HEFT_BINARY, "run", "--config", dir + "/Bad"}, dir + "/refused.log");
+  EXPECT_EQ(refused.wait(10s), 1) << refused.log();
+  EXPECT_NE(refused.log().find(fmt::format("access log of site :{}: cannot open access log {}/no/such/dir/access.log",
+                                           port, dir)),
+            std::string::npos)
+      << refused.log();
+
+  Process heft = start_heft(dir, fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, a.port), port);
+  write_file(dir + "/Heftfile", bad);
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "keeping the old configuration"));
+  EXPECT_NE(heft.log().find("cannot open access log"), std::string::npos) << heft.log();
+  HttpClient c(port);
+  EXPECT_EQ(c.get("/").status, 200);
+}
+
 TEST(ProxyLifecycle, SigtermFinishesInFlightRequestsAndExitsZero) {
   std::string dir = make_temp_dir();
   std::vector<Backend> backends;
