@@ -267,8 +267,9 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
 
   json canonical = config::to_json(next);
   std::string serialized = canonical.dump();
-  if (canonical == config_json()) {
+  if (canonical == config_json()) {  // nothing to change: the same answer as a change
     AdminResponse r;
+    r.body = "{}\n";
     r.headers.emplace_back("ETag", etag());
     return r;
   }
