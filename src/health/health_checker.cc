@@ -96,8 +96,20 @@ void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
   for (PoolTarget& t : next) {
     auto target = std::make_shared<const PoolTarget>(std::move(t));
     pools.push_back(target);
-    if (target->config.health_uri.empty() || !target->pool) continue;
+    if (!target->pool) continue;
     auto snap = target->pool->snapshot();
+    if (target->config.health_uri.empty()) {
+      // No active checks (any more, after a reload): nothing would ever bring
+      // back a backend they had marked unhealthy, and without checks every
+      // backend is healthy (docs/health.md).
+      for (uint32_t k = 0; k < snap->size(); ++k) {
+        if (snap->state(k).healthy.load(std::memory_order_relaxed)) continue;
+        snap->set_healthy(k, true, Clock::now());
+        log(fmt::format("heft: health: pool {} backend {} is now healthy (active checks are off)", target->label,
+                        snap->backend(k).name));
+      }
+      continue;
+    }
     const size_t n = snap->size();
     const Clock::duration interval = std::max<Clock::duration>(target->config.health_interval, std::chrono::milliseconds(10));
     for (uint32_t k = 0; k < n; ++k) {

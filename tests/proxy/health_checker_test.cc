@@ -167,6 +167,10 @@ TEST(HealthChecker, FollowsThePoolAcrossReloads) {
     cfg.health_status = "503";
     checker.set_pools({{"site0", pool, cfg}});
     EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(1) && !pool->snapshot()->available(0); }, 500ms));
+    // A reload that turns the checks off: nothing would bring a back, so it is healthy at once.
+    cfg.health_uri.clear();
+    checker.set_pools({{"site0", pool, cfg}});
+    EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(0) && pool->snapshot()->available(1); }, 500ms));
   }
   a.stop();
   b.stop();
