@@ -709,6 +709,7 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   up_head_.clear();
   up_head_.append(req.method_string()).append(" "sv).append(target).append(" HTTP/1.1\r\n"sv);
   std::string_view forwarded_for;
+  std::string forwarded_for_lines;  // several X-Forwarded-For lines are one list (RFC 9110 5.3)
   for (const auto& field : req) {
     std::string_view name = field.name_string();
     if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
@@ -717,7 +718,13 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
       continue;  // the target's authority instead
     if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
       if (iequals(name, "x-forwarded-for")) {
-        forwarded_for = field.value();
+        if (forwarded_for.empty()) {
+          forwarded_for = field.value();
+        } else if (!field.value().empty()) {
+          if (forwarded_for_lines.empty()) forwarded_for_lines = forwarded_for;
+          forwarded_for_lines.append(", ").append(field.value());
+          forwarded_for = forwarded_for_lines;
+        }
         continue;
       }
       if (iequals(name, "x-forwarded-proto") || iequals(name, "x-forwarded-host") || iequals(name, "x-real-ip"))
@@ -730,11 +737,18 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     const auto& hosts = plan.route->site.hosts;
     up_head_.field("Host", !host.empty() ? host : hosts.empty() ? "localhost"sv : std::string_view(hosts.front()));
   }
-  up_head_.append("X-Forwarded-For: "sv);
-  if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", "sv);
-  up_head_.append(client_ip).append("\r\nX-Forwarded-Proto: http\r\n"sv);
-  if (!host.empty()) up_head_.field("X-Forwarded-Host", host);  // none asked for (HTTP/1.0 without Host): none
-  up_head_.field("X-Real-IP", client_ip);
+  // heft's own forwarding fields, unless header_up sets or removes them
+  // (e.g. X-Forwarded-Proto https behind a TLS terminator).
+  const auto ours = [&](std::string_view name) { return pool.header_up.empty() || !overridden(pool.header_up, name); };
+  if (ours("x-forwarded-for")) {
+    up_head_.append("X-Forwarded-For: "sv);
+    if (!forwarded_for.empty()) up_head_.append(forwarded_for).append(", "sv);
+    up_head_.append(client_ip).append("\r\n"sv);
+  }
+  if (ours("x-forwarded-proto")) up_head_.append("X-Forwarded-Proto: http\r\n"sv);
+  // None asked for (HTTP/1.0 without Host): none.
+  if (!host.empty() && ours("x-forwarded-host")) up_head_.field("X-Forwarded-Host", host);
+  if (ours("x-real-ip")) up_head_.field("X-Real-IP", client_ip);
   append_ops(up_head_, pool.header_up);
   if (plan.upgrade) {
     up_head_.append("Connection: upgrade\r\n"sv);

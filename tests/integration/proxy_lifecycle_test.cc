@@ -317,22 +317,20 @@ void answer_in_turn(int listener, const std::vector<std::string>& replies, int& 
 }
 
 // heft on `port` (one worker, no admin API) in front of one origin.
-Process start_heft_to(uint16_t origin_port, uint16_t port) {
+Process start_heft_to(uint16_t origin_port, uint16_t port, const std::string& pool_options = "") {
   return start_heft(make_temp_dir(),
                     fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
-                                port, origin_port),
+                                "\t\tto 127.0.0.1:{}\n{}\t}}\n}}\n",
+                                port, origin_port, pool_options),
                     port);
 }
 
-// What the backend receives: a one-shot origin on 127.0.0.1 that records the
-// request head it gets and answers 200. X-Forwarded-For is appended to with
-// the client address, X-Real-IP set, and hop-by-hop fields (Connection, the
-// fields it names, Keep-Alive, TE, Proxy-Connection) never reach the backend.
-TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
+// The head a one-shot origin on 127.0.0.1 receives for `request` sent
+// through a heft with `pool_options` (the origin answers 200 "ok").
+std::string head_at_backend(const std::string& request, const std::string& pool_options = "") {
   uint16_t origin_port = 0;
   const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
+  if (listener < 0) return "(no listener)";
   std::string head;
   std::thread origin([&] {
     const int c = accept_scripted(listener);
@@ -342,26 +340,50 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
     ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
     ::close(c);
   });
-
   uint16_t port = free_port();
-  Process heft = start_heft_to(origin_port, port);
+  Process heft = start_heft_to(origin_port, port, pool_options);
   HttpClient client(port);
-  Response r = client.request(
-      "GET /where HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
-      "Connection: keep-alive, X-Secret\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
-      "Proxy-Connection: keep-alive\r\nX-Kept: yes\r\n\r\n");
+  Response r = client.request(request);
   origin.join();
   ::close(listener);
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "ok");
+  return head;
+}
+
+// What the backend receives. X-Forwarded-For is appended to with the client
+// address (several lines of it are one list), X-Real-IP set, and hop-by-hop
+// fields (Connection, the fields it names, Keep-Alive, TE, Proxy-Connection)
+// never reach the backend.
+TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
+  const std::string head = head_at_backend(
+      "GET /where HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
+      "Connection: keep-alive, X-Secret\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
+      "Proxy-Connection: keep-alive\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nX-Kept: yes\r\n\r\n");
   EXPECT_NE(head.find("GET /where HTTP/1.1\r\n"), std::string::npos) << head;
-  EXPECT_NE(head.find("\r\nX-Forwarded-For: 10.0.0.1, 127.0.0.1\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 127.0.0.1\r\n"), std::string::npos)
+      << head;
+  EXPECT_EQ(head.find("X-Forwarded-For", head.find("X-Forwarded-For") + 1), std::string::npos) << head;
   EXPECT_NE(head.find("\r\nX-Real-IP: 127.0.0.1\r\n"), std::string::npos) << head;
   EXPECT_NE(head.find("\r\nX-Forwarded-Host: app.test\r\n"), std::string::npos) << head;
   EXPECT_NE(head.find("\r\nHost: app.test\r\n"), std::string::npos) << head;
   EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
   for (const char* gone : {"X-Secret", "Keep-Alive", "TE:", "Proxy-Connection", "Connection: keep-alive, X-Secret"})
     EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+}
+
+// header_up sets or removes heft's own forwarding fields too (Caddy's
+// semantics): behind a TLS terminator X-Forwarded-Proto says https, once.
+TEST(ProxyLifecycle, HeaderUpOverridesTheForwardingFields) {
+  const std::string head = head_at_backend(
+      "GET / HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 5.5.5.5\r\nX-Forwarded-Proto: gopher\r\n\r\n",
+      "\t\theader_up X-Forwarded-Proto https\n\t\theader_up -X-Real-IP\n\t\theader_up -X-Forwarded-For\n"
+      "\t\theader_up X-Forwarded-Host front.test\n");
+  EXPECT_NE(head.find("\r\nX-Forwarded-Proto: https\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Forwarded-Host: front.test\r\n"), std::string::npos) << head;
+  for (const char* gone : {"X-Forwarded-Proto: http\r\n", "gopher", "X-Real-IP", "X-Forwarded-For", "X-Forwarded-Host: app.test"})
+    EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+  EXPECT_EQ(head.find("X-Forwarded-Host", head.find("X-Forwarded-Host") + 1), std::string::npos) << head;
 }
 
 // An absolute-form target (`GET http://host/path`) names the host itself and
