@@ -78,7 +78,9 @@ struct SitePlaces {
 
 class Parser {
  public:
-  Parser(std::string_view file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
+  // `syntax_ok`: the tree had no syntax errors (they are reported elsewhere).
+  Parser(std::string_view file, std::vector<Diagnostic>& errors, bool syntax_ok)
+      : file_(file), errors_(errors), syntax_ok_(syntax_ok) {}
 
   Config parse(const syntax::Tree& tree) {
     Config config;
@@ -118,7 +120,7 @@ class Parser {
       config.sites.push_back(std::move(site));
       places.push_back(std::move(place));
     }
-    if (config.sites.empty() && errors_.empty())
+    if (config.sites.empty() && errors_.empty() && syntax_ok_)
       errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
     check_sites(config, places);
     group_by_port(config);
@@ -768,9 +770,18 @@ class Parser {
         error(d.args[2], "unexpected argument (quote values that contain spaces)");
         return;
       }
+      if (!header_value(d.args[1], op.name)) return;
       op.value = d.args[1].text;
     }
     ops.push_back(std::move(op));
+  }
+
+  // False after reporting a value that would break the header block it is sent in.
+  bool header_value(const Token& value, std::string_view name) {
+    std::string problem = header_value_problem(value.text);
+    if (problem.empty()) return true;
+    error(value, fmt::format("invalid value for header \"{}\": {}", printable(name), problem));
+    return false;
   }
 
   void health_headers(const Directive& d, PoolConfig& pool) {
@@ -787,6 +798,7 @@ class Parser {
                                   : std::string("unexpected argument (quote values that contain spaces)"));
         continue;
       }
+      if (!header_value(header.args[0], header.name.text)) continue;
       pool.health_headers.emplace_back(header.name.text, header.args[0].text);
     }
   }
@@ -880,6 +892,7 @@ class Parser {
 
   std::string file_;
   std::vector<Diagnostic>& errors_;
+  bool syntax_ok_;
 };
 
 bool is_ip_literal(const std::string& host) {
@@ -905,8 +918,17 @@ Result<Config> parse_heftfile(std::string_view text, std::string_view file) {
   Result<Config> result;
   Result<syntax::Tree> tree = syntax::parse(text, file);
   result.errors = std::move(tree.errors);
-  Parser parser(file, result.errors);
+  std::vector<Diagnostic> meaning_errors;
+  Parser parser(file, meaning_errors, result.errors.empty());
   Config config = parser.parse(*tree.value);
+  // A token the lexer reported (an unterminated quote, which swallowed the
+  // rest of the file) gets no second error for what it then holds.
+  std::erase_if(meaning_errors, [&](const Diagnostic& meaning) {
+    return std::any_of(result.errors.begin(), result.errors.end(), [&](const Diagnostic& syntax) {
+      return syntax.line == meaning.line && syntax.column == meaning.column;
+    });
+  });
+  result.errors.insert(result.errors.end(), meaning_errors.begin(), meaning_errors.end());
   // Errors appear in file order whichever pass found them.
   std::stable_sort(result.errors.begin(), result.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
     return std::pair(a.line, a.column) < std::pair(b.line, b.column);

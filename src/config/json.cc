@@ -612,6 +612,10 @@ class Reader {
           error(member(entry_path, "value"), "required");
           continue;
         }
+        if (std::string problem = header_value_problem(header_value); !problem.empty()) {
+          error(member(entry_path, "value"), problem);
+          continue;
+        }
         pool.health_headers.emplace_back(name, header_value);
       }
     }
@@ -648,6 +652,10 @@ class Reader {
       }
       if (op.op != HeaderOp::remove && !has_value) {
         error(member(op_path, "value"), "required");
+        continue;
+      }
+      if (std::string problem = header_value_problem(op.value); !problem.empty()) {
+        error(member(op_path, "value"), problem);
         continue;
       }
       out.push_back(std::move(op));

@@ -208,6 +208,34 @@ std::string join_host_port(std::string_view host, uint16_t port) {
   return fmt::format("{}:{}", host, port);
 }
 
+std::string header_value_problem(std::string_view value) {
+  for (char c : value) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) continue;  // VCHAR, SP and obs-text are fine
+    if (c == '\t') continue;
+    std::string_view name = c == '\r' ? "a carriage return"
+                            : c == '\n' ? "a line feed"
+                            : c == '\0' ? "a NUL byte"
+                                        : "a control character";
+    return fmt::format("contains {} (0x{:02X}); header values may hold no control character but tab", name,
+                       unsigned(byte));
+  }
+  return {};
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (byte < 0x20 || byte > 0x7e) out += fmt::format("\\x{:02X}", unsigned(byte));
+    else out += c;
+  }
+  return out;
+}
+
 namespace {
 size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);

@@ -1,5 +1,6 @@
 // Scalar value syntax shared by the Heftfile parser and the JSON adapter:
-// durations, sizes, fractions, addresses, and "did you mean" suggestions.
+// durations, sizes, fractions, addresses, header names and values, and "did
+// you mean" suggestions.
 //
 // Pure functions; each returns nullopt (or an error string) instead of throwing.
 #pragma once
@@ -51,6 +52,15 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port);
 
 // "host:port" with brackets around an IPv6 host.
 std::string join_host_port(std::string_view host, uint16_t port);
+
+// Why `value` may not be sent as a header field value, or empty if it may.
+// RFC 9110 field-value: no control character but horizontal tab. A CR or LF
+// would end the header and start one the configuration did not mean to send.
+std::string header_value_problem(std::string_view value);
+
+// `text` with control characters and bytes above 0x7e written as \n, \r,
+// \t or \xNN, for quoting user input in one-line error messages.
+std::string printable(std::string_view text);
 
 // The candidate closest to `word` by edit distance, if it is close enough to
 // be a likely typo; empty otherwise.

@@ -441,6 +441,27 @@ TEST(HeftfileErrors, OtherValueErrors) {
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
 }
 
+// A quoted value may span lines; sent raw, its line break would start a header
+// of its own (header injection). RFC 9110 field values hold no control but HTAB.
+TEST(HeftfileErrors, HeaderValuesWithControlCharacters) {
+  const std::string rule = "header values may hold no control character but tab";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A \"a\nX-Injected: 1\"\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a line feed (0x0A); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down +X-A \"a\r\"\n\t}\n}\n"),
+            "Heftfile:3:20: invalid value for header \"X-A\": contains a carriage return (0x0D); " + rule);
+  EXPECT_EQ(only_error(std::string(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A a") + '\0' + "b\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a NUL byte (0x00); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A a\x7f\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a control character (0x7F); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tX-Probe \"a\nb\"\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:12: invalid value for header \"X-Probe\": contains a line feed (0x0A); " + rule);
+  // Tab, spaces and bytes above 0x7f (obs-text) are field-value octets.
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A \"a\tb c\"\n"
+                           "\t\theader_down X-B caf\xc3\xa9\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up[0].value, "a\tb c");
+  EXPECT_EQ(config.sites[0].proxy.header_down[0].value, "caf\xc3\xa9");
+}
+
 TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
   auto errors = errors_of(R"(app.example.com {
 	reverse_proxy {

@@ -205,6 +205,19 @@ TEST(JsonErrors, StructureAndSemantics) {
                                      "apps.http.servers.srv0.routes[0])"});
 }
 
+TEST(JsonErrors, HeaderValuesWithControlCharacters) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rule = "header values may hold no control character but tab";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][1]["value"] = "a\nX-Injected: 1"; }),
+            std::vector<std::string>{rp + ".headers.request[1].value: contains a line feed (0x0A); " + rule});
+  EXPECT_EQ(errors_after([](json& d) {
+              proxy_of(d)["headers"]["response"].push_back({{"op", "add"}, {"name", "X-A"}, {"value", "a\r"}});
+            }),
+            std::vector<std::string>{rp + ".headers.response[1].value: contains a carriage return (0x0D); " + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["value"] = std::string("h\0", 2); }),
+            std::vector<std::string>{rp + ".health_checks.active.headers[0].value: contains a NUL byte (0x00); " + rule});
+}
+
 TEST(JsonErrors, EveryErrorIsReported) {
   auto errors = errors_after([](json& d) {
     upstreams_of(d)[0]["weight"] = 2000000;

@@ -69,6 +69,17 @@ TEST(Values, HostPort) {
   EXPECT_EQ(join_host_port("a", 80), "a:80");
 }
 
+TEST(Values, HeaderValues) {
+  for (std::string_view ok : {"", "text", "a b\tc", "caf\xc3\xa9", "!~"})
+    EXPECT_EQ(header_value_problem(ok), "") << ok;
+  EXPECT_EQ(header_value_problem("a\r\nb"),
+            "contains a carriage return (0x0D); header values may hold no control character but tab");
+  for (std::string_view bad : {std::string_view("\n"), std::string_view("a\x01"), std::string_view("\x7f"),
+                               std::string_view("a\0", 2)})
+    EXPECT_NE(header_value_problem(bad), "") << printable(bad);
+  EXPECT_EQ(printable("a\r\n\t\x01\xc3\xa9\"z"), "a\\r\\n\\t\\x01\\xC3\\xA9\"z");
+}
+
 TEST(Values, ClosestMatch) {
   constexpr std::array<std::string_view, 4> options = {"weight", "max_fails", "fail_timeout", "backup"};
   EXPECT_EQ(closest_match("wieght", options), "weight");  // transposition
