@@ -752,10 +752,7 @@ class Parser {
       op.op = HeaderOp::remove;
       op.name.erase(0, 1);
     }
-    if (op.name.empty() || op.name.find_first_of(" :\t") != std::string::npos) {
-      error(name, fmt::format("invalid header name \"{}\"", name.text));
-      return;
-    }
+    if (!header_name(name, op.name)) return;
     if (op.op == HeaderOp::remove) {
       if (d.args.size() > 1) {
         error(d.args[1], fmt::format("\"{}\" removes a header and takes no value", name.text));
@@ -774,6 +771,15 @@ class Parser {
       op.value = d.args[1].text;
     }
     ops.push_back(std::move(op));
+  }
+
+  // False after reporting a name that is not an RFC 9110 token. `at` is the
+  // token as written ("+X-A"), `name` the header name in it.
+  bool header_name(const Token& at, std::string_view name) {
+    if (is_header_name(name)) return true;
+    error(at, fmt::format("invalid header name \"{}\" (use letters, digits and {})", printable(at.text),
+                          kHeaderNameCharacters));
+    return false;
   }
 
   // False after reporting a value that would break the header block it is sent in.
@@ -798,7 +804,7 @@ class Parser {
                                   : std::string("unexpected argument (quote values that contain spaces)"));
         continue;
       }
-      if (!header_value(header.args[0], header.name.text)) continue;
+      if (!header_name(header.name, header.name.text) || !header_value(header.args[0], header.name.text)) continue;
       pool.health_headers.emplace_back(header.name.text, header.args[0].text);
     }
   }

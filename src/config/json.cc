@@ -130,6 +130,10 @@ json route_to_json(const SiteConfig& site) {
 std::string member(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
 }
+std::string invalid_header_name(std::string_view name) {
+  return fmt::format("invalid header name \"{}\" (use letters, digits and {})", printable(name), kHeaderNameCharacters);
+}
+
 std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
 
 class Reader {
@@ -608,6 +612,10 @@ class Reader {
           error(member(entry_path, "name"), "required");
           continue;
         }
+        if (!is_header_name(name)) {
+          error(member(entry_path, "name"), invalid_header_name(name));
+          continue;
+        }
         if (!string_field((*headers)[i], "value", entry_path, header_value)) {
           error(member(entry_path, "value"), "required");
           continue;
@@ -643,6 +651,10 @@ class Reader {
       }
       if (!string_field(entry, "name", op_path, op.name) || op.name.empty()) {
         error(member(op_path, "name"), "required");
+        continue;
+      }
+      if (!is_header_name(op.name)) {
+        error(member(op_path, "name"), invalid_header_name(op.name));
         continue;
       }
       bool has_value = string_field(entry, "value", op_path, op.value);

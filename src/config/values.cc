@@ -208,6 +208,15 @@ std::string join_host_port(std::string_view host, uint16_t port) {
   return fmt::format("{}:{}", host, port);
 }
 
+bool is_header_name(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    bool letter_or_digit = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c);
+    if (!letter_or_digit && kHeaderNameCharacters.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
 std::string header_value_problem(std::string_view value) {
   for (char c : value) {
     auto byte = static_cast<unsigned char>(c);

@@ -53,6 +53,13 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port);
 // "host:port" with brackets around an IPv6 host.
 std::string join_host_port(std::string_view host, uint16_t port);
 
+// A header field name heft may send: an RFC 9110 token (not empty; letters,
+// digits and the characters of kHeaderNameCharacters only).
+bool is_header_name(std::string_view text);
+
+// The characters of a token besides letters and digits, for error messages.
+inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
+
 // Why `value` may not be sent as a header field value, or empty if it may.
 // RFC 9110 field-value: no control character but horizontal tab. A CR or LF
 // would end the header and start one the configuration did not mean to send.

@@ -441,6 +441,28 @@ TEST(HeftfileErrors, OtherValueErrors) {
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
 }
 
+// Header names are RFC 9110 tokens wherever a header is named, health_headers included.
+TEST(HeftfileErrors, HeaderNamesAreTokens) {
+  const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up \"X A\" v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X A\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-\xc3\x89 v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X-\\xC3\\x89\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down -X(1)\n\t}\n}\n"),
+            "Heftfile:3:15: invalid header name \"-X(1)\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A: v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X-A:\"" + rule);
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\t\"\" empty\n"
+                      "\t\t\t\"Bad Name\" v\n\t\t\tX-\xc3\x89 v\n\t\t\tX-Good v\n\t\t}\n\t}\n}\n"),
+            (std::vector<std::string>{"Heftfile:4:4: invalid header name \"\"" + rule,
+                                      "Heftfile:5:4: invalid header name \"Bad Name\"" + rule,
+                                      "Heftfile:6:4: invalid header name \"X-\\xC3\\x89\"" + rule}));
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up +X-A_b.c~1 v\n"
+                           "\t\thealth_headers {\n\t\t\tX!#$%&'*+-.^_`|~ v\n\t\t}\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up[0].name, "X-A_b.c~1");
+  EXPECT_EQ(config.sites[0].proxy.health_headers[0].first, "X!#$%&'*+-.^_`|~");
+}
+
 // A quoted value may span lines; sent raw, its line break would start a header
 // of its own (header injection). RFC 9110 field values hold no control but HTAB.
 TEST(HeftfileErrors, HeaderValuesWithControlCharacters) {

@@ -205,6 +205,18 @@ TEST(JsonErrors, StructureAndSemantics) {
                                      "apps.http.servers.srv0.routes[0])"});
 }
 
+TEST(JsonErrors, HeaderNamesAreTokens) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][0]["name"] = "X A"; }),
+            std::vector<std::string>{rp + ".headers.request[0].name: invalid header name \"X A\"" + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["response"][0]["name"] = "X-\xc3\x89"; }),
+            std::vector<std::string>{rp + ".headers.response[0].name: invalid header name \"X-\\xC3\\x89\"" + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["name"] = "Bad Name"; }),
+            std::vector<std::string>{rp + ".health_checks.active.headers[0].name: invalid header name \"Bad Name\"" +
+                                     rule});
+}
+
 TEST(JsonErrors, HeaderValuesWithControlCharacters) {
   const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
   const std::string rule = "header values may hold no control character but tab";

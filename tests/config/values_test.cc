@@ -69,6 +69,12 @@ TEST(Values, HostPort) {
   EXPECT_EQ(join_host_port("a", 80), "a:80");
 }
 
+TEST(Values, HeaderNames) {
+  for (std::string_view ok : {"Host", "X-Forwarded-For", "x_1", "!#$%&'*+-.^_`|~"}) EXPECT_TRUE(is_header_name(ok)) << ok;
+  for (std::string_view bad : {"", "X A", "X:", "X\tA", "X-\xc3\x89", "(X)", "X/Y", "\"X\"", "X\r\n"})
+    EXPECT_FALSE(is_header_name(bad)) << printable(bad);
+}
+
 TEST(Values, HeaderValues) {
   for (std::string_view ok : {"", "text", "a b\tc", "caf\xc3\xa9", "!~"})
     EXPECT_EQ(header_value_problem(ok), "") << ok;
