@@ -327,6 +327,23 @@ TEST(Heftfile, SingleSiteWithoutBraces) {
   EXPECT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
 }
 
+// Windows editors may save a UTF-8 file with a byte order mark.
+TEST(Heftfile, LeadingByteOrderMarkIsSkipped) {
+  Config config = parse_ok("\xEF\xBB\xBF:21005 {\n\treverse_proxy a:1\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].port, 21005);
+  EXPECT_TRUE(config.sites[0].hosts.empty());
+  // Columns on line 1 are counted as if the mark were not there.
+  EXPECT_EQ(only_error("\xEF\xBB\xBF" "a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
+  EXPECT_EQ(only_error("\xEF\xBB\xBF" "a.com:0 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"a.com:0\": invalid port \"0\" (1..65535)");
+  // Only at the very start: elsewhere it is part of a token.
+  EXPECT_FALSE(parse_heftfile(":80 {\n\treverse_proxy \xEF\xBB\xBF" "a:1\n}\n").ok());
+  // heft fmt drops it.
+  EXPECT_EQ(*format_heftfile("\xEF\xBB\xBF:80 {\n\treverse_proxy a:1\n}\n"), ":80 {\n\treverse_proxy a:1\n}\n");
+}
+
 TEST(Heftfile, BareLogAndOneLineBlocks) {
   Config config = parse_ok(":80 {\n\tlog\n\treverse_proxy a:1 {\n\t\tnext_upstream off\n\t\tadaptive\n\t}\n}\n"
                            ":81 {\n\tlog { output stderr }\n\treverse_proxy a:1\n}\n");
