@@ -68,6 +68,7 @@ struct PendingUpstream {
   Token at;
   bool explicit_max_fails = false;
   bool explicit_fail_timeout = false;
+  std::map<std::string, Token> options;  // where each option was set for this backend
 };
 
 // Where a site's address and `default` were written, for cross-site errors.
@@ -176,11 +177,13 @@ class Parser {
   }
 
   // Options that may be given once per block.
-  bool first_time(std::map<std::string, Token>& seen, const Directive& d) {
-    auto [it, inserted] = seen.emplace(d.name.text, d.name);
+  bool first_time(std::map<std::string, Token>& seen, const Directive& d) { return first_time(seen, d.name); }
+
+  bool first_time(std::map<std::string, Token>& seen, const Token& option) {
+    auto [it, inserted] = seen.emplace(option.text, option);
     if (inserted) return true;
-    error(d.name, fmt::format("duplicate option \"{}\" (first set at {}:{})", d.name.text,
-                              it->second.line, it->second.column));
+    error(option, fmt::format("duplicate option \"{}\" (first set at {}:{})", option.text, it->second.line,
+                              it->second.column));
     return false;
   }
 
@@ -559,6 +562,8 @@ class Parser {
       if (has_value) value.text = std::string(pair.substr(pair.find('=') + 1));
       if (!contains(kUpstreamOptions, key.text)) {
         unknown(key, kUpstreamOptions, "backend option");
+      } else if (!first_time(p.options, key)) {
+        // ?weight=5&weight=6: reported, the first stays
       } else if (key.text == "backup" || key.text == "down") {
         if (has_value && value.text != "true" && value.text != "false")
           error(value, fmt::format("{} must be true or false, got \"{}\"", key.text, value.text));
@@ -629,23 +634,30 @@ class Parser {
         unknown(name, kUpstreamOptions, "option");
         return addresses_ok;
       }
-      auto [it, inserted] = seen.emplace(name.text, name);
-      if (!inserted)
-        error(name, fmt::format("duplicate option \"{}\" (first set at {}:{})", name.text,
-                                it->second.line, it->second.column));
-      if (name.text == "backup" || name.text == "down") {
-        for (size_t k = first_new; k < pending.size(); ++k) upstream_flag(pending[k], name.text, true);
-        continue;
+      bool first_on_line = first_time(seen, name);
+      bool is_flag = name.text == "backup" || name.text == "down";
+      const Token* value = nullptr;
+      if (!is_flag) {
+        if (i + 1 >= d.args.size()) {
+          error(name, fmt::format("missing value for \"{}\"", name.text));
+          return addresses_ok;
+        }
+        value = &d.args[++i];
       }
-      if (i + 1 >= d.args.size()) {
-        error(name, fmt::format("missing value for \"{}\"", name.text));
-        return addresses_ok;
+      if (!first_on_line) continue;
+      if (value) {
+        size_t errors_before = errors_.size();
+        upstream_option(applied, name, *value);
+        if (errors_.size() != errors_before) continue;
       }
-      const Token& value = d.args[++i];
-      size_t errors_before = errors_.size();
-      upstream_option(applied, name, value);
-      if (errors_.size() != errors_before) continue;
-      for (size_t k = first_new; k < pending.size(); ++k) upstream_option(pending[k], name, value);
+      // An address may have set it already in its query: to A?weight=2 weight 3.
+      for (size_t k = first_new; k < pending.size(); ++k) {
+        if (!first_time(pending[k].options, name)) continue;
+        if (is_flag)
+          upstream_flag(pending[k], name.text, true);
+        else
+          upstream_option(pending[k], name, *value);
+      }
     }
     return addresses_ok;
   }

@@ -405,6 +405,31 @@ TEST(HeftfileErrors, MissingValues) {
             "Heftfile:3:15: unexpected argument \"2\" for \"keepalive\"");
 }
 
+// An option set twice for one backend is an error whichever forms set it: the
+// inline query, the options of a `to` line, or both.
+TEST(HeftfileErrors, DuplicateBackendOptions) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight 2 weight 3\n\t}\n}\n"),
+            "Heftfile:3:19: duplicate option \"weight\" (first set at 3:10)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?weight=5&weight=6\n}\n"),
+            "Heftfile:2:29: duplicate option \"weight\" (first set at 2:20)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?backup&down&backup=false\n}\n"),
+            "Heftfile:2:32: duplicate option \"backup\" (first set at 2:20)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2 weight 3\n\t}\n}\n"),
+            "Heftfile:3:19: duplicate option \"weight\" (first set at 3:10)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2&max_fails=4 b:1 max_fails 5\n\t}\n}\n"),
+            "Heftfile:3:35: duplicate option \"max_fails\" (first set at 3:19)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?down down\n\t}\n}\n"),
+            "Heftfile:3:15: duplicate option \"down\" (first set at 3:10)");
+  // Different options from the two forms combine; pool-level max_fails is a default, not a duplicate.
+  Config config = parse_ok(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2 b:1 max_fails 3\n\t\tmax_fails 9\n\t}\n}\n");
+  const auto& upstreams = config.sites[0].proxy.upstreams;
+  ASSERT_EQ(upstreams.size(), 2u);
+  EXPECT_EQ(upstreams[0].weight, 2u);
+  EXPECT_EQ(upstreams[0].max_fails, 3u);
+  EXPECT_EQ(upstreams[1].weight, 1u);
+  EXPECT_EQ(upstreams[1].max_fails, 3u);
+}
+
 TEST(HeftfileErrors, HashWithoutKey) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash\n\t}\n}\n"),
             "Heftfile:3:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
