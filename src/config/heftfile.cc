@@ -408,7 +408,16 @@ class Parser {
   void pool(const Directive& d, PoolConfig& pool) {
     std::vector<PendingUpstream> pending;
     bool bad_address = false;
-    for (const Token& arg : d.args) bad_address |= !upstream_address(arg, pending);
+    std::string last_address = "ADDR";
+    for (size_t i = 0; i < d.args.size(); ++i) {
+      if (contains(kUpstreamOptions, d.args[i].text)) {
+        i += option_on_inline_line(d, i, last_address);
+        bad_address = true;
+        continue;
+      }
+      bad_address |= !upstream_address(d.args[i], pending);
+      last_address = d.args[i].text;
+    }
     std::optional<uint32_t> pool_max_fails;
     std::optional<milliseconds> pool_fail_timeout;
     std::optional<Token> policy_at;
@@ -523,6 +532,22 @@ class Parser {
     if (pending.empty() && !bad_address) error(d.name, "reverse_proxy has no upstreams (add addresses or \"to\" lines)");
     if (pool.policy == balance::PolicyKind::hash && pool.hash_key.kind == HashKey::none && policy_at)
       error(*policy_at, "lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
+  }
+
+  // `reverse_proxy A weight 5`: options are not written after inline addresses
+  // (each word there is an address). Reports the two places they can go;
+  // returns how many following words were the option's value (0 or 1).
+  size_t option_on_inline_line(const Directive& d, size_t i, const std::string& last_address) {
+    const Token& name = d.args[i];
+    bool is_flag = name.text == "backup" || name.text == "down";
+    const Token* value = !is_flag && i + 1 < d.args.size() ? &d.args[i + 1] : nullptr;
+    std::string value_text = value ? value->text : "N";
+    std::string on_to_line = is_flag ? name.text : fmt::format("{} {}", name.text, value_text);
+    std::string in_query = is_flag ? name.text : fmt::format("{}={}", name.text, value_text);
+    error(name, fmt::format("\"{}\" is a backend option, not an address: write \"to {} {}\" in the reverse_proxy "
+                            "block, or \"{}?{}\"",
+                            name.text, last_address, on_to_line, last_address, in_query));
+    return value ? 1 : 0;
   }
 
   // Parses "host:port[?weight=N&...]" into a pending upstream; false on error.

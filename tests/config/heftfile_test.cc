@@ -430,6 +430,32 @@ TEST(HeftfileErrors, DuplicateBackendOptions) {
   EXPECT_EQ(upstreams[1].max_fails, 3u);
 }
 
+// Every word after reverse_proxy is an address: an option there would become a
+// backend "weight:80" and its value another.
+TEST(HeftfileErrors, BackendOptionsOnTheInlineLine) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy 127.0.0.1:21101 weight 5\n}\n"),
+            "Heftfile:2:32: \"weight\" is a backend option, not an address: write \"to 127.0.0.1:21101 weight 5\" in "
+            "the reverse_proxy block, or \"127.0.0.1:21101?weight=5\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 backup b:1\n}\n"),
+            "Heftfile:2:20: \"backup\" is a backend option, not an address: write \"to a:1 backup\" in the "
+            "reverse_proxy block, or \"a:1?backup\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy slow_start\n}\n"),
+            "Heftfile:2:16: \"slow_start\" is a backend option, not an address: write \"to ADDR slow_start N\" in the "
+            "reverse_proxy block, or \"ADDR?slow_start=N\"");
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy a:1 max_fails 3 fail_timeout 5s down {\n\t\tto b:1\n\t}\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:20: \"max_fails\" is a backend option, not an address: write \"to a:1 max_fails 3\" in the "
+                "reverse_proxy block, or \"a:1?max_fails=3\"",
+                "Heftfile:2:32: \"fail_timeout\" is a backend option, not an address: write \"to a:1 fail_timeout 5s\" in "
+                "the reverse_proxy block, or \"a:1?fail_timeout=5s\"",
+                "Heftfile:2:48: \"down\" is a backend option, not an address: write \"to a:1 down\" in the reverse_proxy "
+                "block, or \"a:1?down\""}));
+  // The single-site form without braces gets the same error.
+  EXPECT_EQ(only_error("localhost:8080\nreverse_proxy a:1 weight 5\n"),
+            "Heftfile:2:19: \"weight\" is a backend option, not an address: write \"to a:1 weight 5\" in the "
+            "reverse_proxy block, or \"a:1?weight=5\"");
+}
+
 TEST(HeftfileErrors, HashWithoutKey) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash\n\t}\n}\n"),
             "Heftfile:3:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
