@@ -918,6 +918,18 @@ class Parser {
                                 it->second.line, it->second.column));
       }
     }
+    // A site without hosts gets every request the named sites do not match, so
+    // a `default` among those named sites would never be used.
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      const SiteConfig& site = config.sites[s];
+      if (!places[s].default_marker || site.hosts.empty()) continue;
+      auto catch_all = addresses.find(std::pair{site.port, std::string()});
+      if (catch_all == addresses.end()) continue;
+      error(*places[s].default_marker,
+            fmt::format("\"default\" has no effect: the site at {}:{} answers every host on port {} "
+                        "(remove one of the two)",
+                        catch_all->second.line, catch_all->second.column, site.port));
+    }
   }
 
   // Sites sharing a port become one JSON server; keep that order here so that

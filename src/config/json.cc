@@ -339,8 +339,9 @@ class Reader {
     if (!routes) return;
     std::string routes_path = member(path, "routes");
     if (routes->empty()) error(routes_path, "must hold at least one route");
-    std::map<std::string, std::string> hosts;  // host -> where
+    std::map<std::string, std::string> hosts;  // host -> where; "" for the route without a host match
     std::optional<std::string> default_at;
+    std::optional<std::string> named_default_at;  // a default route that has a host match
     for (size_t i = 0; i < routes->size(); ++i) {
       SiteConfig site;
       site.port = port;
@@ -360,9 +361,17 @@ class Reader {
           error(member(route_path, "default"), fmt::format("a second default route (first at {})", *default_at));
         else
           default_at = route_path;
+        if (!site.hosts.empty()) named_default_at = route_path;
       }
       config.sites.push_back(std::move(site));
     }
+    // The route without a host match gets every request the others do not
+    // match, so a default among those would never be used.
+    if (auto catch_all = hosts.find(""); catch_all != hosts.end() && named_default_at)
+      error(member(*named_default_at, "default"),
+            fmt::format("has no effect: the route at {} has no host match and answers every host "
+                        "(remove one of the two)",
+                        catch_all->second));
   }
 
   void route(const json& value, const std::string& path, SiteConfig& site) {

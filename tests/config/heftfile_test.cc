@@ -485,6 +485,20 @@ TEST(HeftfileErrors, DuplicateSitesAndDefaults) {
   parse_ok("a.com {\n\treverse_proxy x:1\n}\na.com:8080 {\n\treverse_proxy x:1\n}\n");
 }
 
+// The proxy sends unmatched hosts to a site without hosts before a default one:
+// with both on a port, `default` would silently do nothing.
+TEST(HeftfileErrors, DefaultSiteBesideASiteForEveryHost) {
+  EXPECT_EQ(only_error(":21015 {\n\treverse_proxy x:1\n}\nb.com:21015 {\n\tdefault\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:5:2: \"default\" has no effect: the site at 1:1 answers every host on port 21015 (remove one of "
+            "the two)");
+  EXPECT_EQ(only_error("b.com:8080 {\n\tdefault\n\treverse_proxy x:1\n}\nhttp://:8080 {\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:2:2: \"default\" has no effect: the site at 5:1 answers every host on port 8080 (remove one of "
+            "the two)");
+  // Other ports, or `default` on the site for every host itself, are fine.
+  parse_ok(":8080 {\n\treverse_proxy x:1\n}\nb.com {\n\tdefault\n\treverse_proxy x:1\n}\n");
+  parse_ok(":8080 {\n\tdefault\n\treverse_proxy x:1\n}\nb.com:8080 {\n\treverse_proxy x:1\n}\n");
+}
+
 TEST(HeftfileErrors, SyntaxErrors) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tto b:1\n}\n"), "Heftfile:1:5: missing '}' to close this block");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1\n}\n}\n"), "Heftfile:4:1: unexpected '}' without an open block");

@@ -230,6 +230,13 @@ TEST(JsonErrors, HeaderValuesWithControlCharacters) {
             std::vector<std::string>{rp + ".health_checks.active.headers[0].value: contains a NUL byte (0x00); " + rule});
 }
 
+TEST(JsonErrors, DefaultRouteBesideARouteForEveryHost) {
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1].erase("match"); }),
+            std::vector<std::string>{"apps.http.servers.srv0.routes[0].default: has no effect: the route at "
+                                     "apps.http.servers.srv0.routes[1] has no host match and answers every host "
+                                     "(remove one of the two)"});
+}
+
 TEST(JsonErrors, EveryErrorIsReported) {
   auto errors = errors_after([](json& d) {
     upstreams_of(d)[0]["weight"] = 2000000;
