@@ -288,11 +288,16 @@ class Parser {
     bool any_host = false;
     for (const Token& address : addresses) {
       std::string_view text = address.text;
-      if (text.starts_with("https://")) {
+      std::string scheme = scheme_of(text);
+      if (scheme == "https") {
         error(address, fmt::format("\"{}\": https is not supported; heft serves plain HTTP", text));
         continue;
       }
-      if (text.starts_with("http://")) text.remove_prefix(7);
+      if (!scheme.empty() && scheme != "http") {
+        error(address, fmt::format("\"{}\": unsupported scheme \"{}\" (heft serves plain http://)", text, scheme));
+        continue;
+      }
+      text.remove_prefix(scheme.empty() ? 0 : scheme.size() + 3);
       if (text.find('/') != std::string_view::npos) {
         error(address, fmt::format("\"{}\": paths are not supported in site addresses", address.text));
         continue;
@@ -558,11 +563,16 @@ class Parser {
       query = text.substr(q + 1);
       text = text.substr(0, q);
     }
-    if (text.starts_with("https://")) {
+    std::string scheme = scheme_of(text);
+    if (scheme == "https") {
       error(t, fmt::format("\"{}\": TLS to backends is not supported", t.text));
       return false;
     }
-    if (text.starts_with("http://")) text.remove_prefix(7);
+    if (!scheme.empty() && scheme != "http") {
+      error(t, fmt::format("\"{}\": unsupported scheme \"{}\" (backends are plain http://)", t.text, scheme));
+      return false;
+    }
+    text.remove_prefix(scheme.empty() ? 0 : scheme.size() + 3);
     auto split = split_host_port(text, 80);
     if (!split.value || split.value->host.empty()) {
       error(t, fmt::format("invalid backend address \"{}\": {}", t.text,

@@ -140,10 +140,28 @@ std::optional<double> parse_fraction(std::string_view text) {
 
 std::string format_fraction(double fraction) { return fmt::format("{}%", fraction * 100.0); }
 
+std::string scheme_of(std::string_view text) {
+  size_t end = text.find("://");
+  if (end == std::string_view::npos || end == 0) return {};
+  std::string scheme(text.substr(0, end));
+  for (char& c : scheme) {
+    c = lower(c);
+    bool ok = (c >= 'a' && c <= 'z') || is_digit(c) || c == '+' || c == '-' || c == '.';
+    if (!ok) return {};
+  }
+  if (is_digit(scheme[0]) || scheme[0] == '+' || scheme[0] == '-' || scheme[0] == '.') return {};
+  return scheme;
+}
+
 HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   HostPortResult result;
   if (text.empty()) {
     result.error = "empty address";
+    return result;
+  }
+  if (std::string scheme = scheme_of(text); !scheme.empty()) {
+    result.error = fmt::format("no scheme allowed here (write host:port without \"{}\")",
+                               text.substr(0, scheme.size() + 3));
     return result;
   }
   std::string_view host = text;
@@ -186,7 +204,7 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' ||
               c == '.' || c == '_' || c == ':' || c == '*' || c == '%';
     if (!ok) {
-      result.error = fmt::format("invalid character '{}' in host", c);
+      result.error = fmt::format("invalid character '{}' in host", printable(std::string_view(&c, 1)));
       return result;
     }
   }

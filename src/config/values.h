@@ -42,8 +42,13 @@ struct HostPort {
   uint16_t port = 0;
 };
 
+// The scheme of "scheme://rest", lower-cased (RFC 3986: schemes are
+// case-insensitive, "HTTP://" is "http://"); empty when `text` has none.
+std::string scheme_of(std::string_view text);
+
 // Splits "host:port", "[v6]:port", "host" (then port = default_port) or
-// ":port" (host empty). Returns an error message on failure.
+// ":port" (host empty). Returns an error message on failure; a scheme is one
+// (callers that accept "http://" remove it first).
 struct HostPortResult {
   std::optional<HostPort> value;
   std::string error;

@@ -566,6 +566,30 @@ TEST(HeftfileErrors, HeaderValuesWithControlCharacters) {
   EXPECT_EQ(config.sites[0].proxy.header_down[0].value, "caf\xc3\xa9");
 }
 
+// Schemes are case-insensitive (RFC 3986); where none is accepted, the error says so.
+TEST(HeftfileErrors, Schemes) {
+  Config config = parse_ok("HTTP://A.com:8080 {\n\treverse_proxy Http://b:1 {\n\t\tto hTTp://c:2 weight 2\n\t}\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].hosts, std::vector<std::string>{"a.com"});
+  EXPECT_EQ(config.sites[0].port, 8080);
+  ASSERT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].dial, "b:1");
+  EXPECT_EQ(config.sites[0].proxy.upstreams[1].dial, "c:2");
+  EXPECT_EQ(only_error("HTTPS://a.com {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"HTTPS://a.com\": https is not supported; heft serves plain HTTP");
+  EXPECT_EQ(only_error("ftp://a.com {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"ftp://a.com\": unsupported scheme \"ftp\" (heft serves plain http://)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy HTTPS://a:1\n}\n"),
+            "Heftfile:2:16: \"HTTPS://a:1\": TLS to backends is not supported");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy ws://a:1\n}\n"),
+            "Heftfile:2:16: \"ws://a:1\": unsupported scheme \"ws\" (backends are plain http://)");
+  EXPECT_EQ(only_error("{\n\tadmin http://127.0.0.1:21999\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:8: invalid admin address \"http://127.0.0.1:21999\": no scheme allowed here (write host:port "
+            "without \"http://\")");
+  EXPECT_EQ(only_error("b\xc3\xbc" "cher.de {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"b\xc3\xbc" "cher.de\": invalid character '\\xC3' in host");
+}
+
 TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
   auto errors = errors_of(R"(app.example.com {
 	reverse_proxy {

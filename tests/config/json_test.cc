@@ -174,6 +174,9 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + "[0].fail_timeout: must be a duration, e.g. \"250ms\" or \"30s\""});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": no scheme allowed here (write host:port "
+                                          "without \"http://\")"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0].erase("dial"); }),
             std::vector<std::string>{up + "[0].dial: required"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d) = json::array(); }),

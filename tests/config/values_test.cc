@@ -86,6 +86,14 @@ TEST(Values, HeaderValues) {
   EXPECT_EQ(printable("a\r\n\t\x01\xc3\xa9\"z"), "a\\r\\n\\t\\x01\\xC3\\xA9\"z");
 }
 
+TEST(Values, Schemes) {
+  EXPECT_EQ(scheme_of("http://a"), "http");
+  EXPECT_EQ(scheme_of("HTTPS://a"), "https");
+  EXPECT_EQ(scheme_of("svn+ssh://a"), "svn+ssh");
+  for (std::string_view none : {"a:1", "[::1]:80", "://a", "1a://b", "a b://c", ""}) EXPECT_EQ(scheme_of(none), "") << none;
+  EXPECT_EQ(split_host_port("HTTP://a:1", 80).error, "no scheme allowed here (write host:port without \"HTTP://\")");
+}
+
 TEST(Values, ClosestMatch) {
   constexpr std::array<std::string_view, 4> options = {"weight", "max_fails", "fail_timeout", "backup"};
   EXPECT_EQ(closest_match("wieght", options), "weight");  // transposition
