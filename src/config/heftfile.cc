@@ -492,7 +492,11 @@ class Parser {
         if (auto v = duration(*arg, false)) pool_fail_timeout = *v;
       } else if (name == "health_uri") {
         if (arg->text.empty() || arg->text.front() != '/')
-          error(*arg, fmt::format("health_uri must start with '/', got \"{}\"", arg->text));
+          error(*arg, fmt::format("health_uri must start with '/', got \"{}\"", printable(arg->text)));
+        else if (!is_request_target_text(arg->text))
+          error(*arg, fmt::format("health_uri may hold no space, control character or non-ASCII byte "
+                                  "(percent-encode them), got \"{}\"",
+                                  printable(arg->text)));
         else
           pool.health_uri = arg->text;
       } else if (name == "health_port") {

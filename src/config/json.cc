@@ -588,6 +588,8 @@ class Reader {
     if (string_field(*active, "uri", ap, uri)) {
       if (!uri.empty() && uri.front() != '/')
         error(member(ap, "uri"), "must start with '/' (or be empty: no active checks)");
+      else if (!is_request_target_text(uri))
+        error(member(ap, "uri"), "may hold no space, control character or non-ASCII byte (percent-encode them)");
       else
         pool.health_uri = uri;
     }

@@ -250,6 +250,10 @@ std::string header_value_problem(std::string_view value) {
   return {};
 }
 
+bool is_request_target_text(std::string_view target) {
+  return std::all_of(target.begin(), target.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
 std::string printable(std::string_view text) {
   std::string out;
   for (char c : text) {

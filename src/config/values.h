@@ -70,6 +70,11 @@ inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 // would end the header and start one the configuration did not mean to send.
 std::string header_value_problem(std::string_view value);
 
+// Whether `target` may be sent as written in a request line: visible ASCII
+// only (RFC 9112 request-target; a space, CR or LF would end it and start
+// something else, other bytes must be percent-encoded).
+bool is_request_target_text(std::string_view target);
+
 // `text` with control characters and bytes above 0x7e written as \n, \r,
 // \t or \xNN, for quoting user input in one-line error messages.
 std::string printable(std::string_view text);

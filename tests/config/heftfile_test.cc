@@ -590,6 +590,18 @@ TEST(HeftfileErrors, Schemes) {
             "Heftfile:1:1: invalid site address \"b\xc3\xbc" "cher.de\": invalid character '\\xC3' in host");
 }
 
+// The probe's request line is "GET <health_uri> HTTP/1.1": a space or line
+// break in the path would end it and let the rest inject a line of its own.
+TEST(HeftfileErrors, HealthUriIsOneRequestTarget) {
+  const std::string rule = "health_uri may hold no space, control character or non-ASCII byte (percent-encode them)";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri \"/a HTTP/1.1\nX: y\"\n\t}\n}\n"),
+            "Heftfile:3:14: " + rule + ", got \"/a HTTP/1.1\\nX: y\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri /caf\xc3\xa9\n\t}\n}\n"),
+            "Heftfile:3:14: " + rule + ", got \"/caf\\xC3\\xA9\"");
+  EXPECT_EQ(parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri /caf%C3%A9?x=1&y=%20\n\t}\n}\n").sites[0].proxy.health_uri,
+            "/caf%C3%A9?x=1&y=%20");
+}
+
 TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
   auto errors = errors_of(R"(app.example.com {
 	reverse_proxy {

@@ -240,6 +240,13 @@ TEST(JsonErrors, DefaultRouteBesideARouteForEveryHost) {
                                      "(remove one of the two)"});
 }
 
+TEST(JsonErrors, HealthUriIsOneRequestTarget) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["uri"] = "/h HTTP/1.1\r\nX: y"; }),
+            std::vector<std::string>{rp + ".health_checks.active.uri: may hold no space, control character or non-ASCII "
+                                          "byte (percent-encode them)"});
+}
+
 TEST(JsonErrors, EveryErrorIsReported) {
   auto errors = errors_after([](json& d) {
     upstreams_of(d)[0]["weight"] = 2000000;
