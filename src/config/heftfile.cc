@@ -68,6 +68,7 @@ struct PendingUpstream {
   Token at;
   bool explicit_max_fails = false;
   bool explicit_fail_timeout = false;
+  std::map<std::string, Token> options;  // where each option was set for this backend
 };
 
 // Where a site's address and `default` were written, for cross-site errors.
@@ -78,7 +79,9 @@ struct SitePlaces {
 
 class Parser {
  public:
-  Parser(std::string_view file, std::vector<Diagnostic>& errors) : file_(file), errors_(errors) {}
+  // `syntax_ok`: the tree had no syntax errors (they are reported elsewhere).
+  Parser(std::string_view file, std::vector<Diagnostic>& errors, bool syntax_ok)
+      : file_(file), errors_(errors), syntax_ok_(syntax_ok) {}
 
   Config parse(const syntax::Tree& tree) {
     Config config;
@@ -118,7 +121,7 @@ class Parser {
       config.sites.push_back(std::move(site));
       places.push_back(std::move(place));
     }
-    if (config.sites.empty() && errors_.empty())
+    if (config.sites.empty() && errors_.empty() && syntax_ok_)
       errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
     check_sites(config, places);
     group_by_port(config);
@@ -174,11 +177,13 @@ class Parser {
   }
 
   // Options that may be given once per block.
-  bool first_time(std::map<std::string, Token>& seen, const Directive& d) {
-    auto [it, inserted] = seen.emplace(d.name.text, d.name);
+  bool first_time(std::map<std::string, Token>& seen, const Directive& d) { return first_time(seen, d.name); }
+
+  bool first_time(std::map<std::string, Token>& seen, const Token& option) {
+    auto [it, inserted] = seen.emplace(option.text, option);
     if (inserted) return true;
-    error(d.name, fmt::format("duplicate option \"{}\" (first set at {}:{})", d.name.text,
-                              it->second.line, it->second.column));
+    error(option, fmt::format("duplicate option \"{}\" (first set at {}:{})", option.text, it->second.line,
+                              it->second.column));
     return false;
   }
 
@@ -283,11 +288,16 @@ class Parser {
     bool any_host = false;
     for (const Token& address : addresses) {
       std::string_view text = address.text;
-      if (text.starts_with("https://")) {
+      std::string scheme = scheme_of(text);
+      if (scheme == "https") {
         error(address, fmt::format("\"{}\": https is not supported; heft serves plain HTTP", text));
         continue;
       }
-      if (text.starts_with("http://")) text.remove_prefix(7);
+      if (!scheme.empty() && scheme != "http") {
+        error(address, fmt::format("\"{}\": unsupported scheme \"{}\" (heft serves plain http://)", text, scheme));
+        continue;
+      }
+      text.remove_prefix(scheme.empty() ? 0 : scheme.size() + 3);
       if (text.find('/') != std::string_view::npos) {
         error(address, fmt::format("\"{}\": paths are not supported in site addresses", address.text));
         continue;
@@ -403,7 +413,16 @@ class Parser {
   void pool(const Directive& d, PoolConfig& pool) {
     std::vector<PendingUpstream> pending;
     bool bad_address = false;
-    for (const Token& arg : d.args) bad_address |= !upstream_address(arg, pending);
+    std::string last_address = "ADDR";
+    for (size_t i = 0; i < d.args.size(); ++i) {
+      if (contains(kUpstreamOptions, d.args[i].text)) {
+        i += option_on_inline_line(d, i, last_address);
+        bad_address = true;
+        continue;
+      }
+      bad_address |= !upstream_address(d.args[i], pending);
+      last_address = d.args[i].text;
+    }
     std::optional<uint32_t> pool_max_fails;
     std::optional<milliseconds> pool_fail_timeout;
     std::optional<Token> policy_at;
@@ -473,7 +492,11 @@ class Parser {
         if (auto v = duration(*arg, false)) pool_fail_timeout = *v;
       } else if (name == "health_uri") {
         if (arg->text.empty() || arg->text.front() != '/')
-          error(*arg, fmt::format("health_uri must start with '/', got \"{}\"", arg->text));
+          error(*arg, fmt::format("health_uri must start with '/', got \"{}\"", printable(arg->text)));
+        else if (!is_request_target_text(arg->text))
+          error(*arg, fmt::format("health_uri may hold no space, control character or non-ASCII byte "
+                                  "(percent-encode them), got \"{}\"",
+                                  printable(arg->text)));
         else
           pool.health_uri = arg->text;
       } else if (name == "health_port") {
@@ -520,6 +543,22 @@ class Parser {
       error(*policy_at, "lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
   }
 
+  // `reverse_proxy A weight 5`: options are not written after inline addresses
+  // (each word there is an address). Reports the two places they can go;
+  // returns how many following words were the option's value (0 or 1).
+  size_t option_on_inline_line(const Directive& d, size_t i, const std::string& last_address) {
+    const Token& name = d.args[i];
+    bool is_flag = name.text == "backup" || name.text == "down";
+    const Token* value = !is_flag && i + 1 < d.args.size() ? &d.args[i + 1] : nullptr;
+    std::string value_text = value ? value->text : "N";
+    std::string on_to_line = is_flag ? name.text : fmt::format("{} {}", name.text, value_text);
+    std::string in_query = is_flag ? name.text : fmt::format("{}={}", name.text, value_text);
+    error(name, fmt::format("\"{}\" is a backend option, not an address: write \"to {} {}\" in the reverse_proxy "
+                            "block, or \"{}?{}\"",
+                            name.text, last_address, on_to_line, last_address, in_query));
+    return value ? 1 : 0;
+  }
+
   // Parses "host:port[?weight=N&...]" into a pending upstream; false on error.
   bool upstream_address(const Token& t, std::vector<PendingUpstream>& out) {
     std::string_view text = t.text;
@@ -528,11 +567,16 @@ class Parser {
       query = text.substr(q + 1);
       text = text.substr(0, q);
     }
-    if (text.starts_with("https://")) {
+    std::string scheme = scheme_of(text);
+    if (scheme == "https") {
       error(t, fmt::format("\"{}\": TLS to backends is not supported", t.text));
       return false;
     }
-    if (text.starts_with("http://")) text.remove_prefix(7);
+    if (!scheme.empty() && scheme != "http") {
+      error(t, fmt::format("\"{}\": unsupported scheme \"{}\" (backends are plain http://)", t.text, scheme));
+      return false;
+    }
+    text.remove_prefix(scheme.empty() ? 0 : scheme.size() + 3);
     auto split = split_host_port(text, 80);
     if (!split.value || split.value->host.empty()) {
       error(t, fmt::format("invalid backend address \"{}\": {}", t.text,
@@ -557,6 +601,8 @@ class Parser {
       if (has_value) value.text = std::string(pair.substr(pair.find('=') + 1));
       if (!contains(kUpstreamOptions, key.text)) {
         unknown(key, kUpstreamOptions, "backend option");
+      } else if (!first_time(p.options, key)) {
+        // ?weight=5&weight=6: reported, the first stays
       } else if (key.text == "backup" || key.text == "down") {
         if (has_value && value.text != "true" && value.text != "false")
           error(value, fmt::format("{} must be true or false, got \"{}\"", key.text, value.text));
@@ -627,23 +673,30 @@ class Parser {
         unknown(name, kUpstreamOptions, "option");
         return addresses_ok;
       }
-      auto [it, inserted] = seen.emplace(name.text, name);
-      if (!inserted)
-        error(name, fmt::format("duplicate option \"{}\" (first set at {}:{})", name.text,
-                                it->second.line, it->second.column));
-      if (name.text == "backup" || name.text == "down") {
-        for (size_t k = first_new; k < pending.size(); ++k) upstream_flag(pending[k], name.text, true);
-        continue;
+      bool first_on_line = first_time(seen, name);
+      bool is_flag = name.text == "backup" || name.text == "down";
+      const Token* value = nullptr;
+      if (!is_flag) {
+        if (i + 1 >= d.args.size()) {
+          error(name, fmt::format("missing value for \"{}\"", name.text));
+          return addresses_ok;
+        }
+        value = &d.args[++i];
       }
-      if (i + 1 >= d.args.size()) {
-        error(name, fmt::format("missing value for \"{}\"", name.text));
-        return addresses_ok;
+      if (!first_on_line) continue;
+      if (value) {
+        size_t errors_before = errors_.size();
+        upstream_option(applied, name, *value);
+        if (errors_.size() != errors_before) continue;
       }
-      const Token& value = d.args[++i];
-      size_t errors_before = errors_.size();
-      upstream_option(applied, name, value);
-      if (errors_.size() != errors_before) continue;
-      for (size_t k = first_new; k < pending.size(); ++k) upstream_option(pending[k], name, value);
+      // An address may have set it already in its query: to A?weight=2 weight 3.
+      for (size_t k = first_new; k < pending.size(); ++k) {
+        if (!first_time(pending[k].options, name)) continue;
+        if (is_flag)
+          upstream_flag(pending[k], name.text, true);
+        else
+          upstream_option(pending[k], name, *value);
+      }
     }
     return addresses_ok;
   }
@@ -750,10 +803,7 @@ class Parser {
       op.op = HeaderOp::remove;
       op.name.erase(0, 1);
     }
-    if (op.name.empty() || op.name.find_first_of(" :\t") != std::string::npos) {
-      error(name, fmt::format("invalid header name \"{}\"", name.text));
-      return;
-    }
+    if (!header_name(name, op.name)) return;
     if (op.op == HeaderOp::remove) {
       if (d.args.size() > 1) {
         error(d.args[1], fmt::format("\"{}\" removes a header and takes no value", name.text));
@@ -768,9 +818,27 @@ class Parser {
         error(d.args[2], "unexpected argument (quote values that contain spaces)");
         return;
       }
+      if (!header_value(d.args[1], op.name)) return;
       op.value = d.args[1].text;
     }
     ops.push_back(std::move(op));
+  }
+
+  // False after reporting a name that is not an RFC 9110 token. `at` is the
+  // token as written ("+X-A"), `name` the header name in it.
+  bool header_name(const Token& at, std::string_view name) {
+    if (is_header_name(name)) return true;
+    error(at, fmt::format("invalid header name \"{}\" (use letters, digits and {})", printable(at.text),
+                          kHeaderNameCharacters));
+    return false;
+  }
+
+  // False after reporting a value that would break the header block it is sent in.
+  bool header_value(const Token& value, std::string_view name) {
+    std::string problem = header_value_problem(value.text);
+    if (problem.empty()) return true;
+    error(value, fmt::format("invalid value for header \"{}\": {}", printable(name), problem));
+    return false;
   }
 
   void health_headers(const Directive& d, PoolConfig& pool) {
@@ -787,6 +855,7 @@ class Parser {
                                   : std::string("unexpected argument (quote values that contain spaces)"));
         continue;
       }
+      if (!header_name(header.name, header.name.text) || !header_value(header.args[0], header.name.text)) continue;
       pool.health_headers.emplace_back(header.name.text, header.args[0].text);
     }
   }
@@ -863,6 +932,18 @@ class Parser {
                                 it->second.line, it->second.column));
       }
     }
+    // A site without hosts gets every request the named sites do not match, so
+    // a `default` among those named sites would never be used.
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      const SiteConfig& site = config.sites[s];
+      if (!places[s].default_marker || site.hosts.empty()) continue;
+      auto catch_all = addresses.find(std::pair{site.port, std::string()});
+      if (catch_all == addresses.end()) continue;
+      error(*places[s].default_marker,
+            fmt::format("\"default\" has no effect: the site at {}:{} answers every host on port {} "
+                        "(remove one of the two)",
+                        catch_all->second.line, catch_all->second.column, site.port));
+    }
   }
 
   // Sites sharing a port become one JSON server; keep that order here so that
@@ -880,6 +961,7 @@ class Parser {
 
   std::string file_;
   std::vector<Diagnostic>& errors_;
+  bool syntax_ok_;
 };
 
 bool is_ip_literal(const std::string& host) {
@@ -905,8 +987,17 @@ Result<Config> parse_heftfile(std::string_view text, std::string_view file) {
   Result<Config> result;
   Result<syntax::Tree> tree = syntax::parse(text, file);
   result.errors = std::move(tree.errors);
-  Parser parser(file, result.errors);
+  std::vector<Diagnostic> meaning_errors;
+  Parser parser(file, meaning_errors, result.errors.empty());
   Config config = parser.parse(*tree.value);
+  // A token the lexer reported (an unterminated quote, which swallowed the
+  // rest of the file) gets no second error for what it then holds.
+  std::erase_if(meaning_errors, [&](const Diagnostic& meaning) {
+    return std::any_of(result.errors.begin(), result.errors.end(), [&](const Diagnostic& syntax) {
+      return syntax.line == meaning.line && syntax.column == meaning.column;
+    });
+  });
+  result.errors.insert(result.errors.end(), meaning_errors.begin(), meaning_errors.end());
   // Errors appear in file order whichever pass found them.
   std::stable_sort(result.errors.begin(), result.errors.end(), [](const Diagnostic& a, const Diagnostic& b) {
     return std::pair(a.line, a.column) < std::pair(b.line, b.column);

@@ -130,6 +130,10 @@ json route_to_json(const SiteConfig& site) {
 std::string member(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
 }
+std::string invalid_header_name(std::string_view name) {
+  return fmt::format("invalid header name \"{}\" (use letters, digits and {})", printable(name), kHeaderNameCharacters);
+}
+
 std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
 
 class Reader {
@@ -335,8 +339,9 @@ class Reader {
     if (!routes) return;
     std::string routes_path = member(path, "routes");
     if (routes->empty()) error(routes_path, "must hold at least one route");
-    std::map<std::string, std::string> hosts;  // host -> where
+    std::map<std::string, std::string> hosts;  // host -> where; "" for the route without a host match
     std::optional<std::string> default_at;
+    std::optional<std::string> named_default_at;  // a default route that has a host match
     for (size_t i = 0; i < routes->size(); ++i) {
       SiteConfig site;
       site.port = port;
@@ -356,9 +361,17 @@ class Reader {
           error(member(route_path, "default"), fmt::format("a second default route (first at {})", *default_at));
         else
           default_at = route_path;
+        if (!site.hosts.empty()) named_default_at = route_path;
       }
       config.sites.push_back(std::move(site));
     }
+    // The route without a host match gets every request the others do not
+    // match, so a default among those would never be used.
+    if (auto catch_all = hosts.find(""); catch_all != hosts.end() && named_default_at)
+      error(member(*named_default_at, "default"),
+            fmt::format("has no effect: the route at {} has no host match and answers every host "
+                        "(remove one of the two)",
+                        catch_all->second));
   }
 
   void route(const json& value, const std::string& path, SiteConfig& site) {
@@ -575,6 +588,8 @@ class Reader {
     if (string_field(*active, "uri", ap, uri)) {
       if (!uri.empty() && uri.front() != '/')
         error(member(ap, "uri"), "must start with '/' (or be empty: no active checks)");
+      else if (!is_request_target_text(uri))
+        error(member(ap, "uri"), "may hold no space, control character or non-ASCII byte (percent-encode them)");
       else
         pool.health_uri = uri;
     }
@@ -608,8 +623,16 @@ class Reader {
           error(member(entry_path, "name"), "required");
           continue;
         }
+        if (!is_header_name(name)) {
+          error(member(entry_path, "name"), invalid_header_name(name));
+          continue;
+        }
         if (!string_field((*headers)[i], "value", entry_path, header_value)) {
           error(member(entry_path, "value"), "required");
+          continue;
+        }
+        if (std::string problem = header_value_problem(header_value); !problem.empty()) {
+          error(member(entry_path, "value"), problem);
           continue;
         }
         pool.health_headers.emplace_back(name, header_value);
@@ -641,6 +664,10 @@ class Reader {
         error(member(op_path, "name"), "required");
         continue;
       }
+      if (!is_header_name(op.name)) {
+        error(member(op_path, "name"), invalid_header_name(op.name));
+        continue;
+      }
       bool has_value = string_field(entry, "value", op_path, op.value);
       if (op.op == HeaderOp::remove && has_value) {
         error(member(op_path, "value"), "a delete takes no value");
@@ -648,6 +675,10 @@ class Reader {
       }
       if (op.op != HeaderOp::remove && !has_value) {
         error(member(op_path, "value"), "required");
+        continue;
+      }
+      if (std::string problem = header_value_problem(op.value); !problem.empty()) {
+        error(member(op_path, "value"), problem);
         continue;
       }
       out.push_back(std::move(op));

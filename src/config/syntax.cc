@@ -13,6 +13,8 @@ struct Lexeme {
   Token token;
 };
 
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
 class Lexer {
  public:
   Lexer(std::string_view text, std::string_view file, std::vector<Diagnostic>& errors)
@@ -20,6 +22,9 @@ class Lexer {
 
   std::vector<Lexeme> run() {
     std::vector<Lexeme> out;
+    // Editors on Windows may start a UTF-8 file with a byte order mark; Caddy's
+    // lexer skips it too. Columns on line 1 count from after it.
+    if (text_.starts_with(kUtf8Bom)) pos_ = kUtf8Bom.size();
     while (pos_ < text_.size()) {
       char c = text_[pos_];
       if (c == ' ' || c == '\t' || c == '\r') {

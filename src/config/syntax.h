@@ -5,7 +5,8 @@
 // Lexical rules: tokens are separated by spaces or tabs; a newline ends a
 // directive; `"..."` quotes a token (escapes \" and \\); `#` starting a token
 // comments out the rest of the line; a lone `{` opens a block, a lone `}`
-// closes it. Positions are 1-based lines and byte columns (a tab counts 1).
+// closes it. A UTF-8 byte order mark starting the text is skipped. Positions
+// are 1-based lines and byte columns (a tab counts 1; the mark counts 0).
 #pragma once
 
 #include <string>

@@ -140,10 +140,28 @@ std::optional<double> parse_fraction(std::string_view text) {
 
 std::string format_fraction(double fraction) { return fmt::format("{}%", fraction * 100.0); }
 
+std::string scheme_of(std::string_view text) {
+  size_t end = text.find("://");
+  if (end == std::string_view::npos || end == 0) return {};
+  std::string scheme(text.substr(0, end));
+  for (char& c : scheme) {
+    c = lower(c);
+    bool ok = (c >= 'a' && c <= 'z') || is_digit(c) || c == '+' || c == '-' || c == '.';
+    if (!ok) return {};
+  }
+  if (is_digit(scheme[0]) || scheme[0] == '+' || scheme[0] == '-' || scheme[0] == '.') return {};
+  return scheme;
+}
+
 HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   HostPortResult result;
   if (text.empty()) {
     result.error = "empty address";
+    return result;
+  }
+  if (std::string scheme = scheme_of(text); !scheme.empty()) {
+    result.error = fmt::format("no scheme allowed here (write host:port without \"{}\")",
+                               text.substr(0, scheme.size() + 3));
     return result;
   }
   std::string_view host = text;
@@ -186,7 +204,7 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' ||
               c == '.' || c == '_' || c == ':' || c == '*' || c == '%';
     if (!ok) {
-      result.error = fmt::format("invalid character '{}' in host", c);
+      result.error = fmt::format("invalid character '{}' in host", printable(std::string_view(&c, 1)));
       return result;
     }
   }
@@ -206,6 +224,47 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
 std::string join_host_port(std::string_view host, uint16_t port) {
   if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
   return fmt::format("{}:{}", host, port);
+}
+
+bool is_header_name(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    bool letter_or_digit = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c);
+    if (!letter_or_digit && kHeaderNameCharacters.find(c) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+std::string header_value_problem(std::string_view value) {
+  for (char c : value) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) continue;  // VCHAR, SP and obs-text are fine
+    if (c == '\t') continue;
+    std::string_view name = c == '\r' ? "a carriage return"
+                            : c == '\n' ? "a line feed"
+                            : c == '\0' ? "a NUL byte"
+                                        : "a control character";
+    return fmt::format("contains {} (0x{:02X}); header values may hold no control character but tab", name,
+                       unsigned(byte));
+  }
+  return {};
+}
+
+bool is_request_target_text(std::string_view target) {
+  return std::all_of(target.begin(), target.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (byte < 0x20 || byte > 0x7e) out += fmt::format("\\x{:02X}", unsigned(byte));
+    else out += c;
+  }
+  return out;
 }
 
 namespace {

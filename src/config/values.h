@@ -1,5 +1,6 @@
 // Scalar value syntax shared by the Heftfile parser and the JSON adapter:
-// durations, sizes, fractions, addresses, and "did you mean" suggestions.
+// durations, sizes, fractions, addresses, header names and values, and "did
+// you mean" suggestions.
 //
 // Pure functions; each returns nullopt (or an error string) instead of throwing.
 #pragma once
@@ -41,8 +42,13 @@ struct HostPort {
   uint16_t port = 0;
 };
 
+// The scheme of "scheme://rest", lower-cased (RFC 3986: schemes are
+// case-insensitive, "HTTP://" is "http://"); empty when `text` has none.
+std::string scheme_of(std::string_view text);
+
 // Splits "host:port", "[v6]:port", "host" (then port = default_port) or
-// ":port" (host empty). Returns an error message on failure.
+// ":port" (host empty). Returns an error message on failure; a scheme is one
+// (callers that accept "http://" remove it first).
 struct HostPortResult {
   std::optional<HostPort> value;
   std::string error;
@@ -51,6 +57,27 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port);
 
 // "host:port" with brackets around an IPv6 host.
 std::string join_host_port(std::string_view host, uint16_t port);
+
+// A header field name heft may send: an RFC 9110 token (not empty; letters,
+// digits and the characters of kHeaderNameCharacters only).
+bool is_header_name(std::string_view text);
+
+// The characters of a token besides letters and digits, for error messages.
+inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
+
+// Why `value` may not be sent as a header field value, or empty if it may.
+// RFC 9110 field-value: no control character but horizontal tab. A CR or LF
+// would end the header and start one the configuration did not mean to send.
+std::string header_value_problem(std::string_view value);
+
+// Whether `target` may be sent as written in a request line: visible ASCII
+// only (RFC 9112 request-target; a space, CR or LF would end it and start
+// something else, other bytes must be percent-encoded).
+bool is_request_target_text(std::string_view target);
+
+// `text` with control characters and bytes above 0x7e written as \n, \r,
+// \t or \xNN, for quoting user input in one-line error messages.
+std::string printable(std::string_view text);
 
 // The candidate closest to `word` by edit distance, if it is close enough to
 // be a likely typo; empty otherwise.

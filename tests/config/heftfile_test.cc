@@ -327,6 +327,23 @@ TEST(Heftfile, SingleSiteWithoutBraces) {
   EXPECT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
 }
 
+// Windows editors may save a UTF-8 file with a byte order mark.
+TEST(Heftfile, LeadingByteOrderMarkIsSkipped) {
+  Config config = parse_ok("\xEF\xBB\xBF:21005 {\n\treverse_proxy a:1\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].port, 21005);
+  EXPECT_TRUE(config.sites[0].hosts.empty());
+  // Columns on line 1 are counted as if the mark were not there.
+  EXPECT_EQ(only_error("\xEF\xBB\xBF" "a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
+  EXPECT_EQ(only_error("\xEF\xBB\xBF" "a.com:0 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"a.com:0\": invalid port \"0\" (1..65535)");
+  // Only at the very start: elsewhere it is part of a token.
+  EXPECT_FALSE(parse_heftfile(":80 {\n\treverse_proxy \xEF\xBB\xBF" "a:1\n}\n").ok());
+  // heft fmt drops it.
+  EXPECT_EQ(*format_heftfile("\xEF\xBB\xBF:80 {\n\treverse_proxy a:1\n}\n"), ":80 {\n\treverse_proxy a:1\n}\n");
+}
+
 TEST(Heftfile, BareLogAndOneLineBlocks) {
   Config config = parse_ok(":80 {\n\tlog\n\treverse_proxy a:1 {\n\t\tnext_upstream off\n\t\tadaptive\n\t}\n}\n"
                            ":81 {\n\tlog { output stderr }\n\treverse_proxy a:1\n}\n");
@@ -388,6 +405,57 @@ TEST(HeftfileErrors, MissingValues) {
             "Heftfile:3:15: unexpected argument \"2\" for \"keepalive\"");
 }
 
+// An option set twice for one backend is an error whichever forms set it: the
+// inline query, the options of a `to` line, or both.
+TEST(HeftfileErrors, DuplicateBackendOptions) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight 2 weight 3\n\t}\n}\n"),
+            "Heftfile:3:19: duplicate option \"weight\" (first set at 3:10)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?weight=5&weight=6\n}\n"),
+            "Heftfile:2:29: duplicate option \"weight\" (first set at 2:20)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?backup&down&backup=false\n}\n"),
+            "Heftfile:2:32: duplicate option \"backup\" (first set at 2:20)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2 weight 3\n\t}\n}\n"),
+            "Heftfile:3:19: duplicate option \"weight\" (first set at 3:10)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2&max_fails=4 b:1 max_fails 5\n\t}\n}\n"),
+            "Heftfile:3:35: duplicate option \"max_fails\" (first set at 3:19)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1?down down\n\t}\n}\n"),
+            "Heftfile:3:15: duplicate option \"down\" (first set at 3:10)");
+  // Different options from the two forms combine; pool-level max_fails is a default, not a duplicate.
+  Config config = parse_ok(":80 {\n\treverse_proxy {\n\t\tto a:1?weight=2 b:1 max_fails 3\n\t\tmax_fails 9\n\t}\n}\n");
+  const auto& upstreams = config.sites[0].proxy.upstreams;
+  ASSERT_EQ(upstreams.size(), 2u);
+  EXPECT_EQ(upstreams[0].weight, 2u);
+  EXPECT_EQ(upstreams[0].max_fails, 3u);
+  EXPECT_EQ(upstreams[1].weight, 1u);
+  EXPECT_EQ(upstreams[1].max_fails, 3u);
+}
+
+// Every word after reverse_proxy is an address: an option there would become a
+// backend "weight:80" and its value another.
+TEST(HeftfileErrors, BackendOptionsOnTheInlineLine) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy 127.0.0.1:21101 weight 5\n}\n"),
+            "Heftfile:2:32: \"weight\" is a backend option, not an address: write \"to 127.0.0.1:21101 weight 5\" in "
+            "the reverse_proxy block, or \"127.0.0.1:21101?weight=5\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 backup b:1\n}\n"),
+            "Heftfile:2:20: \"backup\" is a backend option, not an address: write \"to a:1 backup\" in the "
+            "reverse_proxy block, or \"a:1?backup\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy slow_start\n}\n"),
+            "Heftfile:2:16: \"slow_start\" is a backend option, not an address: write \"to ADDR slow_start N\" in the "
+            "reverse_proxy block, or \"ADDR?slow_start=N\"");
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy a:1 max_fails 3 fail_timeout 5s down {\n\t\tto b:1\n\t}\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:20: \"max_fails\" is a backend option, not an address: write \"to a:1 max_fails 3\" in the "
+                "reverse_proxy block, or \"a:1?max_fails=3\"",
+                "Heftfile:2:32: \"fail_timeout\" is a backend option, not an address: write \"to a:1 fail_timeout 5s\" in "
+                "the reverse_proxy block, or \"a:1?fail_timeout=5s\"",
+                "Heftfile:2:48: \"down\" is a backend option, not an address: write \"to a:1 down\" in the reverse_proxy "
+                "block, or \"a:1?down\""}));
+  // The single-site form without braces gets the same error.
+  EXPECT_EQ(only_error("localhost:8080\nreverse_proxy a:1 weight 5\n"),
+            "Heftfile:2:19: \"weight\" is a backend option, not an address: write \"to a:1 weight 5\" in the "
+            "reverse_proxy block, or \"a:1?weight=5\"");
+}
+
 TEST(HeftfileErrors, HashWithoutKey) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash\n\t}\n}\n"),
             "Heftfile:3:13: lb_policy hash needs a key: client_ip, uri, header NAME or cookie NAME");
@@ -417,6 +485,20 @@ TEST(HeftfileErrors, DuplicateSitesAndDefaults) {
   parse_ok("a.com {\n\treverse_proxy x:1\n}\na.com:8080 {\n\treverse_proxy x:1\n}\n");
 }
 
+// The proxy sends unmatched hosts to a site without hosts before a default one:
+// with both on a port, `default` would silently do nothing.
+TEST(HeftfileErrors, DefaultSiteBesideASiteForEveryHost) {
+  EXPECT_EQ(only_error(":21015 {\n\treverse_proxy x:1\n}\nb.com:21015 {\n\tdefault\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:5:2: \"default\" has no effect: the site at 1:1 answers every host on port 21015 (remove one of "
+            "the two)");
+  EXPECT_EQ(only_error("b.com:8080 {\n\tdefault\n\treverse_proxy x:1\n}\nhttp://:8080 {\n\treverse_proxy x:1\n}\n"),
+            "Heftfile:2:2: \"default\" has no effect: the site at 5:1 answers every host on port 8080 (remove one of "
+            "the two)");
+  // Other ports, or `default` on the site for every host itself, are fine.
+  parse_ok(":8080 {\n\treverse_proxy x:1\n}\nb.com {\n\tdefault\n\treverse_proxy x:1\n}\n");
+  parse_ok(":8080 {\n\tdefault\n\treverse_proxy x:1\n}\nb.com:8080 {\n\treverse_proxy x:1\n}\n");
+}
+
 TEST(HeftfileErrors, SyntaxErrors) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tto b:1\n}\n"), "Heftfile:1:5: missing '}' to close this block");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1\n}\n}\n"), "Heftfile:4:1: unexpected '}' without an open block");
@@ -439,6 +521,85 @@ TEST(HeftfileErrors, OtherValueErrors) {
             "Heftfile:1:1: \"https://a.com\": https is not supported; heft serves plain HTTP");
   EXPECT_EQ(only_error("a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
+}
+
+// Header names are RFC 9110 tokens wherever a header is named, health_headers included.
+TEST(HeftfileErrors, HeaderNamesAreTokens) {
+  const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up \"X A\" v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X A\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-\xc3\x89 v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X-\\xC3\\x89\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down -X(1)\n\t}\n}\n"),
+            "Heftfile:3:15: invalid header name \"-X(1)\"" + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A: v\n\t}\n}\n"),
+            "Heftfile:3:13: invalid header name \"X-A:\"" + rule);
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\t\"\" empty\n"
+                      "\t\t\t\"Bad Name\" v\n\t\t\tX-\xc3\x89 v\n\t\t\tX-Good v\n\t\t}\n\t}\n}\n"),
+            (std::vector<std::string>{"Heftfile:4:4: invalid header name \"\"" + rule,
+                                      "Heftfile:5:4: invalid header name \"Bad Name\"" + rule,
+                                      "Heftfile:6:4: invalid header name \"X-\\xC3\\x89\"" + rule}));
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up +X-A_b.c~1 v\n"
+                           "\t\thealth_headers {\n\t\t\tX!#$%&'*+-.^_`|~ v\n\t\t}\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up[0].name, "X-A_b.c~1");
+  EXPECT_EQ(config.sites[0].proxy.health_headers[0].first, "X!#$%&'*+-.^_`|~");
+}
+
+// A quoted value may span lines; sent raw, its line break would start a header
+// of its own (header injection). RFC 9110 field values hold no control but HTAB.
+TEST(HeftfileErrors, HeaderValuesWithControlCharacters) {
+  const std::string rule = "header values may hold no control character but tab";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A \"a\nX-Injected: 1\"\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a line feed (0x0A); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down +X-A \"a\r\"\n\t}\n}\n"),
+            "Heftfile:3:20: invalid value for header \"X-A\": contains a carriage return (0x0D); " + rule);
+  EXPECT_EQ(only_error(std::string(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A a") + '\0' + "b\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a NUL byte (0x00); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A a\x7f\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": contains a control character (0x7F); " + rule);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tX-Probe \"a\nb\"\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:12: invalid value for header \"X-Probe\": contains a line feed (0x0A); " + rule);
+  // Tab, spaces and bytes above 0x7f (obs-text) are field-value octets.
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A \"a\tb c\"\n"
+                           "\t\theader_down X-B caf\xc3\xa9\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up[0].value, "a\tb c");
+  EXPECT_EQ(config.sites[0].proxy.header_down[0].value, "caf\xc3\xa9");
+}
+
+// Schemes are case-insensitive (RFC 3986); where none is accepted, the error says so.
+TEST(HeftfileErrors, Schemes) {
+  Config config = parse_ok("HTTP://A.com:8080 {\n\treverse_proxy Http://b:1 {\n\t\tto hTTp://c:2 weight 2\n\t}\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].hosts, std::vector<std::string>{"a.com"});
+  EXPECT_EQ(config.sites[0].port, 8080);
+  ASSERT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].dial, "b:1");
+  EXPECT_EQ(config.sites[0].proxy.upstreams[1].dial, "c:2");
+  EXPECT_EQ(only_error("HTTPS://a.com {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"HTTPS://a.com\": https is not supported; heft serves plain HTTP");
+  EXPECT_EQ(only_error("ftp://a.com {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"ftp://a.com\": unsupported scheme \"ftp\" (heft serves plain http://)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy HTTPS://a:1\n}\n"),
+            "Heftfile:2:16: \"HTTPS://a:1\": TLS to backends is not supported");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy ws://a:1\n}\n"),
+            "Heftfile:2:16: \"ws://a:1\": unsupported scheme \"ws\" (backends are plain http://)");
+  EXPECT_EQ(only_error("{\n\tadmin http://127.0.0.1:21999\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:8: invalid admin address \"http://127.0.0.1:21999\": no scheme allowed here (write host:port "
+            "without \"http://\")");
+  EXPECT_EQ(only_error("b\xc3\xbc" "cher.de {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"b\xc3\xbc" "cher.de\": invalid character '\\xC3' in host");
+}
+
+// The probe's request line is "GET <health_uri> HTTP/1.1": a space or line
+// break in the path would end it and let the rest inject a line of its own.
+TEST(HeftfileErrors, HealthUriIsOneRequestTarget) {
+  const std::string rule = "health_uri may hold no space, control character or non-ASCII byte (percent-encode them)";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri \"/a HTTP/1.1\nX: y\"\n\t}\n}\n"),
+            "Heftfile:3:14: " + rule + ", got \"/a HTTP/1.1\\nX: y\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri /caf\xc3\xa9\n\t}\n}\n"),
+            "Heftfile:3:14: " + rule + ", got \"/caf\\xC3\\xA9\"");
+  EXPECT_EQ(parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri /caf%C3%A9?x=1&y=%20\n\t}\n}\n").sites[0].proxy.health_uri,
+            "/caf%C3%A9?x=1&y=%20");
 }
 
 TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {

@@ -174,6 +174,9 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + "[0].fail_timeout: must be a duration, e.g. \"250ms\" or \"30s\""});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": no scheme allowed here (write host:port "
+                                          "without \"http://\")"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0].erase("dial"); }),
             std::vector<std::string>{up + "[0].dial: required"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d) = json::array(); }),
@@ -203,6 +206,45 @@ TEST(JsonErrors, StructureAndSemantics) {
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1]["default"] = true; }),
             std::vector<std::string>{"apps.http.servers.srv0.routes[1].default: a second default route (first at "
                                      "apps.http.servers.srv0.routes[0])"});
+}
+
+TEST(JsonErrors, HeaderNamesAreTokens) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][0]["name"] = "X A"; }),
+            std::vector<std::string>{rp + ".headers.request[0].name: invalid header name \"X A\"" + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["response"][0]["name"] = "X-\xc3\x89"; }),
+            std::vector<std::string>{rp + ".headers.response[0].name: invalid header name \"X-\\xC3\\x89\"" + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["name"] = "Bad Name"; }),
+            std::vector<std::string>{rp + ".health_checks.active.headers[0].name: invalid header name \"Bad Name\"" +
+                                     rule});
+}
+
+TEST(JsonErrors, HeaderValuesWithControlCharacters) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rule = "header values may hold no control character but tab";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][1]["value"] = "a\nX-Injected: 1"; }),
+            std::vector<std::string>{rp + ".headers.request[1].value: contains a line feed (0x0A); " + rule});
+  EXPECT_EQ(errors_after([](json& d) {
+              proxy_of(d)["headers"]["response"].push_back({{"op", "add"}, {"name", "X-A"}, {"value", "a\r"}});
+            }),
+            std::vector<std::string>{rp + ".headers.response[1].value: contains a carriage return (0x0D); " + rule});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["value"] = std::string("h\0", 2); }),
+            std::vector<std::string>{rp + ".health_checks.active.headers[0].value: contains a NUL byte (0x00); " + rule});
+}
+
+TEST(JsonErrors, DefaultRouteBesideARouteForEveryHost) {
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1].erase("match"); }),
+            std::vector<std::string>{"apps.http.servers.srv0.routes[0].default: has no effect: the route at "
+                                     "apps.http.servers.srv0.routes[1] has no host match and answers every host "
+                                     "(remove one of the two)"});
+}
+
+TEST(JsonErrors, HealthUriIsOneRequestTarget) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["uri"] = "/h HTTP/1.1\r\nX: y"; }),
+            std::vector<std::string>{rp + ".health_checks.active.uri: may hold no space, control character or non-ASCII "
+                                          "byte (percent-encode them)"});
 }
 
 TEST(JsonErrors, EveryErrorIsReported) {

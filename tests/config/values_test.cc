@@ -69,6 +69,31 @@ TEST(Values, HostPort) {
   EXPECT_EQ(join_host_port("a", 80), "a:80");
 }
 
+TEST(Values, HeaderNames) {
+  for (std::string_view ok : {"Host", "X-Forwarded-For", "x_1", "!#$%&'*+-.^_`|~"}) EXPECT_TRUE(is_header_name(ok)) << ok;
+  for (std::string_view bad : {"", "X A", "X:", "X\tA", "X-\xc3\x89", "(X)", "X/Y", "\"X\"", "X\r\n"})
+    EXPECT_FALSE(is_header_name(bad)) << printable(bad);
+}
+
+TEST(Values, HeaderValues) {
+  for (std::string_view ok : {"", "text", "a b\tc", "caf\xc3\xa9", "!~"})
+    EXPECT_EQ(header_value_problem(ok), "") << ok;
+  EXPECT_EQ(header_value_problem("a\r\nb"),
+            "contains a carriage return (0x0D); header values may hold no control character but tab");
+  for (std::string_view bad : {std::string_view("\n"), std::string_view("a\x01"), std::string_view("\x7f"),
+                               std::string_view("a\0", 2)})
+    EXPECT_NE(header_value_problem(bad), "") << printable(bad);
+  EXPECT_EQ(printable("a\r\n\t\x01\xc3\xa9\"z"), "a\\r\\n\\t\\x01\\xC3\\xA9\"z");
+}
+
+TEST(Values, Schemes) {
+  EXPECT_EQ(scheme_of("http://a"), "http");
+  EXPECT_EQ(scheme_of("HTTPS://a"), "https");
+  EXPECT_EQ(scheme_of("svn+ssh://a"), "svn+ssh");
+  for (std::string_view none : {"a:1", "[::1]:80", "://a", "1a://b", "a b://c", ""}) EXPECT_EQ(scheme_of(none), "") << none;
+  EXPECT_EQ(split_host_port("HTTP://a:1", 80).error, "no scheme allowed here (write host:port without \"HTTP://\")");
+}
+
 TEST(Values, ClosestMatch) {
   constexpr std::array<std::string_view, 4> options = {"weight", "max_fails", "fail_timeout", "backup"};
   EXPECT_EQ(closest_match("wieght", options), "weight");  // transposition
