@@ -694,15 +694,21 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   plan.expect_continue = iequals(expect, "100-continue");
   plan.expectation_failed = !expect.empty() && !plan.expect_continue;
   if (pool.policy == balance::PolicyKind::hash) {
+    std::string_view key;
     switch (pool.hash_key.kind) {
-      case config::HashKey::client_ip: plan.key_hash = balance::hash_key(client_ip); break;
-      case config::HashKey::header: plan.key_hash = balance::hash_key(req[pool.hash_key.name]); break;
+      case config::HashKey::client_ip: key = client_ip; break;
+      case config::HashKey::header: key = req[pool.hash_key.name]; break;
       case config::HashKey::cookie:
-        plan.key_hash = balance::hash_key(cookie_value(req[http::field::cookie], pool.hash_key.name));
+        for (auto [at, end] = req.equal_range(http::field::cookie); at != end && key.empty(); ++at)
+          key = cookie_value(at->value(), pool.hash_key.name);
         break;
-      case config::HashKey::uri: plan.key_hash = balance::hash_key(target); break;
-      case config::HashKey::none: plan.key_hash = balance::hash_key(client_ip); break;
+      case config::HashKey::uri: key = target; break;
+      case config::HashKey::none: key = client_ip; break;
     }
+    // A request without the key (no such header or cookie) is placed at
+    // random, in proportion to the weights, instead of all such requests
+    // hashing "" to one backend (HAProxy balances them round robin, Caddy at random).
+    plan.key_hash = key.empty() ? w.next_random() : balance::hash_key(key);
   }
 
   // The request head for the backend: same for every attempt.

@@ -107,6 +107,31 @@ TEST(ProxyWeights, WeightZeroAndBackup) {
   EXPECT_EQ(from_c, 20);
 }
 
+// hash cookie: a key always reaches the same backend (found in any Cookie
+// line); requests without it are spread in proportion to the weights, not
+// all hashed to one backend.
+TEST(ProxyWeights, HashCookieKeepsKeysAndSpreadsKeylessRequests) {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.add(n);
+  f.run("\tworkers 2", f.to_lines({"weight 1", "weight 1", "weight 2"}) + "\t\tlb_policy hash cookie sid\n");
+  HttpClient client(f.port);
+  std::map<std::string, std::string> first;
+  for (int round = 0; round < 3; ++round)
+    for (int k = 0; k < 40; ++k) {
+      const std::string cookie = round == 2 ? fmt::format("theme=dark\r\nCookie: sid=k{}", k) : fmt::format("sid=k{}", k);
+      Response r = client.get("/", "Cookie: " + cookie + "\r\n");
+      ASSERT_EQ(r.status, 200);
+      auto [at, fresh] = first.emplace(fmt::format("k{}", k), r.header("x-backend"));
+      EXPECT_EQ(at->second, r.header("x-backend")) << "key k" << k << " round " << round;
+    }
+  std::map<std::string, int> keyless;
+  for (int i = 0; i < 400; ++i) keyless[client.get("/", "Cookie: other=1\r\n").header("x-backend")]++;
+  // Expected 100/100/200 (binomial sd <= 10): all three well represented.
+  EXPECT_GT(keyless["a"], 50) << keyless["a"] << "/" << keyless["b"] << "/" << keyless["c"];
+  EXPECT_GT(keyless["b"], 50) << keyless["a"] << "/" << keyless["b"] << "/" << keyless["c"];
+  EXPECT_GT(keyless["c"], 130) << keyless["a"] << "/" << keyless["b"] << "/" << keyless["c"];
+}
+
 TEST(ProxyWeights, LeastConnPrefersTheFasterBackend) {
   Fleet f;
   f.add("fast");
