@@ -505,6 +505,13 @@ class Session {
   const SiteRoute* current_route_ = nullptr;
   // Records one finished request (metrics, access log).
   void finish_request(const SiteRoute* route, const RequestParser& parser);
+  // The site a request that was refused before routing is counted and logged
+  // under: the port's site for any host or its default, else its first
+  // (nginx logs such requests in the default server's log).
+  const SiteRoute* port_site(const WorkerRoutes& routes) const;
+  // Counts and logs a request refused while its head was read (no parsed
+  // request: method and URI stay empty in the log).
+  void record_refused_head(unsigned status);
   Clock::time_point request_start_{};  // when the current request's head was complete
   bool upstream_chunked_ = false;  // request body sent chunked (streamed, size unknown)
 };
@@ -575,6 +582,7 @@ Task<void> Session::send_status(unsigned status, bool keep_alive) {
 
 Task<void> Session::send_error(unsigned status, std::string_view text, bool keep_alive) {
   record_.status = status;
+  record_.size = text.size();
   down_head_.clear();
   down_head_.append(fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}",
                                 status, status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n",
@@ -585,7 +593,7 @@ Task<void> Session::send_error(unsigned status, std::string_view text, bool keep
 }
 
 void Session::finish_request(const SiteRoute* route, const RequestParser& parser) {
-  if (!route || record_.status == 0) return;  // no site (404 is counted by nobody) or nothing answered
+  if (!route || record_.status == 0) return;  // no site on the port at all, or nothing answered
   const double seconds = std::chrono::duration<double>(Clock::now() - request_start_).count();
   observe::record_request(w.index, route->server_label, static_cast<int>(record_.status), seconds);
   if (!route->log) return;
@@ -595,6 +603,22 @@ void Session::finish_request(const SiteRoute* route, const RequestParser& parser
   route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(routed_host_),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
                      static_cast<int>(record_.status), seconds, record_.size, record_.tries});
+}
+
+const SiteRoute* Session::port_site(const WorkerRoutes& routes) const {
+  if (const SiteRoute* r = routes.table->route(local_port, "")) return r;
+  auto it = routes.table->by_port.find(local_port);
+  return it == routes.table->by_port.end() || it->second.empty() ? nullptr : &routes.table->sites[it->second.front()];
+}
+
+void Session::record_refused_head(unsigned status) {
+  const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
+  const SiteRoute* route = port_site(*routes);
+  if (!route) return;
+  observe::record_request(w.index, route->server_label, static_cast<int>(status), 0.0);
+  if (!route->log) return;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  route->log->write({now, client_ip, "", "", "", "", "", static_cast<int>(status), 0.0, record_.size, 0});
 }
 
 Task<void> Session::run() {
@@ -617,6 +641,7 @@ Task<void> Session::run() {
     if (status < 0) break;
     if (status > 0) {
       co_await send_status(static_cast<unsigned>(status), false);
+      record_refused_head(static_cast<unsigned>(status));
       break;
     }
     response_.reset();
@@ -630,6 +655,7 @@ Task<void> Session::run() {
     if (ec || !parser.is_header_done() || used != size) {
       fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec ? ec.message() : "incomplete head");
       co_await send_error(400, "400 Bad Request\n", false);
+      record_refused_head(400);
       break;
     }
     parser.eager(true);
@@ -650,6 +676,7 @@ Task<void> Session::run() {
 
 Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
   RequestPlan plan;
+  routed_host_ = {};
   if (req.method() == http::verb::connect) {
     plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
     return plan;
@@ -768,6 +795,11 @@ Task<bool> Session::handle(RequestParser& parser) {
   config_ = &routes->table->config;
   auto& req = parser.get();
   const RequestPlan plan = plan_request(req, *routes);
+  if (plan.connect || plan.bad_target) {
+    // Refused before routing: counted and logged under the port's site.
+    current_routes_ = routes;
+    current_route_ = port_site(*routes);
+  }
   if (plan.connect) {
     fmt::print(stderr, "heft: 501 from {}: CONNECT is not supported\n", client_ip);
     co_await send_error(501, "501 CONNECT is not supported\n", false);
@@ -780,7 +812,7 @@ Task<bool> Session::handle(RequestParser& parser) {
   }
   const SiteRoute* route = plan.route;
   current_routes_ = routes;  // keeps `route` alive until finish_request()
-  current_route_ = route;
+  current_route_ = route ? route : port_site(*routes);  // a 404 is counted under the port's site
   // The parser read every Connection field already (close / keep-alive tokens
   // and the version's default).
   bool client_keep_alive = parser.keep_alive();

@@ -99,5 +99,59 @@ TEST(MetricsAndAccessLog, AgreeOverARun) {
   EXPECT_EQ(heft.wait(15s), 0);
 }
 
+// Requests heft refuses itself (a smuggling attempt, an oversized head,
+// CONNECT, an unknown host) are counted and logged too, as nginx logs its
+// 400s, under the port's site; the size is the bytes of heft's own answer.
+TEST(MetricsAndAccessLog, RefusedRequestsAreCountedAndLogged) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port(), admin_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+app.test:{} {{
+	reverse_proxy 127.0.0.1:{}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, a.port, log_path), port);
+  const auto status_of = [&](const std::string& raw) { return HttpClient(port).request(raw).status; };
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: app.test\r\n\r\n"), 200);
+  EXPECT_EQ(status_of("POST / HTTP/1.1\r\nHost: app.test\r\nContent-Length: 3\r\n"
+                      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            400);
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n"), 431);
+  EXPECT_EQ(status_of("CONNECT app.test:443 HTTP/1.1\r\nHost: app.test:443\r\n\r\n"), 501);
+  EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), 404);
+
+  HttpClient admin(admin_port);
+  Response metrics;
+  for (int wait = 0; wait < 100; ++wait) {
+    metrics = admin.request("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(admin_port) + "\r\n\r\n");
+    if (metric_sum(metrics.body, "heft_requests_total") >= 5) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  for (const char* code : {"200", "400", "431", "501", "404"})
+    EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", fmt::format("code=\"{}\"", code)), 1) << code;
+
+  std::vector<nlohmann::json> lines;
+  for (int wait = 0; wait < 100 && lines.size() < 5; ++wait) {
+    std::this_thread::sleep_for(50ms);
+    lines.clear();
+    std::ifstream in(log_path);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 5u);
+  std::map<int, nlohmann::json> by_status;
+  for (const auto& j : lines) by_status[j["status"].get<int>()] = j;
+  EXPECT_EQ(by_status[400]["size"], std::string("400 Bad Request\n").size());
+  EXPECT_EQ(by_status[501]["request"]["method"], "CONNECT");
+  EXPECT_EQ(by_status[404]["request"]["host"], "other.test");
+  EXPECT_EQ(by_status[200]["upstream"], fmt::format("127.0.0.1:{}", a.port));
+}
+
 }  // namespace
 }  // namespace heft::test
