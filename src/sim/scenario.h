@@ -19,6 +19,9 @@
 
 namespace heft::sim {
 
+// A weight's range, as everywhere in heft (heftfile weights, heft pick).
+inline constexpr uint32_t kMaxWeight = 1'000'000;
+
 enum class ServiceDist { fixed, exponential, lognormal };
 
 std::optional<ServiceDist> parse_service_dist(std::string_view name);  // fixed | exp | exponential | lognormal
@@ -79,8 +82,8 @@ Event parse_event(std::string_view text);
 // "round_robin,weighted_round_robin,least_conn"
 std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 
-// "3,1,1"
-std::vector<uint32_t> parse_weights(std::string_view text);
+// "3,1,1": weights 0..kMaxWeight; `what` names the flag in errors.
+std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what = "--weights");
 
 // Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
 // starting with '#' are skipped. Sorts the arrivals by time (stable).

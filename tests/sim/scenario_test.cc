@@ -1,0 +1,126 @@
+// Input checks of `heft sim`'s scenario parsers (src/sim/scenario.h): every
+// flag and JSON member is checked for type, sign, integer-ness and range, and
+// the error names the flag or the JSON member's path.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/scenario.h"
+
+namespace heft::sim {
+namespace {
+
+// The message of the std::invalid_argument `parse` throws ("" if none).
+template <typename F>
+std::string error_of(F parse) {
+  try {
+    parse();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A one-server scenario with `server_member` added to the server object.
+std::string scenario_error(const std::string& top_members, const std::string& server_member = "") {
+  const std::string text = "{" + top_members + (top_members.empty() ? "" : ", ") +
+                           R"("servers": [{"name": "a", "size": 4)" +
+                           (server_member.empty() ? "" : ", " + server_member) + "}]}";
+  return error_of([&] {
+    Scenario s = scenario_from_json(nlohmann::json::parse(text), nullptr);
+    validate(s);
+  });
+}
+
+TEST(ScenarioJsonTest, EveryMemberIsCheckedAndNamed) {
+  struct Case {
+    std::string top, server, path;
+  };
+  const Case cases[] = {
+      {"", R"("weight": -1)", "servers[0].weight"},
+      {"", R"("weight": 1.5)", "servers[0].weight"},
+      {"", R"("weight": 1000001)", "servers[0].weight"},
+      {"", R"("weight": "3")", "servers[0].weight"},
+      {"", R"("size": -2)", "servers[0].size"},
+      {"", R"("size": 2.5)", "servers[0].size"},
+      {"", R"("size": 0)", "servers[0].size"},
+      {"", R"("size": "4")", "servers[0].size"},
+      {"", R"("queue": -1)", "servers[0].queue"},
+      {"", R"("queue": 1.5)", "servers[0].queue"},
+      {"", R"("units": -1)", "servers[0].units"},
+      {"", R"("units": 0)", "servers[0].units"},
+      {"", R"("units": "3")", "servers[0].units"},
+      {"", R"("sigma": -0.5)", "servers[0].sigma"},
+      {"", R"("service": -0.02)", "servers[0].service"},
+      {"", R"("service": "fast")", "servers[0].service"},
+      {"", R"("timeout": -1)", "servers[0].timeout"},
+      {"", R"("dist": 3)", "servers[0].dist"},
+      {"", R"("dist": "pareto")", "servers[0].dist"},
+      {"", R"("name": 7)", "servers[0].name"},
+      {"", R"("colour": "red")", "servers[0].colour"},
+      {R"("seed": -3)", "", "seed"},
+      {R"("seed": 1.5)", "", "seed"},
+      {R"("seed": "1")", "", "seed"},
+      {R"("rate": -5)", "", "rate"},
+      {R"("rate": "fast")", "", "rate"},
+      {R"("duration": -5)", "", "duration"},
+      {R"("duration": "soon")", "", "duration"},
+      {R"("bucket": -1)", "", "bucket"},
+      {R"("name": 1)", "", "name"},
+      {R"("trace": 1)", "", "trace"},
+      {R"("hash_strategy": "cube")", "", "hash_strategy"},
+      {R"("policies": "least_conn")", "", "policies"},
+      {R"("policies": ["least_conn", 3])", "", "policies[1]"},
+      {R"("policies": ["fastest"])", "", "policies[0]"},
+      {R"("events": ["1s:a:fail", "1s:a:weight=-1"])", "", "events[1]"},
+      {R"("events": [5])", "", "events[0]"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = scenario_error(c.top, c.server);
+    EXPECT_NE(error.find("scenario: " + c.path + ":"), std::string::npos)
+        << c.top << c.server << " -> '" << error << "'";
+  }
+  EXPECT_NE(error_of([] { scenario_from_json(nlohmann::json::parse(R"({"servers": [3]})"), nullptr); })
+                .find("servers[0]: must be an object"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { scenario_from_json(nlohmann::json::parse(R"({"servers": {"a": 1}})"), nullptr); })
+                .find("servers: must be an array"),
+            std::string::npos);
+}
+
+TEST(ScenarioJsonTest, ValidValuesStillParse) {
+  Scenario s = scenario_from_json(nlohmann::json::parse(R"({
+    "seed": 18446744073709551615, "rate": 2.5, "duration": 30, "bucket": "1s",
+    "servers": [{"name": "a", "size": 4, "units": 1.5, "weight": 1000000, "queue": 0, "sigma": 0,
+                 "dist": "lognormal", "service": 0.02, "timeout": "1s"}]
+  })"),
+                                  nullptr);
+  validate(s);
+  EXPECT_EQ(s.seed, 18446744073709551615u);
+  EXPECT_EQ(*s.servers[0].weight, 1'000'000u);
+  EXPECT_EQ(*s.servers[0].queue_limit, 0u);
+  EXPECT_DOUBLE_EQ(s.servers[0].units, 1.5);
+}
+
+TEST(ScenarioFlagsTest, WeightsAreAtMostOneMillion) {
+  EXPECT_EQ(parse_weights("1000000,0,1"), (std::vector<uint32_t>{1'000'000, 0, 1}));
+  EXPECT_NE(error_of([] { parse_weights("1000001,1,1"); }).find("--weights: '1000001' is not an integer 0..1000000"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_weights("4294967297"); }).find("--weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_weights("-1"); }).find("--weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("5s:s1:weight=1000001"); }).find("--event weight"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("5s:weights=1,1000001"); }).find("--event weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,weight=1000001"); }).find("--server weight"), std::string::npos);
+  // Library callers that build a Scenario by hand are held to the same range.
+  Scenario s;
+  ServerSpec server;
+  server.weight = 1'000'001;
+  s.servers.push_back(server);
+  EXPECT_THROW(validate(s), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace heft::sim
