@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -114,7 +115,13 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
       for (double units : sim::parse_units(f.servers)) {
         sim::ServerSpec server;
         server.units = units;
-        server.size = static_cast<uint32_t>(std::max(1.0, std::round(units * f.unit_workers)));
+        // Checked before narrowing: 1e9x must neither wrap nor reserve room for 1e9 workers.
+        const double workers = std::max(1.0, std::round(units * f.unit_workers));
+        if (workers > static_cast<double>(sim::kMaxWorkers))
+          throw std::invalid_argument(fmt::format(
+              "--servers {}x with --unit-workers {} is {:.0f} workers; at most {} are simulated in all", units,
+              f.unit_workers, workers, sim::kMaxWorkers));
+        server.size = static_cast<uint32_t>(workers);
         server.service_s = service;
         server.dist = *dist;
         server.sigma = f.sigma;

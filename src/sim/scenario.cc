@@ -128,7 +128,7 @@ ServerSpec parse_server(std::string_view text) {
     if (key == "name") {
       s.name = std::string(value);
     } else if (key == "size") {
-      s.size = static_cast<uint32_t>(parse_count(value, "--server size"));
+      s.size = static_cast<uint32_t>(parse_count(value, "--server size", 1, kMaxWorkers));
       size_given = true;
     } else if (key == "service") {
       s.service_s = parse_duration(value);
@@ -315,7 +315,7 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
     if (k == "name") {
       server.name = json_string(x, at);
     } else if (k == "size") {
-      server.size = static_cast<uint32_t>(json_integer(x, at, 1, std::numeric_limits<uint32_t>::max()));
+      server.size = static_cast<uint32_t>(json_integer(x, at, 1, kMaxWorkers));
     } else if (k == "units") {
       server.units = json_positive(x, at);
       units_given = true;
@@ -406,11 +406,14 @@ void validate(Scenario& s) {
   if (!s.has_trace && !(s.rate > 0)) fail("--rate must be positive");
   if (s.policies.empty()) fail("--policies is empty");
   std::unordered_set<std::string> names;
+  uint64_t workers = 0;
   for (size_t i = 0; i < s.servers.size(); ++i) {
     ServerSpec& server = s.servers[i];
     if (server.name.empty()) server.name = fmt::format("s{}", i + 1);
     if (!names.insert(server.name).second) fail(fmt::format("server name '{}' is used twice", server.name));
-    if (server.size == 0) fail(fmt::format("server '{}': size must be at least 1", server.name));
+    if (server.size == 0 || server.size > kMaxWorkers)
+      fail(fmt::format("server '{}': size must be 1..{} workers", server.name, kMaxWorkers));
+    workers += server.size;
     if (server.weight && *server.weight > kMaxWeight)
       fail(fmt::format("server '{}': weight must be 0..{}", server.name, kMaxWeight));
     if (!(server.service_s > 0)) fail(fmt::format("server '{}': service time must be positive", server.name));
@@ -418,6 +421,8 @@ void validate(Scenario& s) {
       fail(fmt::format("server '{}': sigma must be >= 0", server.name));
     if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
   }
+  if (workers > kMaxWorkers)
+    fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
   for (const Event& e : s.events) {
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
@@ -433,6 +438,10 @@ void validate(Scenario& s) {
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
   if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
+  const double points = std::ceil(s.duration_s / s.bucket_s) * static_cast<double>(s.servers.size());
+  if (points > static_cast<double>(kMaxSeriesPoints))
+    fail(fmt::format("--bucket is too small for {} servers: {:.0f} utilisation points per policy, at most {}",
+                     s.servers.size(), points, kMaxSeriesPoints));
 }
 
 Scenario seed_example(bool big_half_speed) {

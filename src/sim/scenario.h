@@ -21,6 +21,11 @@ namespace heft::sim {
 
 // A weight's range, as everywhere in heft (heftfile weights, heft pick).
 inline constexpr uint32_t kMaxWeight = 1'000'000;
+// Simulated workers in all servers together: the event heap reserves room for
+// one pending completion per worker up front (docs/sim.md, "Limits").
+inline constexpr uint64_t kMaxWorkers = 1'000'000;
+// Utilisation points (servers x buckets) per policy: each is kept and printed.
+inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 
 enum class ServiceDist { fixed, exponential, lognormal };
 

@@ -157,4 +157,13 @@ TEST(SimCommandTest, WeightsAreAtMostOneMillion) {
   EXPECT_EQ(run_heft("sim --servers 1x,1x --rate 10 --duration 1s --weights 1000000,1").exit_code, 0);
 }
 
+TEST(SimCommandTest, HugeSizesAreRejectedNotAllocated) {
+  expect_rejected("sim --rate 300 --duration 2s --servers 3x --unit-workers 1000000000", "--unit-workers");
+  expect_rejected("sim --rate 300 --duration 2s --servers 1000000000x", "--servers");
+  expect_rejected("sim --rate 300 --duration 2s --server name=a,size=1000000000", "--server size");
+  expect_rejected("sim --rate 300 --duration 2s --server name=a,size=4294967296", "--server size");
+  expect_rejected("sim --rate 300 --duration 2s --servers 1x,1x --unit-workers 600000", "workers in all");
+  EXPECT_EQ(run_heft("sim --rate 300 --duration 2s --servers 1x --unit-workers 1000000").exit_code, 0);
+}
+
 }  // namespace

@@ -122,5 +122,32 @@ TEST(ScenarioFlagsTest, WeightsAreAtMostOneMillion) {
   EXPECT_THROW(validate(s), std::invalid_argument);
 }
 
+TEST(ScenarioLimitsTest, WorkersAreParsedWithoutWrappingAndBounded) {
+  EXPECT_EQ(parse_server("name=a,size=1000000").size, 1'000'000u);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=1000000000"); }).find("--server size"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=4294967296"); }).find("--server size: '4294967296'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=-1"); }).find("--server size"), std::string::npos);
+  Scenario s;
+  for (int i = 0; i < 2; ++i) {
+    ServerSpec server;
+    server.size = 600'000;  // 1.2 million in all
+    s.servers.push_back(server);
+  }
+  EXPECT_NE(error_of([&] { validate(s); }).find("1200000 workers in all"), std::string::npos);
+  s.servers[1].size = 400'000;
+  EXPECT_NO_THROW(validate(s));
+}
+
+TEST(ScenarioLimitsTest, UtilisationSeriesIsBounded) {
+  Scenario s;
+  s.duration_s = 1000;
+  s.bucket_s = 0.01;  // 100,000 buckets
+  for (int i = 0; i < 200; ++i) s.servers.push_back(ServerSpec{});
+  EXPECT_NE(error_of([&] { validate(s); }).find("utilisation points"), std::string::npos);
+  s.servers.resize(100);
+  EXPECT_NO_THROW(validate(s));
+}
+
 }  // namespace
 }  // namespace heft::sim
