@@ -24,6 +24,9 @@ inline constexpr uint32_t kMaxWeight = 1'000'000;
 // Simulated workers in all servers together: the event heap reserves room for
 // one pending completion per worker up front (docs/sim.md, "Limits").
 inline constexpr uint64_t kMaxWorkers = 1'000'000;
+// Arrivals per run (rate x duration, or a trace's): at 2.5-6 million simulated
+// requests per second, 10-20 s per policy (docs/sim.md, "Speed").
+inline constexpr double kMaxArrivals = 50'000'000;
 // Utilisation points (servers x buckets) per policy: each is kept and printed.
 inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 

@@ -166,4 +166,14 @@ TEST(SimCommandTest, HugeSizesAreRejectedNotAllocated) {
   EXPECT_EQ(run_heft("sim --rate 300 --duration 2s --servers 1x --unit-workers 1000000").exit_code, 0);
 }
 
+TEST(SimCommandTest, InfiniteRateAndEndlessRunsAreRejected) {
+  expect_rejected("sim --servers 1x --rate inf --duration 2s", "--rate");
+  expect_rejected("sim --servers 1x --rate nan --duration 2s", "--rate");
+  expect_rejected("sim --servers 1x --rate 1000000 --duration 60s", "expected arrivals");
+  auto file = std::filesystem::temp_directory_path() / ("heft_sim_rate_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << R"({"duration": "2s", "rate": 1e308, "servers": [{"name": "a", "size": 2}]})";
+  expect_rejected("sim --scenario " + file.string(), "expected arrivals");
+  std::filesystem::remove(file);
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 // the error names the flag or the JSON member's path.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -147,6 +148,32 @@ TEST(ScenarioLimitsTest, UtilisationSeriesIsBounded) {
   EXPECT_NE(error_of([&] { validate(s); }).find("utilisation points"), std::string::npos);
   s.servers.resize(100);
   EXPECT_NO_THROW(validate(s));
+}
+
+TEST(ScenarioLimitsTest, RateIsFiniteAndArrivalsBounded) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.duration_s = 100;
+  for (double rate : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.0, -1.0})
+    EXPECT_NE(error_of([&] {
+                Scenario t = s;
+                t.rate = rate;
+                validate(t);
+              }).find("--rate must be a positive, finite number"),
+              std::string::npos)
+        << rate;
+  s.rate = 500'001;  // just over 50 million expected arrivals in 100 s
+  EXPECT_NE(error_of([&] { validate(s); }).find("expected arrivals; at most 50000000"), std::string::npos);
+  s.rate = 500'000;
+  EXPECT_NO_THROW(validate(s));
+  // A scenario file's rate is held to the same bound.
+  EXPECT_NE(scenario_error(R"("rate": 1e308)").find("expected arrivals"), std::string::npos);
+  // So is a trace: only the arrivals before the duration count.
+  Scenario traced;
+  traced.servers.push_back(ServerSpec{});
+  traced.duration_s = 10;
+  load_trace("1\n2\n20\n", traced);
+  EXPECT_NO_THROW(validate(traced));
 }
 
 }  // namespace
