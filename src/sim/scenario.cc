@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -399,6 +400,52 @@ uint32_t initial_weight(const ServerSpec& server) {
   return w < 1 ? 1 : static_cast<uint32_t>(w);
 }
 
+namespace {
+
+// The smallest q <= max_q that makes value x q whole, 0 if none does. Walks the
+// continued-fraction convergents p/q of `value`; the relative tolerance lets
+// decimals that binary cannot hold (0.1, or 0.333333333 for 1/3) count as exact.
+uint64_t whole_multiplier(double value, uint64_t max_q) {
+  double x = value;
+  double p_prev = 1, q_prev = 0, p = std::floor(x), q = 1;
+  for (int guard = 0; guard < 64; ++guard) {
+    if (std::abs(value * q - p) <= 1e-9 * value * q) return static_cast<uint64_t>(q);
+    const double rest = x - std::floor(x);
+    if (rest <= 0) return 0;
+    x = 1 / rest;
+    const double a = std::floor(x);
+    const double p_next = a * p + p_prev, q_next = a * q + q_prev;
+    if (q_next > static_cast<double>(max_q)) return 0;
+    p_prev = p, q_prev = q, p = p_next, q = q_next;
+  }
+  return 0;
+}
+
+// Servers without an explicit weight weigh their units. Fractional units are
+// scaled by the smallest whole number that makes every such server's units
+// whole, so 1.5x,1x weigh 3:2 exactly; whole units (3x,1x,1x) are unchanged.
+void set_default_weights(std::vector<ServerSpec>& servers) {
+  double largest = 0;
+  for (const ServerSpec& server : servers)
+    if (!server.weight) largest = std::max(largest, server.units);
+  if (largest == 0) return;
+  const auto max_multiplier = static_cast<uint64_t>(kMaxWeight / largest);
+  uint64_t multiplier = 1;
+  for (const ServerSpec& server : servers) {
+    if (server.weight) continue;
+    const uint64_t q = whole_multiplier(server.units, max_multiplier);
+    if (q != 0) multiplier = std::lcm(multiplier, q);
+    if (q == 0 || multiplier > max_multiplier)
+      fail(fmt::format("server '{}': its size {}x has no whole-number ratio to the other sizes with weights up to {}; "
+                       "give the weights (--weights or weight=)",
+                       server.name, server.units, kMaxWeight));
+  }
+  for (ServerSpec& server : servers)
+    if (!server.weight) server.weight = static_cast<uint32_t>(std::round(server.units * static_cast<double>(multiplier)));
+}
+
+}  // namespace
+
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
   if (s.servers.size() > 4096) fail("at most 4096 servers");
@@ -434,9 +481,12 @@ void validate(Scenario& s) {
     if (server.dist == ServiceDist::lognormal && !(server.sigma >= 0))
       fail(fmt::format("server '{}': sigma must be >= 0", server.name));
     if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
+    if (!(server.units > 0) || server.units > kMaxWeight)
+      fail(fmt::format("server '{}': units must be a positive number up to {}", server.name, kMaxWeight));
   }
   if (workers > kMaxWorkers)
     fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
+  set_default_weights(s.servers);
   for (const Event& e : s.events) {
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())

@@ -41,7 +41,7 @@ struct ServerSpec {
   double service_s = 0.005;           // mean service time at normal speed
   ServiceDist dist = ServiceDist::exponential;
   double sigma = 0.5;                 // lognormal: sigma of the underlying normal
-  std::optional<uint32_t> weight;     // default: the server's size in units (see Scenario)
+  std::optional<uint32_t> weight;     // default: the server's size in units (see validate())
   std::optional<uint64_t> queue_limit;  // waiting requests beyond this are refused
   double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
   double units = 1;                   // its size in "x" (3x = 3): the default weight
@@ -102,11 +102,14 @@ void load_trace(std::string_view text, Scenario& scenario);
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
 
 // Checks and normalises: names unique and non-empty, sizes > 0, events naming
-// known servers, sorted events, default weights, default bucket. Throws
+// known servers, sorted events, default bucket, and default weights: every
+// server without a weight gets its units, all scaled by the smallest whole
+// number that makes them whole (1.5x,1x -> 3,2; 3x,1x,1x -> 3,1,1). Throws
 // std::invalid_argument.
 void validate(Scenario& scenario);
 
-// The weight each server starts with (its explicit weight, else its units rounded, at least 1).
+// The weight each server starts with: its weight (set for every server by
+// validate()), else its units rounded, at least 1.
 uint32_t initial_weight(const ServerSpec& server);
 
 // The seed page's fleet: one group of one 3x and two 1x servers (12 and 4

@@ -176,4 +176,14 @@ TEST(SimCommandTest, InfiniteRateAndEndlessRunsAreRejected) {
   std::filesystem::remove(file);
 }
 
+TEST(SimCommandTest, WeightsFollowFractionalSizes) {
+  Output out = run_heft("sim --servers 1.5x,1x --unit-workers 4 --rate 100 --duration 2s --json");
+  ASSERT_EQ(out.exit_code, 0);
+  auto servers = nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"];
+  EXPECT_EQ(servers[0]["size"], 6);
+  EXPECT_EQ(servers[1]["size"], 4);
+  EXPECT_EQ(servers[0]["weight"], 3);
+  EXPECT_EQ(servers[1]["weight"], 2);
+}
+
 }  // namespace

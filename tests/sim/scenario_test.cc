@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,54 @@ TEST(ScenarioLimitsTest, RateIsFiniteAndArrivalsBounded) {
   traced.duration_s = 10;
   load_trace("1\n2\n20\n", traced);
   EXPECT_NO_THROW(validate(traced));
+}
+
+// The weights validate() gives servers with these units and no explicit weight.
+std::vector<uint32_t> default_weights(const std::vector<double>& units) {
+  Scenario s;
+  for (double u : units) {
+    ServerSpec server;
+    server.units = u;
+    s.servers.push_back(server);
+  }
+  validate(s);
+  std::vector<uint32_t> out;
+  for (const ServerSpec& server : s.servers) out.push_back(initial_weight(server));
+  return out;
+}
+
+TEST(ScenarioWeightsTest, DefaultWeightsFollowFractionalSizesExactly) {
+  using W = std::vector<uint32_t>;
+  // Whole sizes are their own weights, as before (2x,2x stays 2,2).
+  EXPECT_EQ(default_weights({3, 1, 1}), (W{3, 1, 1}));
+  EXPECT_EQ(default_weights({2, 2}), (W{2, 2}));
+  EXPECT_EQ(default_weights({1'000'000, 1}), (W{1'000'000, 1}));
+  // Fractional sizes: the smallest whole weights with the same ratios.
+  EXPECT_EQ(default_weights({1.5, 1}), (W{3, 2}));
+  EXPECT_EQ(default_weights({2.5, 1, 0.5}), (W{5, 2, 1}));
+  EXPECT_EQ(default_weights({0.25, 1}), (W{1, 4}));
+  EXPECT_EQ(default_weights({0.1, 0.3}), (W{1, 3}));
+  EXPECT_EQ(default_weights({0.333333333333, 1}), (W{1, 3}));
+  EXPECT_EQ(default_weights({1.5, 2.25}), (W{6, 9}));
+  // No whole-number ratio within the weight range: an error, not a rounded guess.
+  EXPECT_NE(error_of([] { default_weights({1.0000001, 1}); }).find("no whole-number ratio"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({999'999.5, 1}); }).find("no whole-number ratio"), std::string::npos);
+  // Explicit weights are kept; the others are scaled among themselves.
+  Scenario s;
+  for (double u : {1.5, 1.0, 7.0}) {
+    ServerSpec server;
+    server.units = u;
+    s.servers.push_back(server);
+  }
+  s.servers[2].weight = 5;
+  validate(s);
+  EXPECT_EQ(*s.servers[0].weight, 3u);
+  EXPECT_EQ(*s.servers[1].weight, 2u);
+  EXPECT_EQ(*s.servers[2].weight, 5u);
+  // Units are checked: positive, at most the largest weight.
+  EXPECT_NE(error_of([] { default_weights({0, 1}); }).find("units"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({-1, 1}); }).find("units"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({2e6}); }).find("units"), std::string::npos);
 }
 
 }  // namespace
