@@ -111,6 +111,9 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
       auto dist = sim::parse_service_dist(f.dist);
       if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
       if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
+      if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
+        throw std::invalid_argument(fmt::format(
+            "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
       const double service = sim::parse_duration(f.service);
       for (double units : sim::parse_units(f.servers)) {
         sim::ServerSpec server;

@@ -139,6 +139,8 @@ ServerSpec parse_server(std::string_view text) {
       s.dist = *d;
     } else if (key == "sigma") {
       s.sigma = parse_number(value, "--server sigma");
+      if (!(s.sigma >= 0 && s.sigma <= kMaxSigma))
+        fail(fmt::format("--server sigma must be 0..{} (beyond, the lognormal cannot keep its mean)", kMaxSigma));
     } else if (key == "weight") {
       s.weight = static_cast<uint32_t>(parse_count(value, "--server weight", 0, kMaxWeight));
     } else if (key == "queue") {
@@ -328,6 +330,8 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
       server.dist = *d;
     } else if (k == "sigma") {
       server.sigma = json_non_negative(x, at);
+      if (server.sigma > kMaxSigma)
+        json_fail(at, fmt::format("must be 0..{} (beyond, the lognormal cannot keep its mean)", kMaxSigma), x);
     } else if (k == "weight") {
       server.weight = static_cast<uint32_t>(json_integer(x, at, 0, kMaxWeight));
     } else if (k == "queue") {
@@ -478,8 +482,9 @@ void validate(Scenario& s) {
     if (server.weight && *server.weight > kMaxWeight)
       fail(fmt::format("server '{}': weight must be 0..{}", server.name, kMaxWeight));
     if (!(server.service_s > 0)) fail(fmt::format("server '{}': service time must be positive", server.name));
-    if (server.dist == ServiceDist::lognormal && !(server.sigma >= 0))
-      fail(fmt::format("server '{}': sigma must be >= 0", server.name));
+    if (!(server.sigma >= 0 && server.sigma <= kMaxSigma))
+      fail(fmt::format("server '{}': sigma must be 0..{} (beyond, the lognormal cannot keep its mean)", server.name,
+                       kMaxSigma));
     if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
     if (!(server.units > 0) || server.units > kMaxWeight)
       fail(fmt::format("server '{}': units must be a positive number up to {}", server.name, kMaxWeight));

@@ -186,4 +186,10 @@ TEST(SimCommandTest, WeightsFollowFractionalSizes) {
   EXPECT_EQ(servers[1]["weight"], 2);
 }
 
+TEST(SimCommandTest, LognormalSigmaIsBounded) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --dist lognormal --sigma 50", "--sigma");
+  expect_rejected("sim --server name=a,dist=lognormal,sigma=50 --rate 10 --duration 2s", "--server sigma");
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --dist lognormal --sigma 4").exit_code, 0);
+}
+
 }  // namespace

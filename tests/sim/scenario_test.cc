@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/scenario.h"
+#include "sim/simulator.h"
 
 namespace heft::sim {
 namespace {
@@ -223,6 +224,38 @@ TEST(ScenarioWeightsTest, DefaultWeightsFollowFractionalSizesExactly) {
   EXPECT_NE(error_of([] { default_weights({0, 1}); }).find("units"), std::string::npos);
   EXPECT_NE(error_of([] { default_weights({-1, 1}); }).find("units"), std::string::npos);
   EXPECT_NE(error_of([] { default_weights({2e6}); }).find("units"), std::string::npos);
+}
+
+TEST(ScenarioLimitsTest, SigmaKeepsTheLognormalMean) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].dist = ServiceDist::lognormal;
+  s.servers[0].sigma = kMaxSigma;
+  EXPECT_NO_THROW(validate(s));
+  for (double sigma : {4.01, 50.0, -0.1, std::numeric_limits<double>::quiet_NaN()}) {
+    s.servers[0].sigma = sigma;
+    EXPECT_NE(error_of([&] { validate(s); }).find("sigma must be 0..4"), std::string::npos) << sigma;
+  }
+  EXPECT_NE(error_of([] { parse_server("name=a,dist=lognormal,sigma=50"); }).find("--server sigma"),
+            std::string::npos);
+  EXPECT_NE(scenario_error("", R"("sigma": 50)").find("servers[0].sigma: must be 0..4"), std::string::npos);
+}
+
+// Up to the bound the simulated lognormal keeps its mean: with workers to spare
+// (no queueing), mean latency is the mean service time.
+TEST(ScenarioLimitsTest, LognormalKeepsItsMeanAtModerateSigma) {
+  Scenario s;
+  s.duration_s = 1000;
+  s.rate = 1000;
+  ServerSpec server;
+  server.size = 100;
+  server.service_s = 0.005;
+  server.dist = ServiceDist::lognormal;
+  server.sigma = 1.5;
+  s.servers.push_back(server);
+  s.policies = {balance::PolicyKind::round_robin};
+  const SimResult r = simulate(s);
+  EXPECT_NEAR(r.policies[0].latency.mean_s, 0.005, 0.005 * 0.03);
 }
 
 }  // namespace
