@@ -192,4 +192,21 @@ TEST(SimCommandTest, LognormalSigmaIsBounded) {
   EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --dist lognormal --sigma 4").exit_code, 0);
 }
 
+TEST(SimCommandTest, UnroutedRequestsAreLabelledInTableAndCsv) {
+  const std::string args = "sim --servers 1x,1x --rate 100 --duration 2s --weights 0,0 --policies round_robin";
+  Output table = run_heft(args);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("(unrouted)"), std::string::npos) << table.stdout_text;
+  EXPECT_EQ(table.stdout_text.find(" -"), std::string::npos) << table.stdout_text;
+  Output csv = run_heft(args + " --csv");
+  ASSERT_EQ(csv.exit_code, 0);
+  Output json = run_heft(args + " --json");
+  const auto unrouted = nlohmann::json::parse(json.stdout_text)["scenarios"][0]["policies"][0]["unrouted"];
+  ASSERT_GT(unrouted.get<uint64_t>(), 0u);
+  EXPECT_NE(csv.stdout_text.find(",unrouted\n"), std::string::npos) << csv.stdout_text;
+  EXPECT_NE(csv.stdout_text.find("(all)"), std::string::npos);
+  const std::string last_field = std::string(",").append(unrouted.dump()).append("\n");
+  EXPECT_NE(csv.stdout_text.find(last_field), std::string::npos) << csv.stdout_text;
+}
+
 }  // namespace
