@@ -27,7 +27,7 @@ struct PickOptions {
   std::string keys;
   int count = 0;
   CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
-  uint64_t seed = 1;
+  std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
   bool trace = false;
   bool json = false;
 };
@@ -118,7 +118,11 @@ int run_pick(const PickOptions& o) {
     return cw;
   };
   bool has_current = *kind == PolicyKind::weighted_round_robin || *kind == PolicyKind::least_conn;
-  std::mt19937_64 rng(o.seed);
+  uint64_t seed = 0;
+  auto [seed_end, seed_ec] = std::from_chars(o.seed.data(), o.seed.data() + o.seed.size(), seed);
+  if (o.seed.empty() || seed_ec != std::errc() || seed_end != o.seed.data() + o.seed.size())
+    throw BadArguments(fmt::format("--seed: \"{}\" is not a whole number", o.seed));
+  std::mt19937_64 rng(seed);
   nlohmann::json sequence = nlohmann::json::array();
   nlohmann::json trace = nlohmann::json::array();
   std::vector<std::string> table;

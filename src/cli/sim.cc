@@ -37,7 +37,7 @@ struct SimFlags {
   std::string policies;
   std::string weights;
   std::vector<std::string> events;
-  uint64_t seed = 1;
+  std::string seed = "1";  // parsed by sim::parse_seed: CLI11 wraps "-1" into a uint64
   std::string bucket;
   std::string hash_strategy;
   bool json = false;
@@ -58,7 +58,7 @@ std::string read_file(const std::string& path, const char* what) {
 
 // Flags that refine any scenario (from flags, a file or an example).
 void apply_overrides(const SimFlags& f, sim::Scenario& s) {
-  if (f.seed_opt->count()) s.seed = f.seed;
+  if (f.seed_opt->count()) s.seed = sim::parse_seed(f.seed);
   if (f.rate_opt->count()) s.rate = f.rate;
   if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration);
   if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket);
@@ -146,13 +146,20 @@ void run_sim(const SimFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   }
+  // Opened before the runs, which may take a minute: a path that cannot be
+  // written is a bad argument, found at once.
+  std::ofstream svg;
+  if (!f.svg.empty()) {
+    svg.open(f.svg, std::ios::binary | std::ios::trunc);
+    if (!svg) throw BadArguments("--svg: cannot write '" + f.svg + "'");
+  }
   std::vector<sim::SimResult> results;
   for (const sim::Scenario& s : scenarios) results.push_back(sim::simulate(s));
-  if (!f.svg.empty()) {
-    std::ofstream out(f.svg, std::ios::binary | std::ios::trunc);
-    out << sim::format_svg(results);
-    if (!out) {
-      std::fprintf(stderr, "heft: cannot write '%s'\n", f.svg.c_str());
+  if (svg.is_open()) {
+    svg << sim::format_svg(results);
+    svg.close();
+    if (!svg) {
+      std::fprintf(stderr, "heft: --svg: writing '%s' failed\n", f.svg.c_str());
       set_exit_code(1);
       return;
     }

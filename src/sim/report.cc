@@ -43,8 +43,8 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} workers x {} {})", i ? "," : "", s.name, s.size, format_latency(s.service_s),
-                         service_dist_name(s.dist));
+      out += fmt::format("{} {} ({} worker{} x {} {})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+                         format_latency(s.service_s), service_dist_name(s.dist));
     }
     out += '\n';
     out += "  events:";

@@ -87,6 +87,10 @@ std::string_view service_dist_name(ServiceDist dist) {
   return "exp";
 }
 
+uint64_t parse_seed(std::string_view text) {
+  return parse_count(text, "--seed");
+}
+
 double parse_duration(std::string_view text) {
   text = trim(text);
   struct Unit {

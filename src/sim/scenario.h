@@ -78,6 +78,9 @@ struct Scenario {
   double bucket_s = 0;        // utilisation time-series bucket; 0: duration / 60
 };
 
+// "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
+uint64_t parse_seed(std::string_view text);
+
 // "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds.
 double parse_duration(std::string_view text);
 

@@ -75,6 +75,7 @@ TEST(HeftPick, NamesKeysAndCountAreChecked) {
       {"pick --weights 5,1,1 --count 0", "--count must be 1..1000000, got 0"},
       {"pick --weights 5,1,1 --count -1", "--count must be 1..1000000, got -1"},
       {"pick --weights 5,1,1 --count 1000001", "--count must be 1..1000000"},
+      {"pick --policy random --weights 5,1,1 --seed -1", "--seed"},
   };
   for (const auto& [args, message] : cases) {
     PickRun r = heft(args);

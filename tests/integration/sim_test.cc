@@ -209,4 +209,18 @@ TEST(SimCommandTest, UnroutedRequestsAreLabelledInTableAndCsv) {
   EXPECT_NE(csv.stdout_text.find(last_field), std::string::npos) << csv.stdout_text;
 }
 
+TEST(SimCommandTest, SeedSvgPathAndPlurals) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --seed -1", "--seed");
+  Output big = run_heft("sim --servers 1x --rate 10 --duration 2s --seed 18446744073709551615");
+  ASSERT_EQ(big.exit_code, 0);
+  EXPECT_NE(big.stdout_text.find("seed 18446744073709551615"), std::string::npos) << big.stdout_text;
+  // An SVG path that cannot be written: a bad argument, named, before any run.
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --svg /nonexistent/dir/report.svg",
+                  "/nonexistent/dir/report.svg");
+  // "1 worker", not "1 workers".
+  EXPECT_NE(big.stdout_text.find("s1 (1 worker x"), std::string::npos) << big.stdout_text;
+  Output four = run_heft("sim --servers 1x --unit-workers 4 --rate 10 --duration 2s");
+  EXPECT_NE(four.stdout_text.find("s1 (4 workers x"), std::string::npos) << four.stdout_text;
+}
+
 }  // namespace
