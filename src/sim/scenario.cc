@@ -105,6 +105,7 @@ double parse_duration(std::string_view text) {
       if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
       double v = parse_number(number, "duration") * u.seconds;
       if (v < 0) fail(fmt::format("duration '{}' is negative", text));
+      if (!std::isfinite(v)) fail(fmt::format("duration '{}' is too large", text));  // 1e308h
       return v;
     }
   }
@@ -437,7 +438,8 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
   for (const ServerSpec& server : servers)
     if (!server.weight) largest = std::max(largest, server.units);
   if (largest == 0) return;
-  const auto max_multiplier = static_cast<uint64_t>(kMaxWeight / largest);
+  // At most 2^32 so the lcm of two candidates cannot overflow; tiny units need no more.
+  const auto max_multiplier = static_cast<uint64_t>(std::min(kMaxWeight / largest, 0x1p32));
   uint64_t multiplier = 1;
   for (const ServerSpec& server : servers) {
     if (server.weight) continue;
@@ -485,11 +487,13 @@ void validate(Scenario& s) {
     workers += server.size;
     if (server.weight && *server.weight > kMaxWeight)
       fail(fmt::format("server '{}': weight must be 0..{}", server.name, kMaxWeight));
-    if (!(server.service_s > 0)) fail(fmt::format("server '{}': service time must be positive", server.name));
+    if (!(server.service_s > 0) || !std::isfinite(server.service_s))
+      fail(fmt::format("server '{}': service time must be positive and finite", server.name));
     if (!(server.sigma >= 0 && server.sigma <= kMaxSigma))
       fail(fmt::format("server '{}': sigma must be 0..{} (beyond, the lognormal cannot keep its mean)", server.name,
                        kMaxSigma));
-    if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
+    if (!(server.timeout_s >= 0) || !std::isfinite(server.timeout_s))
+      fail(fmt::format("server '{}': timeout must be >= 0 and finite", server.name));
     if (!(server.units > 0) || server.units > kMaxWeight)
       fail(fmt::format("server '{}': units must be a positive number up to {}", server.name, kMaxWeight));
   }
@@ -497,6 +501,9 @@ void validate(Scenario& s) {
     fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
   set_default_weights(s.servers);
   for (const Event& e : s.events) {
+    if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");
+    if (e.kind == Event::Kind::slow && (!(e.factor > 0) || !std::isfinite(e.factor)))
+      fail(fmt::format("event at {}s: slow factor must be positive and finite", e.at_s));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
         fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));
@@ -509,6 +516,7 @@ void validate(Scenario& s) {
       fail(fmt::format("event at {}s: weight must be 0..{}", e.at_s, kMaxWeight));
   }
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
+  if (!std::isfinite(s.bucket_s)) fail("--bucket must be finite");
   if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
   const double points = std::ceil(s.duration_s / s.bucket_s) * static_cast<double>(s.servers.size());

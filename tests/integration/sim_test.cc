@@ -111,6 +111,8 @@ TEST(SimCommandTest, BadArgumentsExitTwo) {
   EXPECT_EQ(run_heft("sim").exit_code, 2);
   EXPECT_EQ(run_heft("sim --example seed --json --csv").exit_code, 2);
   EXPECT_EQ(run_heft("sim --scenario /nonexistent/file.json").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --service 1e308h").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --event 1e308h:s1:slow=2").exit_code, 2);
 }
 
 // A bad argument: exit 2 and one line on stderr that contains `names`.

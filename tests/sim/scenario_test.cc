@@ -258,5 +258,30 @@ TEST(ScenarioLimitsTest, LognormalKeepsItsMeanAtModerateSigma) {
   EXPECT_NEAR(r.policies[0].latency.mean_s, 0.005, 0.005 * 0.03);
 }
 
+TEST(ScenarioLimitsTest, DurationsAreFinite) {
+  EXPECT_NE(error_of([] { parse_duration("1e308h"); }).find("too large"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,service=1e308h"); }).find("too large"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("1e308h:a:fail"); }).find("too large"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_duration("1e300s"), 1e300);
+  // Library callers too.
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].service_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("service time"), std::string::npos);
+  s.servers[0].service_s = 0.005;
+  s.servers[0].timeout_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("timeout"), std::string::npos);
+  s.servers[0].timeout_s = 0;
+  s.bucket_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("--bucket"), std::string::npos);
+  s.bucket_s = 0;
+  Event e;
+  e.at_s = std::numeric_limits<double>::infinity();
+  e.kind = Event::Kind::fail;
+  e.server = "s1";
+  s.events.push_back(e);
+  EXPECT_NE(error_of([&] { validate(s); }).find("event times"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace heft::sim
