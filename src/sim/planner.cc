@@ -31,7 +31,8 @@ void check_rate(double rps, std::string_view what, std::string_view inputs) {
                     kMaxResult));
   }
   if (!(rps > 0) || !std::isfinite(round_rps(rps))) {
-    throw std::invalid_argument(fmt::format("{}: {} comes to {:g} req/s, too small to compute with", inputs, what, rps));
+    throw std::invalid_argument(
+        fmt::format("{}: {} comes to {:g} req/s, too small to compute with", inputs, what, rps));
   }
 }
 

@@ -450,8 +450,10 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
                        "give the weights (--weights or weight=)",
                        server.name, server.units, kMaxWeight));
   }
-  for (ServerSpec& server : servers)
-    if (!server.weight) server.weight = static_cast<uint32_t>(std::round(server.units * static_cast<double>(multiplier)));
+  for (ServerSpec& server : servers) {
+    if (!server.weight)
+      server.weight = static_cast<uint32_t>(std::round(server.units * static_cast<double>(multiplier)));
+  }
 }
 
 }  // namespace
