@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "cli/command.h"
 #include "heft/balance/balancer.h"
@@ -25,7 +26,8 @@ struct PickOptions {
   std::string active;
   std::string keys;
   int count = 0;
-  uint64_t seed = 1;
+  CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
+  std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
   bool trace = false;
   bool json = false;
 };
@@ -73,6 +75,12 @@ int run_pick(const PickOptions& o) {
     names = split(o.names);
     if (names.size() != weights.size())
       throw BadArguments(fmt::format("--names has {} names for {} weights", names.size(), weights.size()));
+    // Counts and traces are keyed by name, so each must be there and distinct.
+    std::set<std::string> seen;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (names[i].empty()) throw BadArguments(fmt::format("--names: name {} is empty", i + 1));
+      if (!seen.insert(names[i]).second) throw BadArguments(fmt::format("--names: \"{}\" is used twice", names[i]));
+    }
   } else {
     for (size_t i = 0; i < weights.size(); ++i) names.push_back(default_name(i));
   }
@@ -88,11 +96,19 @@ int run_pick(const PickOptions& o) {
     for (size_t i = 0; i < active.size(); ++i) balancer.live(i).active = active[i];
   }
   std::vector<std::string> keys = o.keys.empty() ? std::vector<std::string>{} : split(o.keys);
+  // Only hash reads the key; elsewhere --keys would silently set the count.
+  if (!keys.empty() && *kind != PolicyKind::hash)
+    throw BadArguments(fmt::format("--keys: policy {} does not hash keys (only hash does)", policy_name(*kind)));
   uint64_t total = 0;
   for (uint32_t w : weights) total += w;
   int count = o.count;
-  if (count <= 0) count = !keys.empty() ? static_cast<int>(keys.size()) : (!active.empty() ? 1 : static_cast<int>(std::min<uint64_t>(total, 100)));
-  if (count > 1'000'000) throw BadArguments("--count: at most 1000000");
+  if (o.count_option && o.count_option->count() > 0) {
+    if (count < 1 || count > 1'000'000) throw BadArguments(fmt::format("--count must be 1..1000000, got {}", count));
+  } else {
+    if (keys.size() > 1'000'000) throw BadArguments("--keys: at most 1000000 keys");
+    count = !keys.empty() ? static_cast<int>(keys.size())
+                          : (!active.empty() ? 1 : static_cast<int>(std::min<uint64_t>(total, 100)));
+  }
 
   auto current_weights = [&] {
     std::vector<int64_t> cw(names.size(), 0);
@@ -102,7 +118,11 @@ int run_pick(const PickOptions& o) {
     return cw;
   };
   bool has_current = *kind == PolicyKind::weighted_round_robin || *kind == PolicyKind::least_conn;
-  std::mt19937_64 rng(o.seed);
+  uint64_t seed = 0;
+  auto [seed_end, seed_ec] = std::from_chars(o.seed.data(), o.seed.data() + o.seed.size(), seed);
+  if (o.seed.empty() || seed_ec != std::errc() || seed_end != o.seed.data() + o.seed.size())
+    throw BadArguments(fmt::format("--seed: \"{}\" is not a whole number", o.seed));
+  std::mt19937_64 rng(seed);
   nlohmann::json sequence = nlohmann::json::array();
   nlohmann::json trace = nlohmann::json::array();
   std::vector<std::string> table;
@@ -198,10 +218,11 @@ void setup(CLI::App& root) {
                   "round_robin, weighted_round_robin, least_conn, hash (ip_hash), random, p2c, first")
       ->capture_default_str();
   cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1")->required();
-  cmd->add_option("--names", options->names, "comma-separated names (default A,B,C...)");
-  cmd->add_option("--count", options->count, "number of picks (default: one cycle, at most 100)");
+  cmd->add_option("--names", options->names, "comma-separated distinct names (default A,B,C...)");
+  options->count_option =
+      cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
   cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
-  cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy)");
+  cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy only)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed (random, p2c)")->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -36,7 +37,7 @@ struct SimFlags {
   std::string policies;
   std::string weights;
   std::vector<std::string> events;
-  uint64_t seed = 1;
+  std::string seed = "1";  // parsed by sim::parse_seed: CLI11 wraps "-1" into a uint64
   std::string bucket;
   std::string hash_strategy;
   bool json = false;
@@ -57,7 +58,7 @@ std::string read_file(const std::string& path, const char* what) {
 
 // Flags that refine any scenario (from flags, a file or an example).
 void apply_overrides(const SimFlags& f, sim::Scenario& s) {
-  if (f.seed_opt->count()) s.seed = f.seed;
+  if (f.seed_opt->count()) s.seed = sim::parse_seed(f.seed);
   if (f.rate_opt->count()) s.rate = f.rate;
   if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration);
   if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket);
@@ -110,11 +111,20 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
       auto dist = sim::parse_service_dist(f.dist);
       if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
       if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
+      if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
+        throw std::invalid_argument(fmt::format(
+            "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
       const double service = sim::parse_duration(f.service);
       for (double units : sim::parse_units(f.servers)) {
         sim::ServerSpec server;
         server.units = units;
-        server.size = static_cast<uint32_t>(std::max(1.0, std::round(units * f.unit_workers)));
+        // Checked before narrowing: 1e9x must neither wrap nor reserve room for 1e9 workers.
+        const double workers = std::max(1.0, std::round(units * f.unit_workers));
+        if (workers > static_cast<double>(sim::kMaxWorkers))
+          throw std::invalid_argument(fmt::format(
+              "--servers {}x with --unit-workers {} is {:.0f} workers; at most {} are simulated in all", units,
+              f.unit_workers, workers, sim::kMaxWorkers));
+        server.size = static_cast<uint32_t>(workers);
         server.service_s = service;
         server.dist = *dist;
         server.sigma = f.sigma;
@@ -136,13 +146,20 @@ void run_sim(const SimFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   }
+  // Opened before the runs, which may take a minute: a path that cannot be
+  // written is a bad argument, found at once.
+  std::ofstream svg;
+  if (!f.svg.empty()) {
+    svg.open(f.svg, std::ios::binary | std::ios::trunc);
+    if (!svg) throw BadArguments("--svg: cannot write '" + f.svg + "'");
+  }
   std::vector<sim::SimResult> results;
   for (const sim::Scenario& s : scenarios) results.push_back(sim::simulate(s));
-  if (!f.svg.empty()) {
-    std::ofstream out(f.svg, std::ios::binary | std::ios::trunc);
-    out << sim::format_svg(results);
-    if (!out) {
-      std::fprintf(stderr, "heft: cannot write '%s'\n", f.svg.c_str());
+  if (svg.is_open()) {
+    svg << sim::format_svg(results);
+    svg.close();
+    if (!svg) {
+      std::fprintf(stderr, "heft: --svg: writing '%s' failed\n", f.svg.c_str());
       set_exit_code(1);
       return;
     }

@@ -15,6 +15,34 @@ constexpr double kSecondsPerDay = 86'400;
 // Groups beyond this are certainly a typo, and int64 arithmetic stays exact.
 constexpr double kMaxGroups = 1e12;
 
+// Results are shown through int64 (whole req/s and percents with thousands
+// separators); up to 1e15 they stay exact (below 2^53), far beyond any fleet.
+constexpr double kMaxResult = 1e15;
+
+// A rate computed from the inputs must be positive, finite and displayable;
+// `inputs` names the flags whose product it is.
+void check_rate(double rps, std::string_view what, std::string_view inputs) {
+  if (!std::isfinite(rps)) {
+    throw std::invalid_argument(fmt::format("{}: {} is not a finite number of req/s", inputs, what));
+  }
+  if (rps > kMaxResult) {
+    throw std::invalid_argument(
+        fmt::format("{}: {} comes to {:g} req/s, more than heft plan handles ({:g} req/s)", inputs, what, rps,
+                    kMaxResult));
+  }
+  if (!(rps > 0) || !std::isfinite(round_rps(rps))) {
+    throw std::invalid_argument(
+        fmt::format("{}: {} comes to {:g} req/s, too small to compute with", inputs, what, rps));
+  }
+}
+
+void check_percent(double percent, std::string_view what, std::string_view inputs) {
+  if (!std::isfinite(percent) || percent > kMaxResult) {
+    throw std::invalid_argument(fmt::format("{}: {} comes to {:g}%, more than heft plan handles ({:g}%)", inputs,
+                                            what, percent, kMaxResult));
+  }
+}
+
 void require_positive(double value, const char* flag) {
   if (!std::isfinite(value) || value <= 0) {
     throw std::invalid_argument(fmt::format("--{} must be a positive number, got {}", flag, value));
@@ -152,13 +180,26 @@ Plan make_plan(const PlanInputs& in) {
   validate(in);
   Plan plan;
   plan.inputs = in;
+  // Every product is checked as it is made (docs/plan.md: every number must be
+  // finite), so an error names the flags that overflowed.
   plan.average_rps = in.daily_active_users * in.requests_per_user / kSecondsPerDay;
+  check_rate(plan.average_rps, "the average", "--dau x --requests-per-user");
   plan.peak_rps = plan.average_rps * in.peak_factor;
+  check_rate(plan.peak_rps, "the peak", "--dau x --requests-per-user x --peak-factor");
   plan.traffic_now_rps = plan.peak_rps * in.planned_peak;
+  check_rate(plan.traffic_now_rps, "traffic now", "--planned-peak");
 
+  for (double size : in.group) plan.group_capacity += size;
+  check_rate(plan.group_capacity * in.server_rps, "one group's capacity", "--server-rps x --group");
+  for (double size : in.group) {
+    check_rate(size * in.server_rps, fmt::format("a {}x server's capacity", format_size(size)),
+               "--server-rps x --group");
+  }
   const double busy = in.target_busy_percent / 100;
   plan.small_server_equivalents = plan.peak_rps / (in.server_rps * busy);
-  for (double size : in.group) plan.group_capacity += size;
+  if (!std::isfinite(plan.small_server_equivalents)) {
+    throw std::invalid_argument("--server-rps x --target-busy: too small to compute with");
+  }
   // A hair of tolerance so 10.000000000001 groups' worth of rounding noise is 10.
   const double groups_needed = std::ceil(plan.small_server_equivalents / plan.group_capacity - 1e-9);
   if (groups_needed > kMaxGroups) {
@@ -192,6 +233,19 @@ Plan make_plan(const PlanInputs& in) {
       plan.group_capacity - static_cast<double>(largest.per_group) * largest.size * 0.5;
   plan.reduced_capacity_rps = static_cast<double>(plan.groups) * reduced_group_capacity * in.server_rps;
   plan.perfect_split_percent = plan.traffic_now_rps / plan.reduced_capacity_rps * 100;
+
+  const char* const fleet = "--server-rps x --group";
+  check_rate(plan.total_capacity_rps, "the fleet's capacity", fleet);
+  check_rate(plan.equal_share_rps, "the equal share", fleet);
+  check_rate(plan.slow_server_capacity_rps, "the slowed server's capacity", fleet);
+  check_rate(plan.fixed_share_big_rps, "the big server's fixed share", fleet);
+  check_rate(plan.reduced_capacity_rps, "the reduced capacity", fleet);
+  check_percent(plan.utilisation_weighted_percent, "step 4's utilisation", fleet);
+  for (const SizeUtilisation& u : plan.utilisation_unweighted) {
+    check_percent(u.busy_percent, fmt::format("step 5's utilisation of a {}x server", format_size(u.size)), fleet);
+  }
+  check_percent(plan.fixed_share_big_percent, "step 6's fixed share", fleet);
+  check_percent(plan.perfect_split_percent, "step 6's perfect split", fleet);
   return plan;
 }
 
@@ -228,8 +282,9 @@ std::string format_plan_text(const Plan& plan) {
   for (const auto& count : plan.servers) weights += (weights.empty() ? "" : ", ") + format_size(count.size);
   step(4, "With the weight matching the size",
        fmt::format("{}weights = sizes ({}): every server at traffic now / total capacity\n"
-                   "   = {} / ({} groups x {} x {} = {} req/s) = {}",
-                   now_line, weights, traffic, with_thousands(plan.groups), format_size(plan.group_capacity),
+                   "   = {} / ({} group{} x {} x {} = {} req/s) = {}",
+                   now_line, weights, traffic, with_thousands(plan.groups), plan.groups == 1 ? "" : "s",
+                   format_size(plan.group_capacity),
                    format_rps(in.server_rps), format_rps(plan.total_capacity_rps),
                    format_percent(plan.utilisation_weighted_percent)));
 

@@ -43,8 +43,8 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} workers x {} {})", i ? "," : "", s.name, s.size, format_latency(s.service_s),
-                         service_dist_name(s.dist));
+      out += fmt::format("{} {} ({} worker{} x {} {})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+                         format_latency(s.service_s), service_dist_name(s.dist));
     }
     out += '\n';
     out += "  events:";
@@ -65,15 +65,25 @@ std::string format_table(const std::vector<SimResult>& results) {
             s.peak_queue, s.queue_at_end, s.refused, s.timed_out, s.failed);
         first = false;
       }
+      // Requests no server could take get a labelled row of their own, so the
+      // requests column adds up to (all).
+      if (p.unrouted > 0) {
+        const double share = static_cast<double>(p.unrouted) / static_cast<double>(p.arrivals);
+        out += fmt::format("  {:<21} {:<20} {:>9} {:>6}\n", "", "(unrouted)", p.unrouted, percent(share));
+      }
       out += fmt::format(
           "  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n", "",
-          "(all)", "", "", p.arrivals, p.unrouted ? fmt::format("-{}", p.unrouted) : "", "",
+          "(all)", "", "", p.arrivals, "", "",
           format_latency(p.latency.mean_s), format_latency(p.latency.p50_s), format_latency(p.latency.p95_s),
           format_latency(p.latency.p99_s), "", "", p.refused, p.timed_out, p.failed);
     }
   }
   out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
          "end q = requests waiting when arrivals stopped (the run then drains them).\n";
+  bool any_unrouted = false;
+  for (const SimResult& res : results)
+    for (const PolicyResult& p : res.policies) any_unrouted = any_unrouted || p.unrouted > 0;
+  if (any_unrouted) out += "unrouted = requests no server could take (every weight 0, or every server failed).\n";
   return out;
 }
 
@@ -145,7 +155,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
 std::string format_csv(const std::vector<SimResult>& results) {
   std::string out =
       "scenario,policy,server,size,weight,requests,share,utilisation,mean_ms,p50_ms,p95_ms,p99_ms,peak_queue,"
-      "queue_at_end,completed,refused,timed_out,failed\n";
+      "queue_at_end,completed,refused,timed_out,failed,unrouted\n";
   auto quoted = [](const std::string& s) {
     std::string q = "\"";
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -154,16 +164,16 @@ std::string format_csv(const std::vector<SimResult>& results) {
   for (const SimResult& res : results) {
     for (const PolicyResult& p : res.policies) {
       for (const ServerResult& s : p.servers) {
-        out += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{},{},{},{}\n",
+        out += fmt::format("{},{},{},{},{},{},{:.6f},{:.6f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{},{},{},{},\n",
                            quoted(res.scenario.name), balance::policy_name(p.policy), quoted(s.name), s.size,
                            s.weight, s.requests, s.share, s.utilisation, s.latency.mean_s * 1e3,
                            s.latency.p50_s * 1e3, s.latency.p95_s * 1e3, s.latency.p99_s * 1e3, s.peak_queue,
                            s.queue_at_end, s.completed, s.refused, s.timed_out, s.failed);
       }
-      out += fmt::format("{},{},{},,,{},,,{:.4f},{:.4f},{:.4f},{:.4f},,,{},{},{},{}\n", quoted(res.scenario.name),
+      out += fmt::format("{},{},{},,,{},,,{:.4f},{:.4f},{:.4f},{:.4f},,,{},{},{},{},{}\n", quoted(res.scenario.name),
                          balance::policy_name(p.policy), "(all)", p.arrivals, p.latency.mean_s * 1e3,
                          p.latency.p50_s * 1e3, p.latency.p95_s * 1e3, p.latency.p99_s * 1e3, p.completed,
-                         p.refused, p.timed_out, p.failed);
+                         p.refused, p.timed_out, p.failed, p.unrouted);
     }
   }
   return out;

@@ -211,7 +211,8 @@ std::string format_svg(const std::vector<SimResult>& results) {
       const ServerSpec& s = sc.servers[i];
       out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="4" fill="{}"/>)" "\n", lx, ly - 2,
                          server_colour(i));
-      std::string label = fmt::format("{} ({} workers, {})", s.name, s.size, format_latency(s.service_s));
+      std::string label =
+          fmt::format("{} ({} worker{}, {})", s.name, s.size, s.size == 1 ? "" : "s", format_latency(s.service_s));
       out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">{}</text>)" "\n", lx + 18, ly + 4,
                          escape(label));
       lx += 30 + 7.0 * label.size();

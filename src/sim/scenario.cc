@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -48,12 +50,17 @@ double parse_number(std::string_view text, std::string_view what) {
   return value;
 }
 
-uint64_t parse_count(std::string_view text, std::string_view what) {
+// A whole number in [min, max]. from_chars into uint64 rejects a sign, so "-1"
+// cannot wrap; the range check happens before any narrowing.
+uint64_t parse_count(std::string_view text, std::string_view what, uint64_t min = 0,
+                     uint64_t max = std::numeric_limits<uint64_t>::max()) {
   text = trim(text);
   uint64_t value = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
-    fail(fmt::format("{}: '{}' is not a whole number", what, text));
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < min || value > max) {
+    if (max == std::numeric_limits<uint64_t>::max()) fail(fmt::format("{}: '{}' is not a whole number", what, text));
+    fail(fmt::format("{}: '{}' is not an integer {}..{}", what, text, min, max));
+  }
   return value;
 }
 
@@ -80,6 +87,10 @@ std::string_view service_dist_name(ServiceDist dist) {
   return "exp";
 }
 
+uint64_t parse_seed(std::string_view text) {
+  return parse_count(text, "--seed");
+}
+
 double parse_duration(std::string_view text) {
   text = trim(text);
   struct Unit {
@@ -94,6 +105,7 @@ double parse_duration(std::string_view text) {
       if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
       double v = parse_number(number, "duration") * u.seconds;
       if (v < 0) fail(fmt::format("duration '{}' is negative", text));
+      if (!std::isfinite(v)) fail(fmt::format("duration '{}' is too large", text));  // 1e308h
       return v;
     }
   }
@@ -122,7 +134,7 @@ ServerSpec parse_server(std::string_view text) {
     if (key == "name") {
       s.name = std::string(value);
     } else if (key == "size") {
-      s.size = static_cast<uint32_t>(parse_count(value, "--server size"));
+      s.size = static_cast<uint32_t>(parse_count(value, "--server size", 1, kMaxWorkers));
       size_given = true;
     } else if (key == "service") {
       s.service_s = parse_duration(value);
@@ -132,8 +144,10 @@ ServerSpec parse_server(std::string_view text) {
       s.dist = *d;
     } else if (key == "sigma") {
       s.sigma = parse_number(value, "--server sigma");
+      if (!(s.sigma >= 0 && s.sigma <= kMaxSigma))
+        fail(fmt::format("--server sigma must be 0..{} (beyond, the lognormal cannot keep its mean)", kMaxSigma));
     } else if (key == "weight") {
-      s.weight = static_cast<uint32_t>(parse_count(value, "--server weight"));
+      s.weight = static_cast<uint32_t>(parse_count(value, "--server weight", 0, kMaxWeight));
     } else if (key == "queue") {
       s.queue_limit = parse_count(value, "--server queue");
     } else if (key == "timeout") {
@@ -168,7 +182,7 @@ Event parse_event(std::string_view text) {
   std::string_view value = eq == std::string_view::npos ? std::string_view{} : trim(action.substr(eq + 1));
   if (verb == "weights") {
     e.kind = Event::Kind::weights;
-    e.weights = parse_weights(value);
+    e.weights = parse_weights(value, "--event weights");
     if (!e.server.empty()) fail(fmt::format("--event '{}': weights= applies to every server", text));
     return e;
   }
@@ -182,7 +196,7 @@ Event parse_event(std::string_view text) {
     e.kind = Event::Kind::recover;
   } else if (verb == "weight") {
     e.kind = Event::Kind::weight;
-    e.weight = static_cast<uint32_t>(parse_count(value, "--event weight"));
+    e.weight = static_cast<uint32_t>(parse_count(value, "--event weight", 0, kMaxWeight));
   } else {
     fail(fmt::format("--event '{}': action is slow=F, fail, recover, weight=N or weights=A,B,..", text));
   }
@@ -199,9 +213,10 @@ std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
   return out;
 }
 
-std::vector<uint32_t> parse_weights(std::string_view text) {
+std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what) {
   std::vector<uint32_t> out;
-  for (std::string_view part : split(text, ',')) out.push_back(static_cast<uint32_t>(parse_count(part, "weights")));
+  for (std::string_view part : split(text, ','))
+    out.push_back(static_cast<uint32_t>(parse_count(part, what, 0, kMaxWeight)));
   return out;
 }
 
@@ -245,10 +260,95 @@ void load_trace(std::string_view text, Scenario& scenario) {
 
 namespace {
 
-double json_duration(const nlohmann::json& v, std::string_view what) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) return parse_duration(v.get<std::string>());
-  fail(fmt::format("scenario: {} must be a duration (\"20ms\" or seconds)", what));
+// JSON members are checked one by one (type, sign, integer-ness, range) so an
+// error names the member's path, e.g. "scenario: servers[0].weight: ...".
+using nlohmann::json;
+
+[[noreturn]] void json_fail(std::string_view path, std::string_view problem, const json& v) {
+  fail(fmt::format("scenario: {}: {}, got {}", path, problem, v.dump()));
+}
+
+std::string json_string(const json& v, std::string_view path) {
+  if (!v.is_string()) json_fail(path, "must be a string", v);
+  return v.get<std::string>();
+}
+
+// Integers only (1.5 and 2.0 are not counts), as heft's JSON config does.
+uint64_t json_integer(const json& v, std::string_view path, uint64_t min, uint64_t max) {
+  const bool whole = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+  const uint64_t n = whole ? v.get<uint64_t>() : 0;
+  if (!whole || n < min || n > max) {
+    if (max == std::numeric_limits<uint64_t>::max()) json_fail(path, fmt::format("must be an integer >= {}", min), v);
+    json_fail(path, fmt::format("must be an integer {}..{}", min, max), v);
+  }
+  return n;
+}
+
+double json_positive(const json& v, std::string_view path) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
+    json_fail(path, "must be a positive number", v);
+  return v.get<double>();
+}
+
+double json_non_negative(const json& v, std::string_view path) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+    json_fail(path, "must be a number >= 0", v);
+  return v.get<double>();
+}
+
+// "20ms" or a number of seconds, >= 0.
+double json_duration(const json& v, std::string_view path) {
+  if (v.is_string()) {
+    try {
+      return parse_duration(v.get<std::string>());
+    } catch (const std::invalid_argument&) {
+      json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+    }
+  }
+  if (!v.is_number()) json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+  return json_non_negative(v, path);
+}
+
+const json& json_array(const json& v, std::string_view path) {
+  if (!v.is_array()) json_fail(path, "must be an array", v);
+  return v;
+}
+
+ServerSpec server_from_json(const json& sv, const std::string& path) {
+  if (!sv.is_object()) json_fail(path, "must be an object", sv);
+  ServerSpec server;
+  bool units_given = false;
+  for (const auto& [k, x] : sv.items()) {
+    const std::string at = path + "." + k;
+    if (k == "name") {
+      server.name = json_string(x, at);
+    } else if (k == "size") {
+      server.size = static_cast<uint32_t>(json_integer(x, at, 1, kMaxWorkers));
+    } else if (k == "units") {
+      server.units = json_positive(x, at);
+      units_given = true;
+    } else if (k == "service") {
+      server.service_s = json_duration(x, at);
+    } else if (k == "dist") {
+      auto d = parse_service_dist(json_string(x, at));
+      if (!d) json_fail(at, "must be fixed, exp or lognormal", x);
+      server.dist = *d;
+    } else if (k == "sigma") {
+      server.sigma = json_non_negative(x, at);
+      if (server.sigma > kMaxSigma)
+        json_fail(at, fmt::format("must be 0..{} (beyond, the lognormal cannot keep its mean)", kMaxSigma), x);
+    } else if (k == "weight") {
+      server.weight = static_cast<uint32_t>(json_integer(x, at, 0, kMaxWeight));
+    } else if (k == "queue") {
+      server.queue_limit = json_integer(x, at, 0, std::numeric_limits<uint64_t>::max());
+    } else if (k == "timeout") {
+      server.timeout_s = json_duration(x, at);
+    } else {
+      fail(fmt::format("scenario: {}: unknown key", at));
+    }
+  }
+  if (!units_given) server.units = server.size;
+  return server;
 }
 
 }  // namespace
@@ -256,62 +356,49 @@ double json_duration(const nlohmann::json& v, std::string_view what) {
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
   if (!j.is_object()) fail("scenario: expected a JSON object");
   Scenario s;
-  try {
-    for (const auto& [key, v] : j.items()) {
-      if (key == "name") {
-        s.name = v.get<std::string>();
-      } else if (key == "seed") {
-        s.seed = v.get<uint64_t>();
-      } else if (key == "duration") {
-        s.duration_s = json_duration(v, "duration");
-      } else if (key == "rate") {
-        s.rate = v.get<double>();
-      } else if (key == "trace") {
-        if (trace_path) *trace_path = v.get<std::string>();
-        s.has_trace = true;
-      } else if (key == "bucket") {
-        s.bucket_s = json_duration(v, "bucket");
-      } else if (key == "hash_strategy") {
-        auto h = balance::parse_hash_strategy(v.get<std::string>());
-        if (!h) fail("scenario: hash_strategy is ring or maglev");
-        s.hash_strategy = *h;
-      } else if (key == "policies") {
-        s.policies.clear();
-        for (const auto& p : v) {
-          auto kind = balance::parse_policy(p.get<std::string>());
-          if (!kind) fail(fmt::format("scenario: unknown policy '{}'", p.get<std::string>()));
-          s.policies.push_back(*kind);
-        }
-      } else if (key == "events") {
-        for (const auto& e : v) s.events.push_back(parse_event(e.get<std::string>()));
-      } else if (key == "servers") {
-        for (const auto& sv : v) {
-          ServerSpec server;
-          bool units_given = false;
-          for (const auto& [k, x] : sv.items()) {
-            if (k == "name") server.name = x.get<std::string>();
-            else if (k == "size") server.size = x.get<uint32_t>();
-            else if (k == "units") server.units = x.get<double>(), units_given = true;
-            else if (k == "service") server.service_s = json_duration(x, "service");
-            else if (k == "dist") {
-              auto d = parse_service_dist(x.get<std::string>());
-              if (!d) fail("scenario: dist is fixed, exp or lognormal");
-              server.dist = *d;
-            } else if (k == "sigma") server.sigma = x.get<double>();
-            else if (k == "weight") server.weight = x.get<uint32_t>();
-            else if (k == "queue") server.queue_limit = x.get<uint64_t>();
-            else if (k == "timeout") server.timeout_s = json_duration(x, "timeout");
-            else fail(fmt::format("scenario: unknown server key '{}'", k));
-          }
-          if (!units_given) server.units = server.size;
-          s.servers.push_back(std::move(server));
-        }
-      } else {
-        fail(fmt::format("scenario: unknown key '{}'", key));
+  for (const auto& [key, v] : j.items()) {
+    if (key == "name") {
+      s.name = json_string(v, key);
+    } else if (key == "seed") {
+      s.seed = json_integer(v, key, 0, std::numeric_limits<uint64_t>::max());
+    } else if (key == "duration") {
+      s.duration_s = json_duration(v, key);
+    } else if (key == "rate") {
+      s.rate = json_positive(v, key);
+    } else if (key == "trace") {
+      const std::string path = json_string(v, key);
+      if (trace_path) *trace_path = path;
+      s.has_trace = true;
+    } else if (key == "bucket") {
+      s.bucket_s = json_duration(v, key);
+    } else if (key == "hash_strategy") {
+      auto h = balance::parse_hash_strategy(json_string(v, key));
+      if (!h) json_fail(key, "must be ring or maglev", v);
+      s.hash_strategy = *h;
+    } else if (key == "policies") {
+      s.policies.clear();
+      for (size_t i = 0; i < json_array(v, key).size(); ++i) {
+        const std::string at = fmt::format("policies[{}]", i);
+        auto kind = balance::parse_policy(json_string(v[i], at));
+        if (!kind) json_fail(at, "is not a policy", v[i]);
+        s.policies.push_back(*kind);
       }
+    } else if (key == "events") {
+      for (size_t i = 0; i < json_array(v, key).size(); ++i) {
+        const std::string at = fmt::format("events[{}]", i);
+        const std::string text = json_string(v[i], at);
+        try {
+          s.events.push_back(parse_event(text));
+        } catch (const std::invalid_argument& e) {
+          fail(fmt::format("scenario: {}: {}", at, e.what()));
+        }
+      }
+    } else if (key == "servers") {
+      for (size_t i = 0; i < json_array(v, key).size(); ++i)
+        s.servers.push_back(server_from_json(v[i], fmt::format("servers[{}]", i)));
+    } else {
+      fail(fmt::format("scenario: unknown key '{}'", key));
     }
-  } catch (const nlohmann::json::exception& e) {
-    fail(fmt::format("scenario: {}", e.what()));
   }
   return s;
 }
@@ -322,34 +409,122 @@ uint32_t initial_weight(const ServerSpec& server) {
   return w < 1 ? 1 : static_cast<uint32_t>(w);
 }
 
+namespace {
+
+// The smallest q <= max_q that makes value x q whole, 0 if none does. Walks the
+// continued-fraction convergents p/q of `value`; the relative tolerance lets
+// decimals that binary cannot hold (0.1, or 0.333333333 for 1/3) count as exact.
+uint64_t whole_multiplier(double value, uint64_t max_q) {
+  double x = value;
+  double p_prev = 1, q_prev = 0, p = std::floor(x), q = 1;
+  for (int guard = 0; guard < 64; ++guard) {
+    if (std::abs(value * q - p) <= 1e-9 * value * q) return static_cast<uint64_t>(q);
+    const double rest = x - std::floor(x);
+    if (rest <= 0) return 0;
+    x = 1 / rest;
+    const double a = std::floor(x);
+    const double p_next = a * p + p_prev, q_next = a * q + q_prev;
+    if (q_next > static_cast<double>(max_q)) return 0;
+    p_prev = p, q_prev = q, p = p_next, q = q_next;
+  }
+  return 0;
+}
+
+// Servers without an explicit weight weigh their units. Fractional units are
+// scaled by the smallest whole number that makes every such server's units
+// whole, so 1.5x,1x weigh 3:2 exactly; whole units (3x,1x,1x) are unchanged.
+void set_default_weights(std::vector<ServerSpec>& servers) {
+  double largest = 0;
+  for (const ServerSpec& server : servers)
+    if (!server.weight) largest = std::max(largest, server.units);
+  if (largest == 0) return;
+  // At most 2^32 so the lcm of two candidates cannot overflow; tiny units need no more.
+  const auto max_multiplier = static_cast<uint64_t>(std::min(kMaxWeight / largest, 0x1p32));
+  uint64_t multiplier = 1;
+  for (const ServerSpec& server : servers) {
+    if (server.weight) continue;
+    const uint64_t q = whole_multiplier(server.units, max_multiplier);
+    if (q != 0) multiplier = std::lcm(multiplier, q);
+    if (q == 0 || multiplier > max_multiplier)
+      fail(fmt::format("server '{}': its size {}x has no whole-number ratio to the other sizes with weights up to {}; "
+                       "give the weights (--weights or weight=)",
+                       server.name, server.units, kMaxWeight));
+  }
+  for (ServerSpec& server : servers) {
+    if (!server.weight)
+      server.weight = static_cast<uint32_t>(std::round(server.units * static_cast<double>(multiplier)));
+  }
+}
+
+}  // namespace
+
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
   if (s.servers.size() > 4096) fail("at most 4096 servers");
   if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
-  if (!s.has_trace && !(s.rate > 0)) fail("--rate must be positive");
+  if (!s.has_trace) {
+    if (!(s.rate > 0) || !std::isfinite(s.rate))
+      fail(fmt::format("--rate must be a positive, finite number of requests per second, got {}", s.rate));
+    const double expected = s.rate * s.duration_s;
+    if (!(expected <= kMaxArrivals))
+      fail(fmt::format("--rate {:g} x --duration {:g}s is {:.3g} expected arrivals; at most {:.0f} per run (10-20 s "
+                       "of simulation per policy): lower the rate or the duration",
+                       s.rate, s.duration_s, expected, kMaxArrivals));
+  } else {
+    const auto before_end = std::lower_bound(s.trace_times.begin(), s.trace_times.end(), s.duration_s);
+    const auto arrivals = static_cast<double>(before_end - s.trace_times.begin());
+    if (arrivals > kMaxArrivals)
+      fail(fmt::format("--trace has {:.0f} arrivals before the duration; at most {:.0f} per run", arrivals,
+                       kMaxArrivals));
+  }
   if (s.policies.empty()) fail("--policies is empty");
   std::unordered_set<std::string> names;
+  uint64_t workers = 0;
   for (size_t i = 0; i < s.servers.size(); ++i) {
     ServerSpec& server = s.servers[i];
     if (server.name.empty()) server.name = fmt::format("s{}", i + 1);
     if (!names.insert(server.name).second) fail(fmt::format("server name '{}' is used twice", server.name));
-    if (server.size == 0) fail(fmt::format("server '{}': size must be at least 1", server.name));
-    if (!(server.service_s > 0)) fail(fmt::format("server '{}': service time must be positive", server.name));
-    if (server.dist == ServiceDist::lognormal && !(server.sigma >= 0))
-      fail(fmt::format("server '{}': sigma must be >= 0", server.name));
-    if (server.timeout_s < 0) fail(fmt::format("server '{}': timeout must be >= 0", server.name));
+    if (server.size == 0 || server.size > kMaxWorkers)
+      fail(fmt::format("server '{}': size must be 1..{} workers", server.name, kMaxWorkers));
+    workers += server.size;
+    if (server.weight && *server.weight > kMaxWeight)
+      fail(fmt::format("server '{}': weight must be 0..{}", server.name, kMaxWeight));
+    if (!(server.service_s > 0) || !std::isfinite(server.service_s))
+      fail(fmt::format("server '{}': service time must be positive and finite", server.name));
+    if (!(server.sigma >= 0 && server.sigma <= kMaxSigma))
+      fail(fmt::format("server '{}': sigma must be 0..{} (beyond, the lognormal cannot keep its mean)", server.name,
+                       kMaxSigma));
+    if (!(server.timeout_s >= 0) || !std::isfinite(server.timeout_s))
+      fail(fmt::format("server '{}': timeout must be >= 0 and finite", server.name));
+    if (!(server.units > 0) || server.units > kMaxWeight)
+      fail(fmt::format("server '{}': units must be a positive number up to {}", server.name, kMaxWeight));
   }
+  if (workers > kMaxWorkers)
+    fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
+  set_default_weights(s.servers);
   for (const Event& e : s.events) {
+    if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");
+    if (e.kind == Event::Kind::slow && (!(e.factor > 0) || !std::isfinite(e.factor)))
+      fail(fmt::format("event at {}s: slow factor must be positive and finite", e.at_s));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
         fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));
+      for (uint32_t w : e.weights)
+        if (w > kMaxWeight) fail(fmt::format("event at {}s: weights must be 0..{}", e.at_s, kMaxWeight));
     } else if (!names.contains(e.server)) {
       fail(fmt::format("event names unknown server '{}'", e.server));
     }
+    if (e.kind == Event::Kind::weight && e.weight > kMaxWeight)
+      fail(fmt::format("event at {}s: weight must be 0..{}", e.at_s, kMaxWeight));
   }
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
+  if (!std::isfinite(s.bucket_s)) fail("--bucket must be finite");
   if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
+  const double points = std::ceil(s.duration_s / s.bucket_s) * static_cast<double>(s.servers.size());
+  if (points > static_cast<double>(kMaxSeriesPoints))
+    fail(fmt::format("--bucket is too small for {} servers: {:.0f} utilisation points per policy, at most {}",
+                     s.servers.size(), points, kMaxSeriesPoints));
 }
 
 Scenario seed_example(bool big_half_speed) {

@@ -19,6 +19,21 @@
 
 namespace heft::sim {
 
+// A weight's range, as everywhere in heft (heftfile weights, heft pick).
+inline constexpr uint32_t kMaxWeight = 1'000'000;
+// Simulated workers in all servers together: the event heap reserves room for
+// one pending completion per worker up front (docs/sim.md, "Limits").
+inline constexpr uint64_t kMaxWorkers = 1'000'000;
+// Arrivals per run (rate x duration, or a trace's): at 2.5-6 million simulated
+// requests per second, 10-20 s per policy (docs/sim.md, "Speed").
+inline constexpr double kMaxArrivals = 50'000'000;
+// Lognormal sigma: the normal draws come from 32-bit uniforms (|z| <= 6.76),
+// so above 4 the tail that carries the mean is out of reach (sigma 4 keeps
+// 99.6 % of the mean, 5 keeps 95 %, 50 none: every draw underflows to 0).
+inline constexpr double kMaxSigma = 4;
+// Utilisation points (servers x buckets) per policy: each is kept and printed.
+inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
+
 enum class ServiceDist { fixed, exponential, lognormal };
 
 std::optional<ServiceDist> parse_service_dist(std::string_view name);  // fixed | exp | exponential | lognormal
@@ -30,7 +45,7 @@ struct ServerSpec {
   double service_s = 0.005;           // mean service time at normal speed
   ServiceDist dist = ServiceDist::exponential;
   double sigma = 0.5;                 // lognormal: sigma of the underlying normal
-  std::optional<uint32_t> weight;     // default: the server's size in units (see Scenario)
+  std::optional<uint32_t> weight;     // default: the server's size in units (see validate())
   std::optional<uint64_t> queue_limit;  // waiting requests beyond this are refused
   double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
   double units = 1;                   // its size in "x" (3x = 3): the default weight
@@ -63,6 +78,9 @@ struct Scenario {
   double bucket_s = 0;        // utilisation time-series bucket; 0: duration / 60
 };
 
+// "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
+uint64_t parse_seed(std::string_view text);
+
 // "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds.
 double parse_duration(std::string_view text);
 
@@ -79,8 +97,8 @@ Event parse_event(std::string_view text);
 // "round_robin,weighted_round_robin,least_conn"
 std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 
-// "3,1,1"
-std::vector<uint32_t> parse_weights(std::string_view text);
+// "3,1,1": weights 0..kMaxWeight; `what` names the flag in errors.
+std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what = "--weights");
 
 // Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
 // starting with '#' are skipped. Sorts the arrivals by time (stable).
@@ -91,11 +109,14 @@ void load_trace(std::string_view text, Scenario& scenario);
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
 
 // Checks and normalises: names unique and non-empty, sizes > 0, events naming
-// known servers, sorted events, default weights, default bucket. Throws
+// known servers, sorted events, default bucket, and default weights: every
+// server without a weight gets its units, all scaled by the smallest whole
+// number that makes them whole (1.5x,1x -> 3,2; 3x,1x,1x -> 3,1,1). Throws
 // std::invalid_argument.
 void validate(Scenario& scenario);
 
-// The weight each server starts with (its explicit weight, else its units rounded, at least 1).
+// The weight each server starts with: its weight (set for every server by
+// validate()), else its units rounded, at least 1.
 uint32_t initial_weight(const ServerSpec& server);
 
 // The seed page's fleet: one group of one 3x and two 1x servers (12 and 4

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -61,6 +62,32 @@ TEST(HeftPick, BadArgumentsExitTwoWithOneLine) {
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
   }
+}
+
+// Each is rejected with one line that names what is wrong.
+TEST(HeftPick, NamesKeysAndCountAreChecked) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"pick --weights 5,1 --names x,x", "\"x\" is used twice"},
+      {"pick --weights 5,1,1 --names a,,c", "--names: name 2 is empty"},
+      {"pick --weights 5,1 --names ,", "--names: name 1 is empty"},
+      {"pick --weights 5,1,1 --keys hello", "policy weighted_round_robin does not hash keys"},
+      {"pick --policy least_conn --weights 5,1,1 --keys hello", "policy least_conn"},
+      {"pick --weights 5,1,1 --count 0", "--count must be 1..1000000, got 0"},
+      {"pick --weights 5,1,1 --count -1", "--count must be 1..1000000, got -1"},
+      {"pick --weights 5,1,1 --count 1000001", "--count must be 1..1000000"},
+      {"pick --policy random --weights 5,1,1 --seed -1", "--seed"},
+  };
+  for (const auto& [args, message] : cases) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  // Still fine: keys with hash (ip_hash is its alias), and counts at the bounds.
+  EXPECT_EQ(heft("pick --policy ip_hash --weights 5,1,1 --keys hello").exit_code, 0);
+  PickRun one = heft("pick --weights 5,1,1 --count 1");
+  EXPECT_EQ(one.exit_code, 0);
+  EXPECT_NE(one.out.find("sequence: A\n"), std::string::npos) << one.out;
 }
 
 // Every heft instance maps a key to the same backend: two processes agree.

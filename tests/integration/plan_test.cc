@@ -74,7 +74,8 @@ TEST(PlanCommandTest, HumanOutputShowsTheSteps) {
 
 TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
   for (const char* args : {"plan --dau 0", "plan --group 3,x", "plan --target-busy 150", "plan --server-rps -5",
-                           "plan --dau many"}) {
+                           "plan --dau many", "plan --server-rps 9e18", "plan --group 1e308,1e308",
+                           "plan --group 1e308,1e308 --json", "plan --planned-peak 1e300"}) {
     const ProcessResult run = run_heft(args);
     EXPECT_EQ(run.exit_code, 2) << args;
     EXPECT_EQ(run.output.rfind("heft: ", 0), 0u) << run.output;

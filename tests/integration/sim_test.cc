@@ -2,11 +2,13 @@
 // output for the same seed, the SVG report, and exit code 2 on bad arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
@@ -18,9 +20,8 @@ struct Output {
   std::string stdout_text;
 };
 
-// Runs `heft <args>` through the shell; stderr goes to /dev/null.
-Output run_heft(const std::string& args) {
-  std::string command = std::string(HEFT_BINARY) + " " + args + " 2>/dev/null";
+// Runs a shell command and captures what it prints.
+Output run_heft_capture(const std::string& command) {
   Output out;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return out;
@@ -33,6 +34,16 @@ Output run_heft(const std::string& args) {
   int status = pclose(pipe);
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return out;
+}
+
+// Runs `heft <args>` through the shell; stderr goes to /dev/null.
+Output run_heft(const std::string& args) {
+  return run_heft_capture(std::string(HEFT_BINARY) + " " + args + " 2>/dev/null");
+}
+
+// Runs `heft <args>` and returns its exit code and stderr (stdout is dropped).
+Output run_heft_stderr(const std::string& args) {
+  return run_heft_capture(std::string(HEFT_BINARY) + " " + args + " 2>&1 >/dev/null");
 }
 
 std::string read_file(const std::filesystem::path& path) {
@@ -100,6 +111,118 @@ TEST(SimCommandTest, BadArgumentsExitTwo) {
   EXPECT_EQ(run_heft("sim").exit_code, 2);
   EXPECT_EQ(run_heft("sim --example seed --json --csv").exit_code, 2);
   EXPECT_EQ(run_heft("sim --scenario /nonexistent/file.json").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --service 1e308h").exit_code, 2);
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --event 1e308h:s1:slow=2").exit_code, 2);
+}
+
+// A bad argument: exit 2 and one line on stderr that contains `names`.
+void expect_rejected(const std::string& args, const std::string& names) {
+  Output out = run_heft_stderr(args);
+  EXPECT_EQ(out.exit_code, 2) << args << ": " << out.stdout_text;
+  EXPECT_EQ(std::count(out.stdout_text.begin(), out.stdout_text.end(), '\n'), 1) << args << ": " << out.stdout_text;
+  EXPECT_NE(out.stdout_text.find(names), std::string::npos) << args << ": " << out.stdout_text;
+}
+
+// Writes a scenario file with one server object and returns its path.
+std::filesystem::path write_scenario(const std::string& server_members, const std::string& top = "") {
+  static int counter = 0;
+  auto path = std::filesystem::temp_directory_path() /
+              ("heft_sim_bad_" + std::to_string(::getpid()) + "_" + std::to_string(++counter) + ".json");
+  std::ofstream(path) << "{" << top << (top.empty() ? "" : ", ") << R"("duration": "2s", "rate": 10,)"
+                      << R"( "servers": [{"name": "a", "size": 2)" << (server_members.empty() ? "" : ", ")
+                      << server_members << "}]}";
+  return path;
+}
+
+TEST(SimCommandTest, ScenarioFileErrorsNameTheMember) {
+  const std::pair<std::string, std::string> servers[] = {
+      {R"("weight": -1)", "servers[0].weight"}, {R"("size": -2)", "servers[0].size"},
+      {R"("queue": -1)", "servers[0].queue"},   {R"("units": -1)", "servers[0].units"},
+      {R"("weight": 1.5)", "servers[0].weight"}, {R"("size": 2.5)", "servers[0].size"},
+      {R"("weight": "x")", "servers[0].weight"}, {R"("weight": 1000001)", "servers[0].weight"},
+  };
+  for (const auto& [member, path] : servers) {
+    auto file = write_scenario(member);
+    expect_rejected("sim --scenario " + file.string(), path);
+    std::filesystem::remove(file);
+  }
+  auto file = write_scenario("", R"("seed": -3)");
+  expect_rejected("sim --scenario " + file.string(), "seed");
+  std::filesystem::remove(file);
+}
+
+TEST(SimCommandTest, WeightsAreAtMostOneMillion) {
+  expect_rejected("sim --servers 1x,1x,1x --rate 10 --duration 1s --weights 1000001,1,1", "--weights");
+  expect_rejected("sim --servers 1x,1x,1x --rate 10 --duration 1s --event 5s:s1:weight=1000001", "--event weight");
+  expect_rejected("sim --servers 1x,1x --rate 10 --duration 1s --event 5s:weights=1,1000001", "--event weights");
+  expect_rejected("sim --server name=a,weight=1000001 --rate 10 --duration 1s", "--server weight");
+  EXPECT_EQ(run_heft("sim --servers 1x,1x --rate 10 --duration 1s --weights 1000000,1").exit_code, 0);
+}
+
+TEST(SimCommandTest, HugeSizesAreRejectedNotAllocated) {
+  expect_rejected("sim --rate 300 --duration 2s --servers 3x --unit-workers 1000000000", "--unit-workers");
+  expect_rejected("sim --rate 300 --duration 2s --servers 1000000000x", "--servers");
+  expect_rejected("sim --rate 300 --duration 2s --server name=a,size=1000000000", "--server size");
+  expect_rejected("sim --rate 300 --duration 2s --server name=a,size=4294967296", "--server size");
+  expect_rejected("sim --rate 300 --duration 2s --servers 1x,1x --unit-workers 600000", "workers in all");
+  EXPECT_EQ(run_heft("sim --rate 300 --duration 2s --servers 1x --unit-workers 1000000").exit_code, 0);
+}
+
+TEST(SimCommandTest, InfiniteRateAndEndlessRunsAreRejected) {
+  expect_rejected("sim --servers 1x --rate inf --duration 2s", "--rate");
+  expect_rejected("sim --servers 1x --rate nan --duration 2s", "--rate");
+  expect_rejected("sim --servers 1x --rate 1000000 --duration 60s", "expected arrivals");
+  auto file = std::filesystem::temp_directory_path() / ("heft_sim_rate_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(file) << R"({"duration": "2s", "rate": 1e308, "servers": [{"name": "a", "size": 2}]})";
+  expect_rejected("sim --scenario " + file.string(), "expected arrivals");
+  std::filesystem::remove(file);
+}
+
+TEST(SimCommandTest, WeightsFollowFractionalSizes) {
+  Output out = run_heft("sim --servers 1.5x,1x --unit-workers 4 --rate 100 --duration 2s --json");
+  ASSERT_EQ(out.exit_code, 0);
+  auto servers = nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"];
+  EXPECT_EQ(servers[0]["size"], 6);
+  EXPECT_EQ(servers[1]["size"], 4);
+  EXPECT_EQ(servers[0]["weight"], 3);
+  EXPECT_EQ(servers[1]["weight"], 2);
+}
+
+TEST(SimCommandTest, LognormalSigmaIsBounded) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --dist lognormal --sigma 50", "--sigma");
+  expect_rejected("sim --server name=a,dist=lognormal,sigma=50 --rate 10 --duration 2s", "--server sigma");
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --dist lognormal --sigma 4").exit_code, 0);
+}
+
+TEST(SimCommandTest, UnroutedRequestsAreLabelledInTableAndCsv) {
+  const std::string args = "sim --servers 1x,1x --rate 100 --duration 2s --weights 0,0 --policies round_robin";
+  Output table = run_heft(args);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("(unrouted)"), std::string::npos) << table.stdout_text;
+  EXPECT_EQ(table.stdout_text.find(" -"), std::string::npos) << table.stdout_text;
+  Output csv = run_heft(args + " --csv");
+  ASSERT_EQ(csv.exit_code, 0);
+  Output json = run_heft(args + " --json");
+  const auto unrouted = nlohmann::json::parse(json.stdout_text)["scenarios"][0]["policies"][0]["unrouted"];
+  ASSERT_GT(unrouted.get<uint64_t>(), 0u);
+  EXPECT_NE(csv.stdout_text.find(",unrouted\n"), std::string::npos) << csv.stdout_text;
+  EXPECT_NE(csv.stdout_text.find("(all)"), std::string::npos);
+  const std::string last_field = std::string(",").append(unrouted.dump()).append("\n");
+  EXPECT_NE(csv.stdout_text.find(last_field), std::string::npos) << csv.stdout_text;
+}
+
+TEST(SimCommandTest, SeedSvgPathAndPlurals) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --seed -1", "--seed");
+  Output big = run_heft("sim --servers 1x --rate 10 --duration 2s --seed 18446744073709551615");
+  ASSERT_EQ(big.exit_code, 0);
+  EXPECT_NE(big.stdout_text.find("seed 18446744073709551615"), std::string::npos) << big.stdout_text;
+  // An SVG path that cannot be written: a bad argument, named, before any run.
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --svg /nonexistent/dir/report.svg",
+                  "/nonexistent/dir/report.svg");
+  // "1 worker", not "1 workers".
+  EXPECT_NE(big.stdout_text.find("s1 (1 worker x"), std::string::npos) << big.stdout_text;
+  Output four = run_heft("sim --servers 1x --unit-workers 4 --rate 10 --duration 2s");
+  EXPECT_NE(four.stdout_text.find("s1 (4 workers x"), std::string::npos) << four.stdout_text;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "sim/planner.h"
 
 #include <stdexcept>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -206,6 +207,43 @@ TEST(PlannerTest, InvalidInputsThrow) {
   EXPECT_THROW(make_plan(with([](PlanInputs& in) { in.group.clear(); })), std::invalid_argument);
   EXPECT_THROW(make_plan(with([](PlanInputs& in) { in.group = {3, 0}; })), std::invalid_argument);
   EXPECT_THROW(make_plan(with([](PlanInputs& in) { in.daily_active_users = 1e300; })), std::invalid_argument);
+}
+
+// docs/plan.md: every number must be finite. Inputs that are each fine but whose
+// products overflow (or underflow to 0) are rejected, naming the flags.
+TEST(PlannerTest, OverflowingResultsThrowNamingTheFlags) {
+  auto error = [](auto change) -> std::string {
+    PlanInputs in;
+    change(in);
+    try {
+      make_plan(in);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error([](PlanInputs& in) { in.server_rps = 9e18; }).find("--server-rps"), std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.group = {1e308, 1e308}; }).find("--group"), std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.group = {1, 1e-300}; }).find("--group"), std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.requests_per_user = 1e300; }).find("--requests-per-user"),
+            std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.peak_factor = 1e300; }).find("--peak-factor"), std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.planned_peak = 1e300; }).find("--planned-peak"), std::string::npos);
+  EXPECT_NE(error([](PlanInputs& in) { in.daily_active_users = 1e-320; }).find("too small"), std::string::npos);
+  // Big but representable inputs still plan, and every JSON number is finite.
+  PlanInputs big;
+  big.daily_active_users = 1e12;
+  big.server_rps = 1e6;
+  const nlohmann::json j = plan_to_json(make_plan(big));
+  EXPECT_EQ(j.dump().find("null"), std::string::npos) << j.dump();
+}
+
+TEST(PlannerTest, OneGroupIsSingular) {
+  PlanInputs in;
+  in.daily_active_users = 10;
+  const std::string text = format_plan_text(make_plan(in));
+  EXPECT_EQ(text.find("1 groups"), std::string::npos) << text;
+  EXPECT_NE(text.find("(1 group x 5 x 200"), std::string::npos) << text;
 }
 
 }  // namespace

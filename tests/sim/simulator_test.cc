@@ -3,8 +3,11 @@
 // events (failure, weight change, timeouts, queue limits) and the sketch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sim/latency_sketch.h"
@@ -366,6 +369,36 @@ TEST(ReportTest, FormatsAreDeterministicAndComplete) {
   EXPECT_NE(svg.find("time (s)"), std::string::npos);
   EXPECT_NE(svg.find("latency (log scale)"), std::string::npos);
   EXPECT_EQ(svg, format_svg({simulate(s)}));
+}
+
+// Requests no server could take (every weight 0) are labelled in the table and
+// counted in CSV and JSON; the table's share column holds no bare negative count.
+TEST(ReportTest, UnroutedRequestsAreLabelled) {
+  Scenario s = three_equal(20);
+  s.policies = {PolicyKind::weighted_round_robin};
+  for (ServerSpec& server : s.servers) server.weight = 0;
+  const std::vector<SimResult> results = {simulate(s)};
+  const PolicyResult& p = results[0].policies[0];
+  ASSERT_GT(p.unrouted, 0u);
+  ASSERT_EQ(p.unrouted, p.arrivals);
+  const std::string table = format_table(results);
+  EXPECT_EQ(table.find(fmt::format("-{}", p.unrouted)), std::string::npos) << table;
+  const std::string row = fmt::format("(unrouted)           {:>9} 100.0%\n", p.unrouted);
+  EXPECT_NE(table.find(row), std::string::npos) << table;
+  EXPECT_NE(table.find("unrouted = requests no server could take"), std::string::npos) << table;
+  const std::string csv = format_csv(results);
+  EXPECT_NE(csv.find(",failed,unrouted\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(fmt::format(",{}\n", p.unrouted)), std::string::npos) << csv;
+  EXPECT_EQ(results_to_json(results)["scenarios"][0]["policies"][0]["unrouted"], p.unrouted);
+  // Every server row has as many fields as the header.
+  std::istringstream lines(csv);
+  std::string header, line;
+  std::getline(lines, header);
+  const auto fields = std::count(header.begin(), header.end(), ',');
+  while (std::getline(lines, line)) EXPECT_EQ(std::count(line.begin(), line.end(), ','), fields) << line;
+  // A run where everything is routed has no unrouted row or note.
+  const std::string routed = format_table({simulate(three_equal(20))});
+  EXPECT_EQ(routed.find("unrouted"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,287 @@
+// Input checks of `heft sim`'s scenario parsers (src/sim/scenario.h): every
+// flag and JSON member is checked for type, sign, integer-ness and range, and
+// the error names the flag or the JSON member's path.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sim/scenario.h"
+#include "sim/simulator.h"
+
+namespace heft::sim {
+namespace {
+
+// The message of the std::invalid_argument `parse` throws ("" if none).
+template <typename F>
+std::string error_of(F parse) {
+  try {
+    parse();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A one-server scenario with `server_member` added to the server object.
+std::string scenario_error(const std::string& top_members, const std::string& server_member = "") {
+  const std::string text = "{" + top_members + (top_members.empty() ? "" : ", ") +
+                           R"("servers": [{"name": "a", "size": 4)" +
+                           (server_member.empty() ? "" : ", " + server_member) + "}]}";
+  return error_of([&] {
+    Scenario s = scenario_from_json(nlohmann::json::parse(text), nullptr);
+    validate(s);
+  });
+}
+
+TEST(ScenarioJsonTest, EveryMemberIsCheckedAndNamed) {
+  struct Case {
+    std::string top, server, path;
+  };
+  const Case cases[] = {
+      {"", R"("weight": -1)", "servers[0].weight"},
+      {"", R"("weight": 1.5)", "servers[0].weight"},
+      {"", R"("weight": 1000001)", "servers[0].weight"},
+      {"", R"("weight": "3")", "servers[0].weight"},
+      {"", R"("size": -2)", "servers[0].size"},
+      {"", R"("size": 2.5)", "servers[0].size"},
+      {"", R"("size": 0)", "servers[0].size"},
+      {"", R"("size": "4")", "servers[0].size"},
+      {"", R"("queue": -1)", "servers[0].queue"},
+      {"", R"("queue": 1.5)", "servers[0].queue"},
+      {"", R"("units": -1)", "servers[0].units"},
+      {"", R"("units": 0)", "servers[0].units"},
+      {"", R"("units": "3")", "servers[0].units"},
+      {"", R"("sigma": -0.5)", "servers[0].sigma"},
+      {"", R"("service": -0.02)", "servers[0].service"},
+      {"", R"("service": "fast")", "servers[0].service"},
+      {"", R"("timeout": -1)", "servers[0].timeout"},
+      {"", R"("dist": 3)", "servers[0].dist"},
+      {"", R"("dist": "pareto")", "servers[0].dist"},
+      {"", R"("name": 7)", "servers[0].name"},
+      {"", R"("colour": "red")", "servers[0].colour"},
+      {R"("seed": -3)", "", "seed"},
+      {R"("seed": 1.5)", "", "seed"},
+      {R"("seed": "1")", "", "seed"},
+      {R"("rate": -5)", "", "rate"},
+      {R"("rate": "fast")", "", "rate"},
+      {R"("duration": -5)", "", "duration"},
+      {R"("duration": "soon")", "", "duration"},
+      {R"("bucket": -1)", "", "bucket"},
+      {R"("name": 1)", "", "name"},
+      {R"("trace": 1)", "", "trace"},
+      {R"("hash_strategy": "cube")", "", "hash_strategy"},
+      {R"("policies": "least_conn")", "", "policies"},
+      {R"("policies": ["least_conn", 3])", "", "policies[1]"},
+      {R"("policies": ["fastest"])", "", "policies[0]"},
+      {R"("events": ["1s:a:fail", "1s:a:weight=-1"])", "", "events[1]"},
+      {R"("events": [5])", "", "events[0]"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = scenario_error(c.top, c.server);
+    EXPECT_NE(error.find("scenario: " + c.path + ":"), std::string::npos)
+        << c.top << c.server << " -> '" << error << "'";
+  }
+  EXPECT_NE(error_of([] { scenario_from_json(nlohmann::json::parse(R"({"servers": [3]})"), nullptr); })
+                .find("servers[0]: must be an object"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { scenario_from_json(nlohmann::json::parse(R"({"servers": {"a": 1}})"), nullptr); })
+                .find("servers: must be an array"),
+            std::string::npos);
+}
+
+TEST(ScenarioJsonTest, ValidValuesStillParse) {
+  Scenario s = scenario_from_json(nlohmann::json::parse(R"({
+    "seed": 18446744073709551615, "rate": 2.5, "duration": 30, "bucket": "1s",
+    "servers": [{"name": "a", "size": 4, "units": 1.5, "weight": 1000000, "queue": 0, "sigma": 0,
+                 "dist": "lognormal", "service": 0.02, "timeout": "1s"}]
+  })"),
+                                  nullptr);
+  validate(s);
+  EXPECT_EQ(s.seed, 18446744073709551615u);
+  EXPECT_EQ(*s.servers[0].weight, 1'000'000u);
+  EXPECT_EQ(*s.servers[0].queue_limit, 0u);
+  EXPECT_DOUBLE_EQ(s.servers[0].units, 1.5);
+}
+
+TEST(ScenarioFlagsTest, WeightsAreAtMostOneMillion) {
+  EXPECT_EQ(parse_weights("1000000,0,1"), (std::vector<uint32_t>{1'000'000, 0, 1}));
+  EXPECT_NE(error_of([] { parse_weights("1000001,1,1"); }).find("--weights: '1000001' is not an integer 0..1000000"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_weights("4294967297"); }).find("--weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_weights("-1"); }).find("--weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("5s:s1:weight=1000001"); }).find("--event weight"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("5s:weights=1,1000001"); }).find("--event weights"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,weight=1000001"); }).find("--server weight"), std::string::npos);
+  // Library callers that build a Scenario by hand are held to the same range.
+  Scenario s;
+  ServerSpec server;
+  server.weight = 1'000'001;
+  s.servers.push_back(server);
+  EXPECT_THROW(validate(s), std::invalid_argument);
+}
+
+TEST(ScenarioLimitsTest, WorkersAreParsedWithoutWrappingAndBounded) {
+  EXPECT_EQ(parse_server("name=a,size=1000000").size, 1'000'000u);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=1000000000"); }).find("--server size"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=4294967296"); }).find("--server size: '4294967296'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,size=-1"); }).find("--server size"), std::string::npos);
+  Scenario s;
+  for (int i = 0; i < 2; ++i) {
+    ServerSpec server;
+    server.size = 600'000;  // 1.2 million in all
+    s.servers.push_back(server);
+  }
+  EXPECT_NE(error_of([&] { validate(s); }).find("1200000 workers in all"), std::string::npos);
+  s.servers[1].size = 400'000;
+  EXPECT_NO_THROW(validate(s));
+}
+
+TEST(ScenarioLimitsTest, UtilisationSeriesIsBounded) {
+  Scenario s;
+  s.duration_s = 1000;
+  s.bucket_s = 0.01;  // 100,000 buckets
+  for (int i = 0; i < 200; ++i) s.servers.push_back(ServerSpec{});
+  EXPECT_NE(error_of([&] { validate(s); }).find("utilisation points"), std::string::npos);
+  s.servers.resize(100);
+  EXPECT_NO_THROW(validate(s));
+}
+
+TEST(ScenarioLimitsTest, RateIsFiniteAndArrivalsBounded) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.duration_s = 100;
+  for (double rate : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.0, -1.0})
+    EXPECT_NE(error_of([&] {
+                Scenario t = s;
+                t.rate = rate;
+                validate(t);
+              }).find("--rate must be a positive, finite number"),
+              std::string::npos)
+        << rate;
+  s.rate = 500'001;  // just over 50 million expected arrivals in 100 s
+  EXPECT_NE(error_of([&] { validate(s); }).find("expected arrivals; at most 50000000"), std::string::npos);
+  s.rate = 500'000;
+  EXPECT_NO_THROW(validate(s));
+  // A scenario file's rate is held to the same bound.
+  EXPECT_NE(scenario_error(R"("rate": 1e308)").find("expected arrivals"), std::string::npos);
+  // So is a trace: only the arrivals before the duration count.
+  Scenario traced;
+  traced.servers.push_back(ServerSpec{});
+  traced.duration_s = 10;
+  load_trace("1\n2\n20\n", traced);
+  EXPECT_NO_THROW(validate(traced));
+}
+
+// The weights validate() gives servers with these units and no explicit weight.
+std::vector<uint32_t> default_weights(const std::vector<double>& units) {
+  Scenario s;
+  for (double u : units) {
+    ServerSpec server;
+    server.units = u;
+    s.servers.push_back(server);
+  }
+  validate(s);
+  std::vector<uint32_t> out;
+  for (const ServerSpec& server : s.servers) out.push_back(initial_weight(server));
+  return out;
+}
+
+TEST(ScenarioWeightsTest, DefaultWeightsFollowFractionalSizesExactly) {
+  using W = std::vector<uint32_t>;
+  // Whole sizes are their own weights, as before (2x,2x stays 2,2).
+  EXPECT_EQ(default_weights({3, 1, 1}), (W{3, 1, 1}));
+  EXPECT_EQ(default_weights({2, 2}), (W{2, 2}));
+  EXPECT_EQ(default_weights({1'000'000, 1}), (W{1'000'000, 1}));
+  // Fractional sizes: the smallest whole weights with the same ratios.
+  EXPECT_EQ(default_weights({1.5, 1}), (W{3, 2}));
+  EXPECT_EQ(default_weights({2.5, 1, 0.5}), (W{5, 2, 1}));
+  EXPECT_EQ(default_weights({0.25, 1}), (W{1, 4}));
+  EXPECT_EQ(default_weights({0.1, 0.3}), (W{1, 3}));
+  EXPECT_EQ(default_weights({0.333333333333, 1}), (W{1, 3}));
+  EXPECT_EQ(default_weights({1.5, 2.25}), (W{6, 9}));
+  // No whole-number ratio within the weight range: an error, not a rounded guess.
+  EXPECT_NE(error_of([] { default_weights({1.0000001, 1}); }).find("no whole-number ratio"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({999'999.5, 1}); }).find("no whole-number ratio"), std::string::npos);
+  // Explicit weights are kept; the others are scaled among themselves.
+  Scenario s;
+  for (double u : {1.5, 1.0, 7.0}) {
+    ServerSpec server;
+    server.units = u;
+    s.servers.push_back(server);
+  }
+  s.servers[2].weight = 5;
+  validate(s);
+  EXPECT_EQ(*s.servers[0].weight, 3u);
+  EXPECT_EQ(*s.servers[1].weight, 2u);
+  EXPECT_EQ(*s.servers[2].weight, 5u);
+  // Units are checked: positive, at most the largest weight.
+  EXPECT_NE(error_of([] { default_weights({0, 1}); }).find("units"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({-1, 1}); }).find("units"), std::string::npos);
+  EXPECT_NE(error_of([] { default_weights({2e6}); }).find("units"), std::string::npos);
+}
+
+TEST(ScenarioLimitsTest, SigmaKeepsTheLognormalMean) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].dist = ServiceDist::lognormal;
+  s.servers[0].sigma = kMaxSigma;
+  EXPECT_NO_THROW(validate(s));
+  for (double sigma : {4.01, 50.0, -0.1, std::numeric_limits<double>::quiet_NaN()}) {
+    s.servers[0].sigma = sigma;
+    EXPECT_NE(error_of([&] { validate(s); }).find("sigma must be 0..4"), std::string::npos) << sigma;
+  }
+  EXPECT_NE(error_of([] { parse_server("name=a,dist=lognormal,sigma=50"); }).find("--server sigma"),
+            std::string::npos);
+  EXPECT_NE(scenario_error("", R"("sigma": 50)").find("servers[0].sigma: must be 0..4"), std::string::npos);
+}
+
+// Up to the bound the simulated lognormal keeps its mean: with workers to spare
+// (no queueing), mean latency is the mean service time.
+TEST(ScenarioLimitsTest, LognormalKeepsItsMeanAtModerateSigma) {
+  Scenario s;
+  s.duration_s = 1000;
+  s.rate = 1000;
+  ServerSpec server;
+  server.size = 100;
+  server.service_s = 0.005;
+  server.dist = ServiceDist::lognormal;
+  server.sigma = 1.5;
+  s.servers.push_back(server);
+  s.policies = {balance::PolicyKind::round_robin};
+  const SimResult r = simulate(s);
+  EXPECT_NEAR(r.policies[0].latency.mean_s, 0.005, 0.005 * 0.03);
+}
+
+TEST(ScenarioLimitsTest, DurationsAreFinite) {
+  EXPECT_NE(error_of([] { parse_duration("1e308h"); }).find("too large"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,service=1e308h"); }).find("too large"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("1e308h:a:fail"); }).find("too large"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_duration("1e300s"), 1e300);
+  // Library callers too.
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].service_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("service time"), std::string::npos);
+  s.servers[0].service_s = 0.005;
+  s.servers[0].timeout_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("timeout"), std::string::npos);
+  s.servers[0].timeout_s = 0;
+  s.bucket_s = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { validate(s); }).find("--bucket"), std::string::npos);
+  s.bucket_s = 0;
+  Event e;
+  e.at_s = std::numeric_limits<double>::infinity();
+  e.kind = Event::Kind::fail;
+  e.server = "s1";
+  s.events.push_back(e);
+  EXPECT_NE(error_of([&] { validate(s); }).find("event times"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace heft::sim
