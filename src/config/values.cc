@@ -2,6 +2,7 @@
 #include "config/values.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -246,6 +247,21 @@ std::string header_value_problem(std::string_view value) {
                                         : "a control character";
     return fmt::format("contains {} (0x{:02X}); header values may hold no control character but tab", name,
                        unsigned(byte));
+  }
+  // A Caddy placeholder ({upstream_hostport}, {http.request.host}) would be
+  // sent as written: say so instead of surprising the backend.
+  for (std::size_t open = value.find('{'); open != std::string_view::npos; open = value.find('{', open + 1)) {
+    const std::size_t close = value.find('}', open);
+    if (close == std::string_view::npos) break;
+    const std::string_view inside = value.substr(open + 1, close - open - 1);
+    const bool placeholder =
+        !inside.empty() && std::isalpha(static_cast<unsigned char>(inside[0])) &&
+        std::all_of(inside.begin(), inside.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+        });
+    if (placeholder)
+      return fmt::format("{{{}}} looks like a Caddy placeholder; heft has none and would send it as written",
+                         inside);
   }
   return {};
 }

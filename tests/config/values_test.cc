@@ -84,6 +84,11 @@ TEST(Values, HeaderValues) {
                                std::string_view("a\0", 2)})
     EXPECT_NE(header_value_problem(bad), "") << printable(bad);
   EXPECT_EQ(printable("a\r\n\t\x01\xc3\xa9\"z"), "a\\r\\n\\t\\x01\\xC3\\xA9\"z");
+  // Caddy placeholders are named, other braces are text.
+  EXPECT_EQ(header_value_problem("{upstream_hostport}"),
+            "{upstream_hostport} looks like a Caddy placeholder; heft has none and would send it as written");
+  EXPECT_NE(header_value_problem("x-{http.request.host}"), "");
+  for (std::string_view ok : {"{}", "{\"a\":1}", "{ x }", "{1}", "a}b{"}) EXPECT_EQ(header_value_problem(ok), "") << ok;
 }
 
 TEST(Values, Schemes) {
