@@ -34,8 +34,9 @@ uint64_t ShareTracker::recent(size_t site, const std::string& backend, uint64_t 
   if (site >= rings_.size()) return total_now;
   for (const auto& [name, ring] : rings_[site]) {
     if (name != backend || ring.filled == 0) continue;
-    size_t oldest = ring.filled < kSamples ? 0 : ring.next;
-    uint64_t then = ring.values[oldest];
+    // Until the ring spans the whole window, every request so far falls in
+    // it (counts start at 0 with the backend); the first sample is no baseline.
+    uint64_t then = ring.filled < kSamples ? 0 : ring.values[ring.next];
     return total_now >= then ? total_now - then : 0;
   }
   return total_now;  // not sampled yet: everything so far is recent
