@@ -115,9 +115,16 @@ class BlockBuffer {
       end_ -= begin_ - color_;
       begin_ = color_;
     }
-    return {block_ + end_, std::min(n, capacity_ - end_)};
+    prepared_ = std::min(n, capacity_ - end_);
+    return {block_ + end_, prepared_};
   }
-  void commit(std::size_t n) { end_ += std::min(n, capacity_ - end_); }
+  void commit(std::size_t n) {
+    last_read_filled_ = n > 0 && n >= prepared_;
+    end_ += std::min(n, capacity_ - end_);
+  }
+  // The last commit() filled all the room prepare() gave: the socket it was
+  // read from may hold more bytes (a short read proves it drained).
+  bool last_read_filled() const { return last_read_filled_; }
   void consume(std::size_t n) {
     begin_ += std::min(n, size());
     if (begin_ == end_) begin_ = end_ = color_;
@@ -133,6 +140,8 @@ class BlockBuffer {
   std::size_t color_;     // offset of the data area in the block
   std::size_t capacity_;  // end of the data area (the tail follows)
   char* block_ = nullptr;
+  std::size_t prepared_ = 0;       // the room the last prepare() gave
+  bool last_read_filled_ = false;  // see last_read_filled()
   std::size_t begin_;
   std::size_t end_;
 };

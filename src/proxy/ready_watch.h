@@ -53,6 +53,16 @@ class ReadyWatch {
     return ready;
   }
 
+  // take_ready(), after taking the events the set holds if nobody waits: the
+  // set is armed only while someone waits, so events that came meanwhile
+  // would otherwise be reported only at the next wait. Costs an epoll_wait
+  // then (a worker with nobody waiting is idle); nothing when armed, where
+  // the events of the reactor's last batch may still be on their way.
+  bool take_ready_now(int fd, bool watched) {
+    if (watched && !armed_) on_ready();  // no waiter: only records
+    return take_ready(fd, watched);
+  }
+
   // Completes (error_code) when `fd` turns readable, closes or fails, or with
   // operation_aborted after cancel(fd). `watched` is the socket owner's flag:
   // false until the socket is added to the set here (which a failed add

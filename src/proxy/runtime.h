@@ -77,6 +77,9 @@ struct UpstreamConnection {
   BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
   bool watched = false;  // in the worker's ReadyWatch
+  // Pooled after a read that filled its room: bytes may have followed the
+  // response unseen by the ReadyWatch (see take_idle_connection()).
+  bool maybe_more = false;
 };
 using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
 

@@ -158,12 +158,9 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
 // send, so the answer is not here yet: wait in the worker's ReadyWatch (no
 // syscall per wait), then read, instead of Asio's read, which tries a recv
 // first (EAGAIN), or Asio's wait, which re-arms with EPOLL_CTL_MOD. The
-// connection was drained when it was pooled (its last response read whole,
-// nothing after it), so an edge-triggered wait misses nothing: a close that
-// came while it was pooled, or a response that beat the wait, was reported
-// already and is remembered. (An origin that sends bytes after a complete
-// response, a protocol violation, and so fills heft's last read exactly, is
-// noticed at the read timeout rather than at once.)
+// connection was drained when it was pooled, and take_idle_connection()
+// made sure nothing came while it was, so an edge-triggered wait misses
+// nothing: a response that beat the wait was reported already and is remembered.
 Task<error_code> read_header(UpstreamConnection& conn, ResponseParser& parser, bool& received, ReadyWatch* wait_in) {
   Socket& socket = conn.socket;
   BlockBuffer& buffer = conn.buffer;
@@ -296,7 +293,36 @@ bool is_parse_error(const error_code& ec) {
 void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
   if (w.draining) return;
   conn->idle_since = coarse_now();
+  conn->maybe_more = conn->buffer.last_read_filled();
   list.push_back(std::move(conn));
+}
+
+// The newest idle connection of `list` that is still clean, or null. A pooled
+// connection must stay silent until it is used again: bytes that came after
+// its last response (an origin answering twice, or a body longer than its
+// Content-Length) would be read as the next request's response, maybe
+// another client's, and an end means the origin closed it. Its socket stays
+// in the worker's ReadyWatch, which remembers any arrival (and a close) that
+// no wait took, so a peek (one syscall) is needed only when it reported one,
+// when the socket is not watched, or when its last read filled the buffer
+// (more may have been there already); else after a quiet second, as a
+// backstop. nginx closes a pooled connection as soon as it turns readable.
+std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& list) {
+  while (!list.empty()) {
+    std::unique_ptr<UpstreamConnection> conn = std::move(list.back());
+    list.pop_back();
+    const int fd = conn->socket.native_handle();
+    const bool news = w.ready_watch.take_ready_now(fd, conn->watched) || !conn->watched || conn->maybe_more;
+    if (!news && coarse_now() - conn->idle_since < std::chrono::seconds(1)) return conn;
+    char probe;
+    const ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      conn->maybe_more = false;
+      return conn;
+    }
+    // Bytes nobody asked for, an end or an error: closed with `conn`.
+  }
+  return nullptr;
 }
 
 // A request is at backend `index` (its active count, read by least_conn and p2c).
@@ -995,17 +1021,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
   const bool replayable = parser.is_done();
   for (int fresh = 0; fresh < 2; ++fresh) {
     std::unique_ptr<UpstreamConnection> conn;
-    // A pooled connection the backend closed meanwhile is readable (EOF): skip
-    // it. Checked (one syscall) only after a quiet second: backends close idle
-    // connections after seconds, and a stale one is replayed anyway.
-    while (fresh == 0 && !conn && !idle_list.empty()) {
-      conn = std::move(idle_list.back());
-      idle_list.pop_back();
-      if (coarse_now() - conn->idle_since < std::chrono::seconds(1)) break;
-      char probe;
-      ssize_t n = ::recv(conn->socket.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) conn.reset();
-    }
+    if (fresh == 0) conn = take_idle_connection(w, idle_list);
     const bool reused = conn != nullptr;
     if (!conn) {
       if (fresh == 0) fresh = 1;  // a new connection: no second fresh try

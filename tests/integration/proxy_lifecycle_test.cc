@@ -599,6 +599,64 @@ TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
   }
 }
 
+// A pooled connection on which the origin sends bytes nobody asked for (a
+// second response, or a body after a 304) is not used again: those bytes
+// would be read as the next request's response, maybe another client's.
+TEST(ProxyLifecycle, PooledConnectionThatSpeaksUnaskedIsNotUsedAgain) {
+  struct Case {
+    const char* name;
+    std::string reply, late;
+    int status;
+    std::string body;
+  };
+  const Case cases[] = {
+      {"a second response", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none",
+       "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED", 200, "one"},
+      {"a body after a 304", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", "hello", 304, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port);
+    ASSERT_GE(listener, 0);
+    timeval accept_timeout{10, 0};  // accept() gives up if heft never connects again
+    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof accept_timeout);
+    std::atomic<int> connections{0};
+    std::thread origin([&] {
+      const int first = accept_scripted(listener);
+      if (first < 0) return;
+      ++connections;
+      std::string in;
+      read_until_head(first, in);
+      ::send(first, c.reply.data(), c.reply.size(), MSG_NOSIGNAL);
+      std::this_thread::sleep_for(150ms);  // heft has pooled the connection by now
+      ::send(first, c.late.data(), c.late.size(), MSG_NOSIGNAL);
+      const int second = accept_scripted(listener);
+      if (second >= 0) {
+        ++connections;
+        in.clear();
+        read_until_head(second, in);
+        const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo";
+        ::send(second, reply.data(), reply.size(), MSG_NOSIGNAL);
+        ::close(second);
+      }
+      ::close(first);
+    });
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port);
+    Response one = HttpClient(port).get("/one");
+    std::this_thread::sleep_for(300ms);
+    Response two = HttpClient(port, 5s).get("/two");  // another client
+    origin.join();
+    ::close(listener);
+    EXPECT_EQ(one.status, c.status);
+    EXPECT_EQ(one.body, c.body);
+    EXPECT_EQ(two.status, 200);
+    EXPECT_EQ(two.body, "two");
+    EXPECT_EQ(connections.load(), 2);
+  }
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
