@@ -771,10 +771,15 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   std::string forwarded_for_lines;  // several X-Forwarded-For lines are one list (RFC 9110 5.3)
   for (const auto& field : req) {
     std::string_view name = field.name_string();
-    if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) continue;
+    if (field.name() == http::field::host) {
+      // The target's authority instead, or the site's name for an empty
+      // Host (added below). Never removed by being named in Connection: a
+      // request must reach the backend with the host it was routed by.
+      if (absolute.status == AbsoluteTarget::absolute || field.value().empty()) continue;
+    } else if (is_hop_by_hop(field.name()) || named_by_connection(extras, name)) {
+      continue;
+    }
     if (field.name() == http::field::expect) continue;
-    if (field.name() == http::field::host && absolute.status == AbsoluteTarget::absolute)
-      continue;  // the target's authority instead
     if (name.size() > 2 && (name[0] == 'x' || name[0] == 'X') && name[1] == '-') {
       if (iequals(name, "x-forwarded-for")) {
         if (forwarded_for.empty()) {

@@ -358,7 +358,7 @@ std::string head_at_backend(const std::string& request, const std::string& pool_
 TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   const std::string head = head_at_backend(
       "GET /where HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
-      "Connection: keep-alive, X-Secret\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
+      "Connection: keep-alive, X-Secret, Host\r\nX-Secret: hop\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n"
       "Proxy-Connection: keep-alive\r\nX-Forwarded-For: 10.0.0.2, 10.0.0.3\r\nX-Kept: yes\r\n\r\n");
   EXPECT_NE(head.find("GET /where HTTP/1.1\r\n"), std::string::npos) << head;
   EXPECT_NE(head.find("\r\nX-Forwarded-For: 10.0.0.1, 10.0.0.2, 10.0.0.3, 127.0.0.1\r\n"), std::string::npos)
@@ -370,6 +370,10 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
   for (const char* gone : {"X-Secret", "Keep-Alive", "TE:", "Proxy-Connection", "Connection: keep-alive, X-Secret"})
     EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+  // (Host stays though Connection names it.) An empty Host is replaced, not sent beside another.
+  const std::string empty_host = head_at_backend("GET /x HTTP/1.1\r\nHost:\r\n\r\n");
+  EXPECT_NE(empty_host.find("\r\nHost: localhost\r\n"), std::string::npos) << empty_host;
+  EXPECT_EQ(empty_host.find("\r\nHost:"), empty_host.rfind("\r\nHost:")) << "two Host fields:\n" << empty_host;
 }
 
 // header_up sets or removes heft's own forwarding fields too (Caddy's
