@@ -244,7 +244,10 @@ Task<BodyPiece> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& par
     if (auto piece = body_from_buffer(buffer, parser, capacity)) co_return *piece;
     error_code ec = co_await read_more(socket, buffer);
     if (ec == asio::error::eof) {
-      if (buffer.size() > 0) continue;
+      // What the last read brought, then the end: bytes the parser cannot
+      // use yet (a chunk's CRLF waiting for the next size line) will never
+      // be completed, and another read would wait out the timeout.
+      if (auto piece = body_from_buffer(buffer, parser, capacity)) co_return *piece;
       error_code eof_ec;
       parser.put_eof(eof_ec);
       std::size_t got = body_got(parser, capacity);
@@ -355,6 +358,23 @@ bool reset_if_interim(ResponseParser& response) {
   new (&response) ResponseParser(arena);
   prepare_response(response, head_request);
   return true;
+}
+
+// A final response head heft must not forward (nothing of it was sent yet):
+// a transfer coding other than chunked, which would reach the client
+// unlabelled once heft re-frames the body (nginx: "upstream sent unknown
+// Transfer-Encoding", 502), or a 101 the client did not ask for (RFC 9110
+// 15.2.2). An error for the attempt's log, or none.
+error_code unusable_head(const ResponseParser& response, bool upgrade_asked) {
+  if (response.status() == 101 && !upgrade_asked) return http::error::bad_status;
+  for (const ResponseParser::Field& field : response.fields()) {
+    if (field.name != http::field::transfer_encoding) continue;
+    std::string_view coding = response.value(field);
+    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+    if (!iequals(coding, "chunked")) return http::error::bad_transfer_encoding;
+  }
+  return {};
 }
 
 class Session {
@@ -1110,10 +1130,14 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
           break;  // stale pooled connection
         co_return failure("reading the response head", ec);
       }
-      if (reset_if_interim(response)) continue;
+      if (reset_if_interim(response)) {
+        arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
+        continue;
+      }
       break;
     }
     if (!response.is_header_done()) continue;  // retry on a fresh connection
+    if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
     const unsigned status = response.status();
     const config::NextUpstream& next = pool.next_upstream;
     const bool failure_status = (status == 500 && next.http_500) || (status == 502 && next.http_502) ||
@@ -1166,9 +1190,13 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     for (;;) {
       error_code ec = co_await read_header(conn, response, received, nullptr);
       if (ec) co_return failure("reading the response head", ec);
-      if (reset_if_interim(response)) continue;
+      if (reset_if_interim(response)) {
+        arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
+        continue;
+      }
       break;
     }
+    if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
   }
   const auto& req = parser.get();
   const unsigned status = response.status();

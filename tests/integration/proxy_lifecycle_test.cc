@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -659,6 +660,69 @@ TEST(ProxyLifecycle, PooledConnectionThatSpeaksUnaskedIsNotUsedAgain) {
     EXPECT_EQ(two.body, "two");
     EXPECT_EQ(connections.load(), 2);
   }
+}
+
+// Response heads heft must not forward get a 502 (a transfer coding other
+// than chunked would reach the client unlabelled; a 101 nobody asked for), a
+// backend's end right after a complete chunk is seen at once (not at the
+// read timeout), and the read timeout runs between reads: interim responses
+// keep a slow backend's answer alive.
+TEST(ProxyLifecycle, UnusableHeadsEndsAfterAChunkAndInterimResponses) {
+  const auto through_heft = [](const std::function<void(int)>& origin_script, const std::string& pool_options,
+                               std::string& log) {
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port);
+    std::thread origin([&] {
+      const int c = accept_scripted(listener);
+      if (c < 0) return;
+      std::string in;
+      read_until_head(c, in);
+      origin_script(c);
+      ::close(c);
+    });
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port, pool_options);
+    Response r = HttpClient(port, 8s).get("/");
+    origin.join();
+    ::close(listener);
+    log = heft.log();
+    return r;
+  };
+  const auto sends = [](std::string bytes) {
+    return [bytes](int c) { ::send(c, bytes.data(), bytes.size(), MSG_NOSIGNAL); };
+  };
+  std::string log;
+  Response gzip = through_heft(
+      sends("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "", log);
+  EXPECT_EQ(gzip.status, 502);
+  EXPECT_NE(log.find("failed (reading the response head: bad Transfer-Encoding)"), std::string::npos) << log;
+  Response switched = through_heft(sends("HTTP/1.1 101 Switching Protocols\r\n\r\n"), "", log);
+  EXPECT_EQ(switched.status, 502);
+
+  const auto start = Clock::now();
+  Response cut = through_heft(
+      [](int c) {
+        const std::string part = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n";
+        ::send(c, part.data(), part.size(), MSG_NOSIGNAL);
+        std::this_thread::sleep_for(200ms);  // then the end, with the chunk's CRLF read already
+      },
+      "\t\tread_timeout 6s\n", log);
+  EXPECT_LT(Clock::now() - start, 4s);
+  EXPECT_NE(log.find("failed mid-response (reading the response body: partial message)"), std::string::npos) << log;
+
+  Response slow = through_heft(
+      [](int c) {
+        for (int i = 0; i < 4; ++i) {
+          const std::string interim = "HTTP/1.1 102 Processing\r\n\r\n";
+          ::send(c, interim.data(), interim.size(), MSG_NOSIGNAL);
+          std::this_thread::sleep_for(250ms);
+        }
+        const std::string done = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone";
+        ::send(c, done.data(), done.size(), MSG_NOSIGNAL);
+      },
+      "\t\tread_timeout 400ms\n", log);
+  EXPECT_EQ(slow.status, 200) << log;
+  EXPECT_EQ(slow.body, "done");
 }
 
 // Proportional set size of a process, KiB (shared pages split, not doubled).
