@@ -1098,7 +1098,14 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       error_code body_ec;
       auto send_body = [&]() -> Task<void> {
         body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed);
-        if (body_ec) cancel_io(conn->socket);  // unblock the response side
+        if (body_ec) {
+          // Unblock the response side, whether its read is pending or not
+          // started yet (a bad chunk found without waiting): after a
+          // shutdown every read ends at once.
+          error_code ignored;
+          conn->socket.shutdown(Socket::shutdown_both, ignored);
+          cancel_io(conn->socket);
+        }
       };
       AttemptResult result;
       auto receive = [&]() -> Task<void> {

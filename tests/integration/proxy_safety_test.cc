@@ -181,5 +181,24 @@ TEST(ProxySafety, PostIsNotRetriedButGetIs) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(c.get("/").status, 200) << i;  // GETs are
 }
 
+// A bad chunk past the buffered start of a request body (streamed to the
+// backend) gets its 400 at once, whether the backend is echoing the body or
+// waiting for all of it: not after read_timeout.
+TEST(ProxySafety, BadChunkInAStreamedBodyIs400AtOnce) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1", "\t\tread_timeout 6s\n"), port);
+  for (const char* path : {"/echo", "/discard"}) {
+    const auto start = std::chrono::steady_clock::now();
+    Response r = HttpClient(port, 8s).request(fmt::format(
+        "POST {} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n186a0\r\n{}\r\nZZ\r\n", path,
+        std::string(100000, 'w')));
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << path;
+  }
+}
+
 }  // namespace
 }  // namespace heft::test
