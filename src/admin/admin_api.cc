@@ -11,6 +11,7 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "config/values.h"
+#include "observe/metrics.h"
 
 namespace heft::admin {
 namespace {
@@ -227,6 +228,7 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
     if (!parsed.ok()) {
       std::string message;
       for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
+      observe::record_reload(false);
       return error_response(400, message.empty() ? "invalid Heftfile" : message);
     }
     return commit(request, config::to_json(*parsed));
@@ -240,12 +242,18 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
 AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
   if (std::string match = request.header("if-match"); !match.empty() && !if_match_holds(match, etag()))
     return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
+  // From here on a change is applied or refused for what it is: counted in
+  // heft_config_reloads_total (a no-op is neither).
+  const auto refused = [](int status, const std::string& message) {
+    observe::record_reload(false);
+    return error_response(status, message);
+  };
 
   config::Result<config::Config> parsed = config::from_json(candidate);
   if (!parsed.ok()) {
     std::string message;
     for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
-    return error_response(400, message.empty() ? "invalid configuration" : message);
+    return refused(400, message.empty() ? "invalid configuration" : message);
   }
   config::Config& next = *parsed;
   // Settings that take effect only at start: the admin listener (moving it
@@ -255,13 +263,13 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
   // admin block must not mean "move the API to :2019"); another value is refused.
   if (next.admin == config::AdminConfig{}) next.admin = admin_;
   if (next.workers == 0) next.workers = workers_;
-  if (std::string problem = admin_config_error(next.admin); !problem.empty()) return error_response(400, problem);
+  if (std::string problem = admin_config_error(next.admin); !problem.empty()) return refused(400, problem);
   if (next.admin.enabled != admin_.enabled || next.admin.address != admin_.address)
-    return error_response(400, fmt::format("admin.listen and admin.disabled take effect only at start (running: {}); "
+    return refused(400, fmt::format("admin.listen and admin.disabled take effect only at start (running: {}); "
                                            "restart heft to change them",
                                            admin_.enabled ? admin_.address : "admin off"));
   if (next.workers != workers_)
-    return error_response(400, fmt::format("apps.http.workers takes effect only at start (running: {}); restart "
+    return refused(400, fmt::format("apps.http.workers takes effect only at start (running: {}); restart "
                                            "heft to change it",
                                            workers_ ? std::to_string(workers_) : "0, one per core"));
 
@@ -275,7 +283,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
   }
   if (hooks_.apply) {
     std::string error;
-    if (!hooks_.apply(next, error)) return error_response(422, error.empty() ? "the proxy refused the configuration" : error);
+    if (!hooks_.apply(next, error)) return refused(422, error.empty() ? "the proxy refused the configuration" : error);
   }
   if (!state_path_.empty()) {
     std::string error;
@@ -286,7 +294,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
         std::string ignored;
         if (old.ok()) hooks_.apply(*old, ignored);
       }
-      return error_response(500, "cannot save the configuration: " + error);
+      return refused(500, "cannot save the configuration: " + error);
     }
   }
   std::string tag = make_etag(serialized);
@@ -296,6 +304,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
     etag_ = tag;
   }
   admin_.token = next.admin.token;
+  observe::record_reload(true);
   AdminResponse r;
   r.body = "{}\n";
   r.headers.emplace_back("ETag", tag);

@@ -139,13 +139,12 @@ std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string s
     } else {
       ok = proxy.reload(std::move(resolved), error);
     }
-    observe::record_reload(ok);
-    return ok;
+    return ok;  // counted by AdminApi::commit (a rollback after a failed save is no change)
   };
   hooks.upstreams = [&proxy, self] { return upstreams_json(proxy, self->shares_); };
   hooks.metrics = [&proxy] { return observe::render_metrics(upstream_gauges(proxy)); };
-  const auto grace = running.grace_period;
-  hooks.stop = [&proxy, grace] { proxy.shutdown(grace); };
+  // The grace period in service when the stop comes (a reload may have changed it).
+  hooks.stop = [&proxy] { proxy.shutdown(proxy.snapshot_config().grace_period); };
   hooks.tick = [&proxy, self] { self->shares_.sample(proxy); };
   admin->server_ = std::make_unique<AdminServer>(running, std::move(hooks), std::move(state_path));
   admin->server_->start();

@@ -19,6 +19,7 @@
 #include "config/heftfile.h"
 #include "proxy/demo_backend.h"
 #include "observe/access_log.h"
+#include "observe/metrics.h"
 #include "proxy/proxy.h"
 
 namespace heft::cli {
@@ -41,6 +42,13 @@ std::optional<config::Config> load(const std::string& path, std::string& errors)
   for (const config::Diagnostic& d : loaded.errors) errors += d.to_string() + "\n";
   if (errors.empty()) errors = path + ": invalid configuration\n";
   return std::nullopt;
+}
+
+// Proxy::reload, counted in heft_config_reloads_total (when no admin API does).
+bool reload_counted(proxy::Proxy& proxy, config::Config next, std::string& error) {
+  const bool ok = proxy.reload(std::move(next), error);
+  observe::record_reload(ok);
+  return ok;
 }
 
 // The embedded demo: a, b, c with weights 5, 3, 2 behind :8080.
@@ -111,7 +119,6 @@ int run(const RunOptions& options) {
     fmt::print(stderr, "heft: resuming from {}\n", state_path);
   }
 
-  const auto grace = config.grace_period;
   // Construction opens the access logs, start() binds the ports: either may refuse.
   std::unique_ptr<proxy::Proxy> proxy_owner;
   try {
@@ -154,10 +161,12 @@ int run(const RunOptions& options) {
         std::string errors;
         auto next = load(path, errors);
         if (!next) {
+          observe::record_reload(false);
           fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
         } else if (std::string error;
-                   // Through the admin API when it runs, so its config tree and ETag follow.
-                   admin_api ? !admin_api->load(*next, error) : !proxy.reload(std::move(*next), error)) {
+                   // Through the admin API when it runs (it counts the change), so its
+                   // config tree and ETag follow.
+                   admin_api ? !admin_api->load(*next, error) : !reload_counted(proxy, std::move(*next), error)) {
           fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
         } else {
           fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(proxy.snapshot_config()));
@@ -167,6 +176,8 @@ int run(const RunOptions& options) {
       signals.async_wait(on_signal);
       return;
     }
+    // The grace period in service now: a reload may have changed it.
+    const auto grace = proxy.snapshot_config().grace_period;
     fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms)\n",
                signal == SIGTERM ? "SIGTERM" : "SIGINT", grace.count());
     proxy.shutdown(grace);

@@ -245,8 +245,12 @@ TEST(ProxyLifecycle, GracePeriodOverDropsWhatIsLeftAndExitsZero) {
   backends.push_back(start_backend(dir, "a", {"--delay", "5s"}));
   uint16_t port = free_port();
   std::string file = pool_file(port, backends, {1}, 2);
-  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 300ms\n");
   Process heft = start_heft(dir, file, port);
+  // The grace period in service at the stop counts: a reload shortens it.
+  file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 300ms\n");
+  write_file(dir + "/Heftfile", file);
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
   std::vector<Response> slow(6);
   std::vector<std::thread> clients;
   for (Response& r : slow)
@@ -254,6 +258,7 @@ TEST(ProxyLifecycle, GracePeriodOverDropsWhatIsLeftAndExitsZero) {
   std::this_thread::sleep_for(300ms);  // every request is waiting for the backend
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(4s), std::optional<int>(0));
+  EXPECT_NE(heft.log().find("finishing in-flight requests (up to 300 ms)"), std::string::npos) << heft.log();
   for (std::thread& t : clients) t.join();
   for (const Response& r : slow) EXPECT_EQ(r.status, 0);  // closed, not answered
 }

@@ -204,6 +204,11 @@ TEST(AdminProxy, BadInputsChangeNothing) {
   auto counts = stack.measure(400);
   EXPECT_EQ(counts["v1"], 300);
   EXPECT_EQ(counts["v2"], 100);
+  // The three writes refused as configurations are counted as failed changes
+  // (not the ones refused before: bad JSON, no such path, too big, stale).
+  std::string metrics = stack.admin_call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"failure\"} 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"success\"} 0\n"), std::string::npos) << metrics;
 }
 
 TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
