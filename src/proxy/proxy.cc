@@ -2,9 +2,14 @@
 //
 // Each worker runs its own io_context on one thread; the controlling thread
 // binds listeners (so errors surface synchronously) and posts everything else.
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <set>
 #include <stdexcept>
 
@@ -348,6 +353,29 @@ void Proxy::Impl::publish(std::shared_ptr<const RouteTable> table) {
   routes_version.store(v, std::memory_order_release);
 }
 
+namespace {
+
+// Every worker listens on its own SO_REUSEPORT socket, and the kernel would
+// let any process of the same user join the group and take part of the
+// port's connections (and of its weighted split) without a word. A plain
+// bind first (SO_REUSEADDR only, so TIME_WAIT does not count) fails if
+// anything listens there already, as it would for nginx or HAProxy.
+void claim_port(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;  // the real bind reports what is wrong
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  const int failed = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ? errno : 0;
+  ::close(fd);
+  if (failed) throw std::runtime_error(fmt::format("cannot listen on :{}: {}", port, std::strerror(failed)));
+}
+
+}  // namespace
+
 std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
   auto acceptor = std::make_unique<Acceptor>(worker.io);
   tcp::endpoint endpoint(asio::ip::address_v4::any(), port);
@@ -416,6 +444,7 @@ void Proxy::start() {
   // max_connections is lower: client and upstream sockets of a busy worker.
   const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
   for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
+  for (const auto& [port, sites] : table->by_port) claim_port(port);
   for (auto& w : impl.workers)
     for (const auto& [port, sites] : table->by_port) w->acceptors[port] = impl.listen(*w, port);
   for (auto& w : impl.workers) {
@@ -446,6 +475,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
   try {
     for (uint16_t port : new_ports) {
       if (old_ports.count(port)) continue;
+      claim_port(port);
       for (std::size_t i = 0; i < impl.workers.size(); ++i)
         opened[i].emplace_back(port, impl.listen(*impl.workers[i], port));
     }

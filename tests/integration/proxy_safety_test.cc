@@ -181,6 +181,23 @@ TEST(ProxySafety, PostIsNotRetriedButGetIs) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(c.get("/").status, 200) << i;  // GETs are
 }
 
+// A second heft (or anything) cannot join a port heft serves: each worker's
+// SO_REUSEPORT socket would let it take part of the traffic unseen.
+TEST(ProxySafety, ASecondHeftOnTheSamePortIsRefused) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  const std::string file = one_pool(port, backends, "weight 1", "", "workers 2\n\tadmin off");
+  Process first = start_heft(dir, file, port);
+  write_file(dir + "/Second", file);
+  Process second({HEFT_BINARY, "run", "--config", dir + "/Second"}, dir + "/second.log");
+  EXPECT_EQ(second.wait(10s), std::optional<int>(1)) << second.log();
+  EXPECT_NE(second.log().find(fmt::format("cannot listen on :{}: Address already in use", port)), std::string::npos)
+      << second.log();
+  EXPECT_EQ(HttpClient(port).get("/").status, 200);
+}
+
 // A bad chunk past the buffered start of a request body (streamed to the
 // backend) gets its 400 at once, whether the backend is echoing the body or
 // waiting for all of it: not after read_timeout.
