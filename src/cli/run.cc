@@ -152,6 +152,7 @@ int run(const RunOptions& options) {
   std::fflush(stderr);
 
   std::function<void(const boost::system::error_code&, int)> on_signal;
+  bool stopping = false;  // a SIGTERM or SIGINT came
   on_signal = [&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     if (signal == SIGHUP) {
@@ -176,11 +177,22 @@ int run(const RunOptions& options) {
       signals.async_wait(on_signal);
       return;
     }
+    const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (stopping) {
+      // A second one: the operator will not wait for the drain (Caddy does the same).
+      fmt::print(stderr, "heft: {} again, stopping now\n", name);
+      std::fflush(stderr);
+      proxy.shutdown(std::chrono::milliseconds(0));
+      return;
+    }
+    stopping = true;
     // The grace period in service now: a reload may have changed it.
     const auto grace = proxy.snapshot_config().grace_period;
-    fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms)\n",
-               signal == SIGTERM ? "SIGTERM" : "SIGINT", grace.count());
+    fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms; send it again to stop now)\n",
+               name, grace.count());
+    std::fflush(stderr);
     proxy.shutdown(grace);
+    signals.async_wait(on_signal);
   };
   signals.async_wait(on_signal);
   std::thread control_thread([&control] { control.run(); });

@@ -517,9 +517,12 @@ void Proxy::shutdown(std::chrono::milliseconds grace) {
   for (auto& w : impl_->workers) {
     Worker* worker = w.get();
     asio::post(worker->io, [worker, grace] {
-      if (worker->draining) return;
-      worker->drain();
-      worker->grace_timer.expires_after(grace);
+      if (!worker->draining) {
+        worker->drain();
+      } else if (std::chrono::steady_clock::now() + grace >= worker->grace_timer.expiry()) {
+        return;  // draining already, and sooner over than this would make it
+      }
+      worker->grace_timer.expires_after(grace);  // (re)armed: a second stop may shorten the grace
       worker->grace_timer.async_wait([worker](const boost::system::error_code& ec) {
         if (!ec) worker->io.stop();  // grace period over: drop what is left
       });

@@ -52,6 +52,8 @@ class Proxy {
 
   // Stops accepting, closes idle connections, lets in-flight requests finish
   // for up to `grace`, then stops the workers. Returns at once; see wait().
+  // Called again while draining, it can only shorten what is left (a second
+  // SIGTERM stops at once).
   void shutdown(std::chrono::milliseconds grace);
 
   // Blocks until every worker thread has finished (after shutdown()).

@@ -258,9 +258,28 @@ TEST(ProxyLifecycle, GracePeriodOverDropsWhatIsLeftAndExitsZero) {
   std::this_thread::sleep_for(300ms);  // every request is waiting for the backend
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(4s), std::optional<int>(0));
-  EXPECT_NE(heft.log().find("finishing in-flight requests (up to 300 ms)"), std::string::npos) << heft.log();
+  EXPECT_NE(heft.log().find("finishing in-flight requests (up to 300 ms;"), std::string::npos) << heft.log();
   for (std::thread& t : clients) t.join();
   for (const Response& r : slow) EXPECT_EQ(r.status, 0);  // closed, not answered
+}
+
+// A second SIGTERM during the drain stops heft at once.
+TEST(ProxyLifecycle, SecondSigtermStopsAtOnce) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a", {"--delay", "5s"}));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}, 2), port);  // grace_period 5s
+  std::thread client([port] { HttpClient(port, 8s).get("/"); });
+  std::this_thread::sleep_for(300ms);  // the request waits for the backend
+  heft.signal(SIGTERM);
+  ASSERT_TRUE(wait_for_log(heft, "finishing in-flight requests"));
+  const auto second = Clock::now();
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(4s), std::optional<int>(0));
+  EXPECT_LT(Clock::now() - second, 2s);
+  EXPECT_NE(heft.log().find("heft: SIGTERM again, stopping now"), std::string::npos) << heft.log();
+  client.join();
 }
 
 // A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
