@@ -85,14 +85,18 @@ void setup(CLI::App& root) {
   CLI::App* cmd = root.add_subcommand("demo-backend", "Run a small, fast demo origin server (for demos, tests, benchmarks)");
   cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
   cmd->add_option("--name", o.name, "Sent back in the X-Backend header")->capture_default_str();
-  cmd->add_option("--body-bytes", o.body_bytes, "Size of the response body")->capture_default_str();
+  // Ranges are checked: CLI11 reads "-1" into an unsigned option as a huge number.
+  cmd->add_option("--body-bytes", o.body_bytes, "Size of the response body")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30))
+      ->capture_default_str();
   cmd->add_option("--delay", flags->delay, "Added latency per request, e.g. 200ms or 1s")->capture_default_str();
   cmd->add_option("--workers", o.workers, "Requests served at once (0: unlimited; more wait in FIFO order)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}))
       ->capture_default_str();
   cmd->add_option("--fail-rate", o.fail_rate, "Fraction 0..1 of requests answered 503, evenly spread")
       ->capture_default_str();
   cmd->add_option("--health-path", o.health_path, "Path answering 200 ok (e.g. /healthz); none by default");
-  cmd->add_option("--threads", o.threads, "Event-loop threads")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Event-loop threads")->check(CLI::Range(1u, 256u))->capture_default_str();
   cmd->add_option("--port-file", o.port_file, "Write the bound port to this file once listening");
   cmd->callback([flags] { run(*flags); });
 }

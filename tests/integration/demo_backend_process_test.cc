@@ -232,7 +232,8 @@ TEST(DemoBackendProcessTest, SigintAlsoExitsZero) {
 
 TEST(DemoBackendProcessTest, BadArgumentsExitTwo) {
   for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
-           {"--fail-rate", "1.5"}, {"--listen", "127.0.0.1"}, {"--delay", "soon"}, {"--health-path", "healthz"}}) {
+           {"--fail-rate", "1.5"}, {"--listen", "127.0.0.1"}, {"--delay", "soon"}, {"--health-path", "healthz"},
+           {"--workers", "-1"}, {"--body-bytes", "-1"}, {"--threads", "0"}}) {
     std::vector<std::string> args{HEFT_BINARY, "demo-backend"};
     args.insert(args.end(), extra.begin(), extra.end());
     ChildProcess backend(args);
