@@ -85,6 +85,10 @@ config::Result<config::Config> load_state_file(const std::string& path) {
     result.errors.push_back({path, 0, 0, "", "no saved configuration"});
     return result;
   }
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    result.errors.push_back({path, 0, 0, "", "is a directory, not a state file"});
+    return result;
+  }
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json document = nlohmann::json::parse(text.str(), nullptr, false);

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -95,7 +96,12 @@ class FileAccessLog final : public AccessLog {
     seen_generation_ = generation;
     if (fd_ <= 2) return;  // stderr is not reopened
     int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) return;  // keep writing to the old file rather than losing lines
+    if (fd < 0) {
+      // Keep writing to the old file rather than losing lines, and say so (nginx logs a failed reopen too).
+      std::fprintf(stderr, "heft: cannot reopen access log %s: %s (still writing to the old file)\n", path_.c_str(),
+                   std::strerror(errno));
+      return;
+    }
     ::close(fd_);
     fd_ = fd;
   }

@@ -32,7 +32,8 @@ constexpr std::chrono::milliseconds kSweepInterval{50};
 
 std::string site_label(const config::SiteConfig& site) {
   std::string hosts;
-  for (const auto& h : site.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+  for (const auto& h : site.hosts)
+    hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h);  // an IPv6 literal
   return fmt::format("{}:{}", hosts, site.port);
 }
 

@@ -3,6 +3,8 @@
 #include "observe/access_log.h"
 
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <unistd.h>
 
 #include <cstdio>
@@ -117,6 +119,30 @@ TEST(AccessLog, ReopenAfterRenameWritesToTheNewFile) {
   ASSERT_EQ(lines_of(path).size(), 1u);
   EXPECT_NE(lines_of(path)[0].find("/item/2"), std::string::npos);
   std::remove(path.c_str());
+  std::remove(rotated.c_str());
+}
+
+// A reopen that fails (the path is now a directory) keeps the old file and says so.
+TEST(AccessLog, FailedReopenKeepsTheOldFileAndSaysSo) {
+  std::string path = temp_path("stuck.log");
+  std::string rotated = path + ".1";
+  std::filesystem::remove_all(path);
+  std::remove(rotated.c_str());
+  std::string error;
+  auto log = open_access_log(path, error);
+  ASSERT_TRUE(log) << error;
+  log->write(entry(1, 200));
+  log->flush();
+  ASSERT_EQ(std::rename(path.c_str(), rotated.c_str()), 0);
+  ASSERT_TRUE(std::filesystem::create_directory(path));
+  testing::internal::CaptureStderr();
+  reopen_all();
+  log->write(entry(2, 200));
+  log->flush();
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("heft: cannot reopen access log " + path), std::string::npos) << said;
+  EXPECT_EQ(lines_of(rotated).size(), 2u);
+  std::filesystem::remove_all(path);
   std::remove(rotated.c_str());
 }
 
