@@ -1,6 +1,7 @@
 #include "proxy/request_head.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "proxy/http_chars.h"
@@ -152,6 +153,50 @@ AbsoluteTarget split_absolute_target(std::string_view target) {
   }
   t.status = AbsoluteTarget::absolute;
   return t;
+}
+
+const char* host_problem(std::string_view host) {
+  std::string_view name = host;
+  std::string_view port;
+  if (!host.empty() && host.front() == '[') {
+    const std::size_t close = host.find(']');
+    if (close == std::string_view::npos) return "bad Host: an unclosed IPv6 literal";
+    for (char c : host.substr(1, close - 1))
+      if (!(std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.')) return "bad Host: not an IPv6 literal";
+    if (close + 1 < host.size()) {
+      if (host[close + 1] != ':') return "bad Host: bytes after the IPv6 literal";
+      port = host.substr(close + 2);
+      if (port.empty()) return "bad Host: an empty port";
+    }
+    name = {};
+  } else if (const std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    name = host.substr(0, colon);
+    port = host.substr(colon + 1);
+    if (port.empty()) return "bad Host: an empty port";
+  }
+  if (!port.empty()) {
+    if (port.size() > 5) return "bad Host: not a port";
+    unsigned value = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9') return "bad Host: not a port";
+      value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (value > 65535) return "bad Host: a port over 65535";
+  }
+  if (!name.empty() && name.front() == '.') return "bad Host: a leading dot";
+  if (name.find("..") != std::string_view::npos) return "bad Host: \"..\"";
+  for (char c : name) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isalnum(byte)) continue;
+    switch (c) {
+      case '-': case '.': case '_': case '~': case '!': case '$': case '&': case '\'':
+      case '(': case ')': case '*': case '+': case ',': case ';': case '=': case '%':
+        continue;
+      default:
+        return "bad Host: a character no host name has";
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace heft::proxy

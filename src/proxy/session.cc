@@ -758,6 +758,12 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     }
     target = origin_form_;
   }
+  if (!host.empty()) {
+    if (const char* problem = host_problem(host)) {
+      plan.bad_target = problem;
+      return plan;
+    }
+  }
   routed_host_ = host;
   plan.route = routes.table->route(local_port, host);
   if (!plan.route) return plan;

@@ -65,6 +65,14 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"two hosts", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"},
       {"bad request line", "GET  / HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"bad version", "GET / HTTP/9.1\r\nHost: x\r\n\r\n"},
+      {"Host with a space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n"},
+      {"Host with a slash", "GET / HTTP/1.1\r\nHost: a/../b\r\n\r\n"},
+      {"Host with userinfo", "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"},
+      {"Host port too big", "GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n"},
+      {"Host port not a number", "GET / HTTP/1.1\r\nHost: a:xx\r\n\r\n"},
+      {"Host unclosed IPv6", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n"},
+      {"absolute-form bad port", "GET http://a:99999/x HTTP/1.1\r\nHost: a\r\n\r\n"},
+      {"absolute-form unclosed IPv6", "GET http://[::1/x HTTP/1.1\r\nHost: a\r\n\r\n"},
   };
   for (const auto& [name, raw] : cases) {
     HttpClient c(port, std::chrono::milliseconds(3000));
