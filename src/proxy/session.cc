@@ -1230,10 +1230,12 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   down_head_.number(status);
   down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
   const std::string_view extras = connection_extras(response.value(http::field::connection));
+  bool length_sent = false;
   for (const ResponseParser::Field& field : response.fields()) {
     std::string_view name = response.name(field);
     if (no_body && field.name == http::field::content_length) {
-      down_head_.field(name, response.value(field));
+      // A HEAD's or 304's length says what a GET would get: kept, once. A 204 has none (RFC 9110 8.6).
+      if (status != 204 && !std::exchange(length_sent, true)) down_head_.field(name, response.value(field));
       continue;
     }
     if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;
@@ -1245,7 +1247,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     down_head_.append("Connection: upgrade\r\n"sv);
     down_head_.field("Upgrade", response.value(http::field::upgrade));
   }
-  if (!no_body) {
+  if (no_body && response.chunked() && client_http11 && status != 204 && status != 304) {
+    down_head_.append("Transfer-Encoding: chunked\r\n"sv);  // a HEAD of what a GET would get chunked
+  } else if (!no_body) {
     if (framing == chunked) down_head_.append("Transfer-Encoding: chunked\r\n"sv);
     else if (framing == sized) {
       down_head_.append("Content-Length: "sv);

@@ -749,6 +749,44 @@ TEST(ProxyLifecycle, UnusableHeadsEndsAfterAChunkAndInterimResponses) {
   EXPECT_EQ(slow.body, "done");
 }
 
+// Heads of responses without a body keep their meaning: a 204 has no
+// Content-Length, a HEAD's length is sent once, and a HEAD of what a GET
+// would get chunked says chunked.
+TEST(ProxyLifecycle, BodilessResponsesKeepTheirFraming) {
+  struct Case {
+    const char* name;
+    std::string request, reply;
+    std::vector<std::string> present, absent;
+  };
+  const std::vector<Case> cases = {
+      {"204 with a length", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", {"HTTP/1.1 204"}, {"Content-Length"}},
+      {"HEAD with the length twice", "HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", {"\r\nContent-Length: 5\r\n"},
+       {"Content-Length: 5\r\nContent-Length"}},
+      {"HEAD of a chunked resource", "HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", {"\r\nTransfer-Encoding: chunked\r\n"}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port);
+    ASSERT_GE(listener, 0);
+    int answered = 0;
+    std::thread origin([&] { answer_in_turn(listener, {c.reply}, answered); });
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port);
+    HttpClient client(port, 5s);
+    ASSERT_TRUE(client.connect());
+    client.send_raw(c.request);
+    const std::string raw = client.read_all();
+    origin.join();
+    ::close(listener);
+    for (const std::string& text : c.present) EXPECT_NE(raw.find(text), std::string::npos) << text << " in\n" << raw;
+    for (const std::string& text : c.absent) EXPECT_EQ(raw.find(text), std::string::npos) << text << " in\n" << raw;
+  }
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
