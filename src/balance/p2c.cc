@@ -1,7 +1,10 @@
 // Power of two choices, weighted: two distinct weighted-random candidates (the
 // second drawn from the others, so a heavy member cannot face itself); the one
 // with the lower active / weight wins (compared by cross-multiplication). On a
-// tie the heavier one wins, then the first drawn. O(1) when the draws land on eligible members.
+// tie the first drawn wins, as in nginx's `random two`: the first draw is
+// weighted, so an idle pool's shares follow the weights (the heavier one
+// winning ties gave it everything at low load). O(1) when the draws land on
+// eligible members.
 // Thread-safe; reads active counts without locking (a count may move under the
 // comparison; that only makes the choice as stale as the count).
 #include "balance/random_common.h"
@@ -24,7 +27,7 @@ class PowerOfTwoChoices final : public Policy {
     uint64_t active_b = pool_.live[*b]->active.load(std::memory_order_relaxed);
     uint64_t wa = pool_.members[*a].weight, wb = pool_.members[*b].weight;
     uint64_t load_a = active_a * wb, load_b = active_b * wa;  // a/wa vs b/wb
-    bool take_b = load_b < load_a || (load_b == load_a && wb > wa);
+    const bool take_b = load_b < load_a;
     return pool_.members[take_b ? *b : *a].index;
   }
 

@@ -942,6 +942,10 @@ Task<bool> Session::handle(RequestParser& parser) {
   const config::NextUpstream& next = pool.next_upstream;
   const bool method_retryable = idempotent(req.method()) || next.non_idempotent;
   const auto started = request_start_;
+  // nginx's next_upstream_timeout: no attempt starts once it has passed.
+  const auto in_time = [&](Clock::time_point at) {
+    return pool.next_upstream_timeout.count() == 0 || at - started < pool.next_upstream_timeout;
+  };
   unsigned tries = 0;
   unsigned last_status = 0;
   for (;;) {
@@ -963,8 +967,7 @@ Task<bool> Session::handle(RequestParser& parser) {
     const bool more_allowed =
         !next.off && method_retryable && body_complete &&
         (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
-        (pool.next_upstream_timeout.count() == 0 || now - started < pool.next_upstream_timeout) &&
-        tried.size() < snapshot->size();
+        in_time(now) && tried.size() < snapshot->size();
     snapshot->count_request(i, w.index);
     AttemptResult result;
     const auto attempt_start = now;
@@ -1027,7 +1030,10 @@ Task<bool> Session::handle(RequestParser& parser) {
       case Outcome::bad_status:
         snapshot->report_failure(i, Clock::now());
         last_status = result.status;
-        continue;  // attempt() forwards it itself when no retry is allowed
+        if (in_time(attempt_end)) continue;  // attempt() forwards it itself when no retry is allowed
+        // The time ran out during this attempt: its status (the response itself is spent).
+        co_await send_status(last_status, client_keep_alive && body_complete);
+        co_return client_keep_alive && body_complete && !w.draining;
       case Outcome::error:
       case Outcome::timeout: {
         const bool timeout = result.outcome == Outcome::timeout;
@@ -1035,7 +1041,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         last_status = timeout ? 504 : 502;
         fmt::print(stderr, "heft: {} {}: backend {} {} ({})\n", req.method_string(), req.target(), name,
                    timeout ? "timed out" : "failed", failure_reason());
-        if (more_allowed && (timeout ? next.timeout : next.error)) continue;
+        if (more_allowed && in_time(attempt_end) && (timeout ? next.timeout : next.error)) continue;
         co_await send_status(last_status, client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !w.draining;
       }

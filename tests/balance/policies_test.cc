@@ -115,13 +115,19 @@ TEST(PowerOfTwoChoices, LowerLoadPerWeightWins) {
 }
 
 TEST(PowerOfTwoChoices, IdlePoolSharesFollowWeights) {
-  // With equal loads the heavier candidate wins the tie, so shares lean to weight.
+  // With equal loads the first (weighted) draw wins, as nginx's random two:
+  // an idle pool's shares are its weights (5:3:2 must not starve the 2).
   Balancer b({PolicyKind::p2c}, specs({3, 1, 1, 1}));
   std::mt19937_64 rng(3);
   std::map<uint32_t, int> counts;
-  for (int i = 0; i < 60000; ++i) counts[*b.pick({.random = rng()})]++;
-  EXPECT_GT(counts[0], counts[1] * 2);
-  EXPECT_GT(counts[1], 0);
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) counts[*b.pick({.random = rng()})]++;
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.01);
+  for (uint32_t i : {1u, 2u, 3u}) EXPECT_NEAR(counts[i] / double(n), 1.0 / 6, 0.01) << i;
+  Balancer c({PolicyKind::p2c}, specs({5, 3, 2}));
+  counts.clear();
+  for (int i = 0; i < n; ++i) counts[*c.pick({.random = rng()})]++;
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.01);
 }
 
 TEST(EveryPolicy, NothingAvailableSaysSo) {

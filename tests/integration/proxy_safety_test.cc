@@ -189,6 +189,35 @@ TEST(ProxySafety, PostIsNotRetriedButGetIs) {
   for (int i = 0; i < 10; ++i) EXPECT_EQ(c.get("/").status, 200) << i;  // GETs are
 }
 
+// next_upstream_timeout: no attempt starts once it has passed, judged when
+// the failed attempt ends (nginx), not when it began.
+TEST(ProxySafety, NextUpstreamTimeoutStopsRetriesInTime) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  for (const char* n : {"a", "b", "c"}) backends.push_back(start_backend(dir, n, {"--delay", "1s"}));
+  // Requests the backends received so far (each stats request counts itself).
+  const auto requests_at_backends = [&] {
+    long sum = 0;
+    for (const Backend& b : backends) {
+      Response r = HttpClient(b.port).get("/_control/stats");
+      const auto at = r.body.find("\"requests\":");
+      if (at != std::string::npos) sum += std::stol(r.body.substr(at + 11));
+    }
+    return sum;
+  };
+  for (const auto& [limit, tries] : std::vector<std::pair<std::string, long>>{{"250ms", 1}, {"500ms", 2}, {"0", 3}}) {
+    uint16_t port = free_port();
+    Process heft = start_heft(
+        dir, one_pool(port, backends, "weight 1", fmt::format("\t\tmax_fails 0\n\t\tread_timeout 300ms\n"
+                                                               "\t\tnext_upstream_timeout {}\n", limit)),
+        port);
+    const long before = requests_at_backends();
+    EXPECT_EQ(HttpClient(port, 5s).get("/").status, 504) << limit;
+    const long stats_requests = static_cast<long>(backends.size());  // those of `before`
+    EXPECT_EQ(requests_at_backends() - before - stats_requests, tries) << "next_upstream_timeout " << limit;
+  }
+}
+
 // A second heft (or anything) cannot join a port heft serves: each worker's
 // SO_REUSEPORT socket would let it take part of the traffic unseen.
 TEST(ProxySafety, ASecondHeftOnTheSamePortIsRefused) {
