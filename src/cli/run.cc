@@ -148,6 +148,7 @@ int run(const RunOptions& options) {
   } else {
     banner += fmt::format("heft: serving {} (SIGHUP reloads it)\n", path);
   }
+  for (const std::string& warning : config::config_warnings(config)) banner += fmt::format("heft: warning: {}\n", warning);
   fmt::print(stderr, "{}", banner);
   std::fflush(stderr);
 
@@ -170,7 +171,9 @@ int run(const RunOptions& options) {
                    admin_api ? !admin_api->load(*next, error) : !reload_counted(proxy, std::move(*next), error)) {
           fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
         } else {
-          fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(proxy.snapshot_config()));
+          const config::Config now = proxy.snapshot_config();
+          fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(now));
+          for (const std::string& warning : config::config_warnings(now)) fmt::print(stderr, "heft: warning: {}\n", warning);
         }
       }
       std::fflush(stderr);

@@ -25,6 +25,7 @@ int run_validate(const ValidateOptions& options) {
                loaded.errors.size() == 1 ? "" : "s");
     return 1;
   }
+  for (const std::string& warning : config::config_warnings(*loaded)) fmt::print(stderr, "warning: {}\n", warning);
   size_t upstreams = 0;
   for (const auto& site : loaded->sites) upstreams += site.proxy.upstreams.size();
   fmt::print("{}: valid ({} site{}, {} upstream{})\n", options.config, loaded->sites.size(),

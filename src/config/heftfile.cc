@@ -1097,4 +1097,27 @@ std::vector<std::string_view> known_options(std::string_view block) {
   return {};
 }
 
+std::vector<std::string> config_warnings(const Config& config) {
+  std::vector<std::string> out;
+  for (const SiteConfig& site : config.sites) {
+    if (site.proxy.policy != balance::PolicyKind::round_robin) continue;
+    std::string weights;
+    bool differ = false;
+    for (const UpstreamConfig& u : site.proxy.upstreams) {
+      if (u.backup || u.down || u.weight == 0) continue;
+      if (!weights.empty()) differ = differ || u.weight != site.proxy.upstreams.front().weight;
+      weights += (weights.empty() ? "" : ":") + std::to_string(u.weight);
+    }
+    if (!differ) continue;
+    std::string hosts;
+    for (const std::string& h : site.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+    const std::string where = site.file.empty() ? "" : site.line ? fmt::format("{}:{}: ", site.file, site.line)
+                                                                     : site.file + ": ";
+    out.push_back(fmt::format("{}site {}:{}: lb_policy round_robin ignores the weights {} (every backend gets an "
+                              "equal share); weighted_round_robin, the default, splits by them",
+                              where, hosts, site.port, weights));
+  }
+  return out;
+}
+
 }  // namespace heft::config

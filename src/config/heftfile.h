@@ -35,6 +35,12 @@ Result<std::string> format_heftfile(std::string_view text, std::string_view file
 // Returns one diagnostic per name that did not resolve, placed at its site.
 std::vector<Diagnostic> resolve(Config& config);
 
+// What a valid configuration probably does not mean, one line each: a pool
+// whose lb_policy round_robin ignores the different weights it was given (the
+// weighted load balancing guide writes it so; weighted_round_robin, the
+// default, splits by them). `heft validate` and `heft run` print these.
+std::vector<std::string> config_warnings(const Config& config);
+
 // Names of the options the parser knows, per block ("global", "site",
 // "reverse_proxy", "to", "adaptive", "log", "health_headers"). For docs and tests.
 std::vector<std::string_view> known_options(std::string_view block);

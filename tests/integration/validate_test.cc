@@ -95,6 +95,22 @@ TEST_F(ConfigCommands, ValidateAcceptsAGoodFileFromTheDefaultPath) {
   CommandResult run = heft("validate");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, "Heftfile: valid (1 site, 3 upstreams)\n");
+  // The guide's example asks for round_robin with weights: valid, with a warning.
+  EXPECT_NE(run.err.find("lb_policy round_robin ignores the weights 5:3:2"), std::string::npos) << run.err;
+}
+
+// The guide writes weights under lb_policy round_robin: valid, but heft says
+// the weights are ignored there (equal weights, or the default policy, say nothing).
+TEST_F(ConfigCommands, ValidateWarnsWhenRoundRobinIgnoresWeights) {
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 weight 5\n\t\tto b:1 weight 3\n"
+                    "\t\tlb_policy round_robin\n\t}\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err,
+            "warning: Heftfile:1: site :8080: lb_policy round_robin ignores the weights 5:3 (every backend gets an "
+            "equal share); weighted_round_robin, the default, splits by them\n");
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 weight 5\n\t\tto b:1 weight 3\n\t}\n}\n");
+  run = heft("validate");
   EXPECT_EQ(run.err, "");
 }
 
