@@ -61,7 +61,8 @@ bool if_match_holds(const std::string& field, const std::string& current) {
     std::string item = field.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     item.erase(0, item.find_first_not_of(" \t"));
     item.erase(item.find_last_not_of(" \t") + 1);
-    if (item == "*" || (!item.empty() && bare_tag(item) == wanted)) return true;
+    // Strong comparison: a weak tag (W/"...") never matches.
+    if (item == "*" || (!item.empty() && item.rfind("W/", 0) != 0 && bare_tag(item) == wanted)) return true;
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

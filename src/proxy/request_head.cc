@@ -181,7 +181,7 @@ const char* host_problem(std::string_view host) {
       if (c < '0' || c > '9') return "bad Host: not a port";
       value = value * 10 + static_cast<unsigned>(c - '0');
     }
-    if (value > 65535) return "bad Host: a port over 65535";
+    if (value == 0 || value > 65535) return "bad Host: a port outside 1-65535";
   }
   if (!name.empty() && name.front() == '.') return "bad Host: a leading dot";
   if (name.find("..") != std::string_view::npos) return "bad Host: \"..\"";

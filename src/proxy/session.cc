@@ -307,16 +307,21 @@ void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
 // another client's, and an end means the origin closed it. Its socket stays
 // in the worker's ReadyWatch, which remembers any arrival (and a close) that
 // no wait took, so a peek (one syscall) is needed only when it reported one,
-// when the socket is not watched, or when its last read filled the buffer
-// (more may have been there already); else after a quiet second, as a
-// backstop. nginx closes a pooled connection as soon as it turns readable.
+// when the socket is not watched, when its last read filled the buffer (more
+// may have been there already), or when it was pooled before the current
+// tick of the coarse clock (below). nginx closes a pooled connection as soon
+// as it turns readable.
 std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& list) {
   while (!list.empty()) {
     std::unique_ptr<UpstreamConnection> conn = std::move(list.back());
     list.pop_back();
     const int fd = conn->socket.native_handle();
     const bool news = w.ready_watch.take_ready_now(fd, conn->watched) || !conn->watched || conn->maybe_more;
-    if (!news && coarse_now() - conn->idle_since < std::chrono::seconds(1)) return conn;
+    // Pooled within the same tick of the coarse clock (a few ms): events that
+    // came since are on their way to the ReadyWatch at most by a batch of the
+    // reactor. Older ones are peeked at: on a busy worker a batch can last
+    // that long (a few percent of reuses under load pay the syscall).
+    if (!news && coarse_now() == conn->idle_since) return conn;
     char probe;
     const ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -1126,7 +1131,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       co_await (send_body() && receive());
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
       if (body_ec && result.outcome == Outcome::error) failure("sending the request body", body_ec);
-      if (body_ec == http::error::bad_chunk || body_ec == http::error::bad_chunk_extension)
+      if (is_parse_error(body_ec))  // the client's body (a bad chunk, a bad trailer): a 400, not the backend's fault
         co_return AttemptResult{result.outcome == Outcome::done ? Outcome::broken : Outcome::bad_request_body};
       if (result.outcome == Outcome::done) {
         result.keep_alive = result.keep_alive && parser.is_done();

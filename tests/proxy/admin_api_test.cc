@@ -195,6 +195,8 @@ TEST_F(AdminApiTest, StaleIfMatchIs412) {
   EXPECT_EQ(api.handle(third).status, 200);
   third.headers["if-match"] = tag + ", \"nope\"";
   EXPECT_EQ(api.handle(third).status, 412);
+  third.headers["if-match"] = "W/" + api.etag();  // If-Match compares strongly: a weak tag never matches
+  EXPECT_EQ(api.handle(third).status, 412);
 }
 
 TEST_F(AdminApiTest, LoadReplacesEverythingFromJsonOrHeftfile) {
