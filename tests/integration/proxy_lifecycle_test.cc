@@ -284,7 +284,7 @@ TEST(ProxyLifecycle, SecondSigtermStopsAtOnce) {
 
 // A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
 // for origins a test scripts byte by byte; -1 on failure.
-int listen_on_loopback(uint16_t& port) {
+int listen_on_loopback(uint16_t& port, std::chrono::seconds accept_timeout = std::chrono::seconds(0)) {
   int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) return -1;
   sockaddr_in addr{};
@@ -297,6 +297,10 @@ int listen_on_loopback(uint16_t& port) {
     return -1;
   }
   port = ntohs(addr.sin_port);
+  if (accept_timeout.count() > 0) {  // accept() gives up then, if heft never connects (again)
+    timeval limit{static_cast<time_t>(accept_timeout.count()), 0};
+    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  }
   return listener;
 }
 
@@ -583,10 +587,8 @@ TEST(ProxyLifecycle, PooledConnectionTheBackendClosedIsNotUsedAgain) {
     SCOPED_TRACE(mode == close_it ? "close()" : mode == half_close_after ? "shutdown(SHUT_WR)" : "TCP_CORK, shutdown(SHUT_WR)");
     const bool half_close = mode != close_it;
     uint16_t origin_port = 0;
-    const int listener = listen_on_loopback(origin_port);
+    const int listener = listen_on_loopback(origin_port, 10s);
     ASSERT_GE(listener, 0);
-    timeval accept_timeout{10, 0};  // accept() gives up if heft never connects again
-    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof accept_timeout);
     std::atomic<int> connections{0};
     std::thread origin([&] {
       std::vector<int> open;
@@ -646,10 +648,8 @@ TEST(ProxyLifecycle, PooledConnectionThatSpeaksUnaskedIsNotUsedAgain) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     uint16_t origin_port = 0;
-    const int listener = listen_on_loopback(origin_port);
+    const int listener = listen_on_loopback(origin_port, 10s);
     ASSERT_GE(listener, 0);
-    timeval accept_timeout{10, 0};  // accept() gives up if heft never connects again
-    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &accept_timeout, sizeof accept_timeout);
     std::atomic<int> connections{0};
     std::thread origin([&] {
       const int first = accept_scripted(listener);
