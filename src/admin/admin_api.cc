@@ -1,7 +1,6 @@
 // Admin API request handling: access checks, routing and the write transaction.
 #include "admin/admin_api.h"
 
-#include <cctype>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -18,13 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 bool is_loopback_host(const std::string& host) {
-  std::string h = lower(host);
+  std::string h = config::lowercase(host);
   return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
 }
 
@@ -73,7 +67,7 @@ std::string path_of(const std::string& target) { return target.substr(0, target.
 
 // The media type without parameters ("application/json; charset=utf-8" → "application/json").
 std::string media_type(const std::string& content_type) {
-  std::string t = lower(content_type.substr(0, content_type.find(';')));
+  std::string t = config::lowercase(content_type.substr(0, content_type.find(';')));
   while (!t.empty() && t.back() == ' ') t.pop_back();
   return t;
 }
@@ -116,13 +110,13 @@ std::string AdminApi::etag() const {
 AdminResponse AdminApi::check_access(const AdminRequest& request) const {
   auto listen = config::split_host_port(admin_.address, 0);
   const uint16_t port = listen.value ? listen.value->port : 0;
-  const std::string listen_host = listen.value ? lower(listen.value->host) : "";
+  const std::string listen_host = listen.value ? config::lowercase(listen.value->host) : "";
   // Caddy's rule against DNS rebinding: the Host (and Origin, if sent) must be
   // the admin address itself, or a loopback name with its port.
   auto allowed = [&](const std::string& authority) {
     auto split = config::split_host_port(authority, 0);
     if (!split.value || split.value->port != port) return false;
-    std::string host = lower(split.value->host);
+    std::string host = config::lowercase(split.value->host);
     if (host == listen_host) return true;
     if (is_loopback_host(listen_host) || is_wildcard_host(listen_host))
       return host == "localhost" || host == "127.0.0.1" || host == "::1" || is_wildcard_host(listen_host);
@@ -139,7 +133,7 @@ AdminResponse AdminApi::check_access(const AdminRequest& request) const {
   if (!admin_.token.empty()) {
     std::string auth = request.header("authorization");
     const std::string scheme = "bearer ";
-    bool ok = auth.size() > scheme.size() && lower(auth.substr(0, scheme.size())) == scheme &&
+    bool ok = auth.size() > scheme.size() && config::lowercase(auth.substr(0, scheme.size())) == scheme &&
               same_secret(auth.substr(scheme.size()), admin_.token);
     if (!ok) {
       AdminResponse r = error_response(401, "missing or wrong bearer token (Authorization: Bearer <token>)");

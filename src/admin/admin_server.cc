@@ -49,9 +49,7 @@ AdminRequest to_admin_request(const http::request<http::string_body>& req) {
   out.method = std::string(req.method_string());
   out.target = std::string(req.target());
   for (const auto& field : req) {
-    std::string name(field.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out.headers[name] = std::string(field.value());
+    out.headers[config::lowercase(field.name_string())] = std::string(field.value());
   }
   out.body = req.body();
   return out;

@@ -2,17 +2,14 @@
 
 #include <fmt/format.h>
 
+#include "config/values.h"
+
 
 namespace heft::cli {
 
 using json = nlohmann::json;
 
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return s;
-}
 
 bool listens_on(const json& server, const std::string& port_suffix) {
   for (const json& l : server.value("listen", json::array()))
@@ -32,11 +29,11 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
   }
   const bool numeric = !site.empty() && site.find_first_not_of("0123456789") == std::string::npos;
   // HOST, HOST:PORT or :PORT. Stored hosts are lower-case.
-  std::string host = lower(site), port_suffix;
+  std::string host = config::lowercase(site), port_suffix;
   if (!numeric) {
     const size_t colon = site.rfind(':');
     if (colon != std::string::npos && site.find(']', colon) == std::string::npos) {
-      host = lower(site.substr(0, colon));
+      host = config::lowercase(site.substr(0, colon));
       port_suffix = site.substr(colon);
     }
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);

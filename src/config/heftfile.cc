@@ -55,13 +55,6 @@ bool contains(const std::string_view (&list)[N], std::string_view word) {
   return std::find(std::begin(list), std::end(list), word) != std::end(list);
 }
 
-std::string lowercase(std::string_view text) {
-  std::string out(text);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
-  return out;
-}
-
 // A backend address plus the options written for it, before pool defaults apply.
 struct PendingUpstream {
   UpstreamConfig upstream;

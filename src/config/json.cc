@@ -391,9 +391,7 @@ class Reader {
               error(element(host_path, h), "must be a host name");
               continue;
             }
-            std::string name = host.get<std::string>();
-            std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-            site.hosts.push_back(name);
+            site.hosts.push_back(lowercase(host.get<std::string>()));
           }
         }
       }

@@ -42,6 +42,9 @@ struct HostPort {
   uint16_t port = 0;
 };
 
+// `text` with ASCII letters in lower case (host names, header names, schemes).
+std::string lowercase(std::string_view text);
+
 // The scheme of "scheme://rest", lower-cased (RFC 3986: schemes are
 // case-insensitive, "HTTP://" is "http://"); empty when `text` has none.
 std::string scheme_of(std::string_view text);
