@@ -11,6 +11,7 @@
 #include "config/json.h"
 #include "config/values.h"
 #include "observe/metrics.h"
+#include "proxy/http_chars.h"
 
 namespace heft::admin {
 namespace {
@@ -49,18 +50,11 @@ std::string bare_tag(std::string tag) {
 // If-Match holds "*" or a list of entity tags (RFC 9110 13.1.1): any one may match.
 bool if_match_holds(const std::string& field, const std::string& current) {
   const std::string wanted = bare_tag(current);
-  std::size_t start = 0;
-  while (start <= field.size()) {
-    std::size_t comma = field.find(',', start);
-    std::string item = field.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
+  // each_list_item returns false as soon as one matches.
+  return !proxy::each_list_item(field, [&](std::string_view item) {
     // Strong comparison: a weak tag (W/"...") never matches.
-    if (item == "*" || (!item.empty() && item.rfind("W/", 0) != 0 && bare_tag(item) == wanted)) return true;
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return false;
+    return !(item == "*" || (!item.empty() && !item.starts_with("W/") && bare_tag(std::string(item)) == wanted));
+  });
 }
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }

@@ -178,7 +178,7 @@ const char* host_problem(std::string_view host) {
     if (port.size() > 5) return "bad Host: not a port";
     unsigned value = 0;
     for (char c : port) {
-      if (c < '0' || c > '9') return "bad Host: not a port";
+      if (!is_digit(c)) return "bad Host: not a port";
       value = value * 10 + static_cast<unsigned>(c - '0');
     }
     if (value == 0 || value > 65535) return "bad Host: a port outside 1-65535";

@@ -374,10 +374,7 @@ error_code unusable_head(const ResponseParser& response, bool upgrade_asked) {
   if (response.status() == 101 && !upgrade_asked) return http::error::bad_status;
   for (const ResponseParser::Field& field : response.fields()) {
     if (field.name != http::field::transfer_encoding) continue;
-    std::string_view coding = response.value(field);
-    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
-    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
-    if (!iequals(coding, "chunked")) return http::error::bad_transfer_encoding;
+    if (!lower_equals(trim_ows(response.value(field)), "chunked")) return http::error::bad_transfer_encoding;
   }
   return {};
 }
