@@ -854,11 +854,11 @@ Task<bool> Session::handle(RequestParser& parser) {
   config_ = &routes->table->config;
   auto& req = parser.get();
   const RequestPlan plan = plan_request(req, *routes);
-  if (plan.connect || plan.bad_target) {
-    // Refused before routing: counted and logged under the port's site.
-    current_routes_ = routes;
-    current_route_ = port_site(*routes);
-  }
+  const SiteRoute* route = plan.route;
+  current_routes_ = routes;  // keeps `route` alive until finish_request()
+  // A request refused before routing (CONNECT, a bad target, no site: 404)
+  // is counted and logged under the port's site.
+  current_route_ = route ? route : port_site(*routes);
   if (plan.connect) {
     fmt::print(stderr, "heft: 501 from {}: CONNECT is not supported\n", client_ip);
     co_await send_error(501, "501 CONNECT is not supported\n", false);
@@ -869,9 +869,6 @@ Task<bool> Session::handle(RequestParser& parser) {
     co_await send_error(400, "400 Bad Request\n", false);
     co_return false;
   }
-  const SiteRoute* route = plan.route;
-  current_routes_ = routes;  // keeps `route` alive until finish_request()
-  current_route_ = route ? route : port_site(*routes);  // a 404 is counted under the port's site
   // The parser read every Connection field already (close / keep-alive tokens
   // and the version's default).
   bool client_keep_alive = parser.keep_alive();
