@@ -101,17 +101,31 @@ TEST(AccessLog, SameOutputIsShared) {
   std::remove(path.c_str());
 }
 
-TEST(AccessLog, ReopenAfterRenameWritesToTheNewFile) {
-  std::string path = temp_path("rotate.log");
-  std::string rotated = path + ".1";
-  std::remove(path.c_str());
+// A log at `path` that wrote one line (request 1), then was renamed to
+// `rotated` as logrotate does; null (with a failure) if a step failed.
+std::shared_ptr<AccessLog> logged_one_line_then_rotated(const std::string& path, const std::string& rotated) {
+  std::filesystem::remove_all(path);
   std::remove(rotated.c_str());
   std::string error;
   auto log = open_access_log(path, error);
-  ASSERT_TRUE(log) << error;
+  if (!log) {
+    ADD_FAILURE() << error;
+    return nullptr;
+  }
   log->write(entry(1, 200));
   log->flush();
-  ASSERT_EQ(std::rename(path.c_str(), rotated.c_str()), 0);
+  if (std::rename(path.c_str(), rotated.c_str()) != 0) {
+    ADD_FAILURE() << "rename failed";
+    return nullptr;
+  }
+  return log;
+}
+
+TEST(AccessLog, ReopenAfterRenameWritesToTheNewFile) {
+  std::string path = temp_path("rotate.log");
+  std::string rotated = path + ".1";
+  auto log = logged_one_line_then_rotated(path, rotated);
+  ASSERT_TRUE(log);
   reopen_all();
   log->write(entry(2, 200));
   log->flush();
@@ -126,14 +140,8 @@ TEST(AccessLog, ReopenAfterRenameWritesToTheNewFile) {
 TEST(AccessLog, FailedReopenKeepsTheOldFileAndSaysSo) {
   std::string path = temp_path("stuck.log");
   std::string rotated = path + ".1";
-  std::filesystem::remove_all(path);
-  std::remove(rotated.c_str());
-  std::string error;
-  auto log = open_access_log(path, error);
-  ASSERT_TRUE(log) << error;
-  log->write(entry(1, 200));
-  log->flush();
-  ASSERT_EQ(std::rename(path.c_str(), rotated.c_str()), 0);
+  auto log = logged_one_line_then_rotated(path, rotated);
+  ASSERT_TRUE(log);
   ASSERT_TRUE(std::filesystem::create_directory(path));
   testing::internal::CaptureStderr();
   reopen_all();
