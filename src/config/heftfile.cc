@@ -29,7 +29,7 @@ using syntax::Token;
 
 constexpr std::string_view kGlobalOptions[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
-    "max_connections"};
+    "max_connections", "default_bind"};
 constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default"};
 constexpr std::string_view kProxyOptions[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "next_upstream", "next_upstream_tries",
@@ -228,6 +228,10 @@ class Parser {
         continue;
       }
       if (!first_time(seen, d)) continue;
+      if (name == "default_bind") {
+        default_bind(d, config);
+        continue;
+      }
       const Token* arg = single(d);
       if (!arg) continue;
       if (name == "admin") {
@@ -253,6 +257,23 @@ class Parser {
         if (auto v = duration(*arg, true)) config.header_timeout = *v;
       } else if (name == "max_connections") {
         if (auto n = integer(*arg, 1, 10'000'000, "max_connections")) config.max_connections = uint32_t(*n);
+      }
+    }
+  }
+
+  // `default_bind ADDR...`: the addresses every port is listened on.
+  void default_bind(const Directive& d, Config& config) {
+    if (!no_block(d)) return;
+    if (d.args.empty()) error(d.name, "missing value for \"default_bind\" (e.g. \"default_bind 127.0.0.1 ::1\")");
+    for (const Token& arg : d.args) {
+      auto address = listen_address(arg.text);
+      if (!address) {
+        error(arg, fmt::format("default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"{}\"",
+                               arg.text));
+      } else if (std::find(config.bind.begin(), config.bind.end(), *address) != config.bind.end()) {
+        error(arg, fmt::format("duplicate address \"{}\" in default_bind", arg.text));
+      } else {
+        config.bind.push_back(*address);
       }
     }
   }

@@ -316,22 +316,71 @@ class Reader {
     return config;
   }
 
+  // A server's "listen": [":PORT"] (every address) or ["ADDR:PORT", ...] with IP
+  // literals and one port; the port and the addresses (empty for ":PORT").
+  std::optional<std::pair<uint16_t, std::vector<std::string>>> listen_addresses(const json& listen,
+                                                                                const std::string& path) {
+    static constexpr std::string_view kShape = "e.g. [\":8080\"] or [\"127.0.0.1:8080\", \"[::1]:8080\"]";
+    if (listen.empty()) {
+      error(path, fmt::format("must hold at least one address, {}", kShape));
+      return std::nullopt;
+    }
+    uint16_t port = 0;
+    std::vector<std::string> addresses;
+    bool any_address = false;
+    bool ok = true;
+    for (size_t i = 0; i < listen.size(); ++i) {
+      auto split = listen[i].is_string() ? split_host_port(listen[i].get<std::string>(), 0) : HostPortResult{};
+      if (!split.value || split.value->port == 0) {
+        error(element(path, i), fmt::format("must be \":PORT\" or \"ADDRESS:PORT\", {}", kShape));
+        ok = false;
+        continue;
+      }
+      if (port != 0 && split.value->port != port) {
+        error(element(path, i), fmt::format("must use the port of the first address ({})", port));
+        ok = false;
+      }
+      port = split.value->port;
+      if (split.value->host.empty()) {
+        any_address = true;
+        continue;
+      }
+      auto address = listen_address(split.value->host);
+      if (!address) {
+        error(element(path, i), fmt::format("the address must be an IP address, got \"{}\"", split.value->host));
+        ok = false;
+      } else if (std::find(addresses.begin(), addresses.end(), *address) != addresses.end()) {
+        error(element(path, i), "duplicate address");
+        ok = false;
+      } else {
+        addresses.push_back(*address);
+      }
+    }
+    if (ok && any_address && listen.size() > 1) {
+      error(path, "\":PORT\" (every address) must be the only address");
+      ok = false;
+    }
+    if (!ok) return std::nullopt;
+    return std::make_pair(port, std::move(addresses));
+  }
+
   void server(const json& value, const std::string& path, Config& config, std::map<uint16_t, std::string>& ports) {
     if (!object(value, path, {"listen", "routes"})) return;
     uint16_t port = 0;
     if (const json* listen = array_field(value, "listen", path, true)) {
       std::string listen_path = member(path, "listen");
-      if (listen->size() != 1 || !(*listen)[0].is_string()) {
-        error(listen_path, "must hold exactly one address, e.g. [\":8080\"]");
-      } else {
-        std::string address = (*listen)[0].get<std::string>();
-        auto split = split_host_port(address, 0);
-        if (!split.value || !split.value->host.empty() || split.value->port == 0) {
-          error(element(listen_path, 0), "must be \":PORT\", e.g. \":8080\"");
-        } else {
-          port = split.value->port;
-          auto [it, inserted] = ports.emplace(port, listen_path);
-          if (!inserted) error(element(listen_path, 0), fmt::format("port {} is also used by {}", port, it->second));
+      auto parsed = listen_addresses(*listen, listen_path);
+      if (parsed) {
+        port = parsed->first;
+        auto [it, inserted] = ports.emplace(port, listen_path);
+        if (!inserted) error(element(listen_path, 0), fmt::format("port {} is also used by {}", port, it->second));
+        // heft listens on every port at the same addresses (default_bind).
+        if (!bind_from_) {
+          bind_from_ = listen_path;
+          config.bind = std::move(parsed->second);
+        } else if (parsed->second != config.bind) {
+          error(listen_path, fmt::format("must listen on the same addresses as {} (heft binds every port to one "
+                                         "set of addresses, the Heftfile's default_bind)", *bind_from_));
         }
       }
     }
@@ -701,6 +750,7 @@ class Reader {
 
  private:
   std::vector<Diagnostic>& errors_;
+  std::optional<std::string> bind_from_;  // the first server's listen path: its addresses are Config::bind
 };
 
 }  // namespace
@@ -717,7 +767,10 @@ nlohmann::json to_json(const Config& config) {
     json routes = json::array();
     for (const SiteConfig& site : config.sites)
       if (site.port == ports[i]) routes.push_back(route_to_json(site));
-    servers[fmt::format("srv{}", i)] = {{"listen", json::array({fmt::format(":{}", ports[i])})},
+    json listen = json::array();
+    for (const std::string& address : config.bind) listen.push_back(join_host_port(address, ports[i]));
+    if (config.bind.empty()) listen.push_back(fmt::format(":{}", ports[i]));
+    servers[fmt::format("srv{}", i)] = {{"listen", std::move(listen)},
                                         {"routes", std::move(routes)}};
   }
   json http = {{"workers", config.workers},

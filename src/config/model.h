@@ -161,6 +161,10 @@ struct Config {
   milliseconds idle_timeout{60000};
   milliseconds header_timeout{10000};
   uint32_t max_connections = 10000;
+  // The addresses every site's port is listened on (Caddy's default_bind): IP
+  // literals in canonical form, IPv6 without brackets. Empty = every IPv4
+  // address and, where the host has IPv6, every IPv6 address.
+  std::vector<std::string> bind;
   std::vector<SiteConfig> sites;
 
   bool operator==(const Config&) const = default;

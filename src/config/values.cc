@@ -1,6 +1,8 @@
 // Scalar value syntax: see values.h.
 #include "config/values.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -230,6 +232,18 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   }
   result.value = HostPort{std::string(host), port};
   return result;
+}
+
+std::optional<std::string> listen_address(std::string_view text) {
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  const std::string copy(text);  // inet_pton wants a terminated string
+  unsigned char bytes[sizeof(in6_addr)];
+  char canonical[INET6_ADDRSTRLEN];
+  for (int family : {AF_INET, AF_INET6})
+    if (::inet_pton(family, copy.c_str(), bytes) == 1 && ::inet_ntop(family, bytes, canonical, sizeof canonical))
+      return std::string(canonical);
+  return std::nullopt;
 }
 
 std::string join_host_port(std::string_view host, uint16_t port) {

@@ -58,6 +58,11 @@ struct HostPortResult {
 };
 HostPortResult split_host_port(std::string_view text, uint16_t default_port);
 
+// `text` as an address to listen on: an IPv4 or IPv6 literal ("127.0.0.1",
+// "::1", "[::1]"), returned in canonical form without brackets; nullopt for
+// anything else (host names included: a listener needs an address).
+std::optional<std::string> listen_address(std::string_view text);
+
 // "host:port" with brackets around an IPv6 host.
 std::string join_host_port(std::string_view host, uint16_t port);
 

@@ -16,11 +16,13 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/string.hpp>
 #include <fmt/format.h>
 
+#include "config/values.h"
 #include "observe/metrics.h"
 #include "proxy/runtime.h"
 
@@ -147,10 +149,15 @@ upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_
 }
 
 std::string describe(const config::Config& config) {
-  std::set<uint16_t> ports;
-  for (const auto& site : config.sites) ports.insert(site.port);
   std::string listeners;
-  for (uint16_t p : ports) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", p);
+  if (config.bind.empty()) {  // ":PORT": every address
+    std::set<uint16_t> ports;
+    for (const auto& site : config.sites) ports.insert(site.port);
+    for (uint16_t p : ports) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", p);
+  } else {
+    for (const auto& endpoint : listen_endpoints(config))
+      listeners += (listeners.empty() ? "" : ", ") + listen_label(endpoint, config);
+  }
   unsigned workers = worker_count(config);
   std::string out = fmt::format("heft: listening on {} with {} worker{}; {} site{}\n", listeners, workers,
                                 workers == 1 ? "" : "s", config.sites.size(), config.sites.size() == 1 ? "" : "s");
@@ -265,15 +272,15 @@ void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapsh
   site.parsed_for = &snapshot;
 }
 
-void Worker::start_accepting(uint16_t port) {
-  auto it = acceptors.find(port);
+void Worker::start_accepting(const tcp::endpoint& endpoint) {
+  auto it = acceptors.find(endpoint);
   if (it == acceptors.end()) return;
-  asio::co_spawn(io, accept_loop(*this, *it->second, port), asio::detached);
+  asio::co_spawn(io, accept_loop(*this, *it->second, endpoint.port()), asio::detached);
 }
 
 void Worker::drain() {
   draining = true;
-  for (auto& [port, acceptor] : acceptors) {
+  for (auto& [endpoint, acceptor] : acceptors) {
     boost::system::error_code ignored;
     acceptor->close(ignored);
   }
@@ -361,27 +368,65 @@ namespace {
 // port's connections (and of its weighted split) without a word. A plain
 // bind first (SO_REUSEADDR only, so TIME_WAIT does not count) fails if
 // anything listens there already, as it would for nginx or HAProxy.
-void claim_port(uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+void claim(const tcp::endpoint& endpoint, const config::Config& config) {
+  const bool v6 = endpoint.address().is_v6();
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return;  // the real bind reports what is wrong
   const int on = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  const int failed = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ? errno : 0;
+  if (v6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  const int failed = ::bind(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0 ? errno : 0;
   ::close(fd);
-  if (failed) throw std::runtime_error(fmt::format("cannot listen on :{}: {}", port, std::strerror(failed)));
+  if (failed)
+    throw std::runtime_error(
+        fmt::format("cannot listen on {}: {}", listen_label(endpoint, config), std::strerror(failed)));
+}
+
+// Whether this host can listen on IPv6 at all (a kernel booted with
+// ipv6.disable=1 cannot): the default binding then is IPv4 alone.
+bool host_has_ipv6() {
+  static const bool has = [] {
+    const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    ::close(fd);
+    return true;
+  }();
+  return has;
 }
 
 }  // namespace
 
-std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
+std::set<tcp::endpoint> listen_endpoints(const config::Config& config) {
+  std::vector<asio::ip::address> addresses;
+  if (config.bind.empty()) {
+    addresses.push_back(asio::ip::address_v4::any());
+    if (host_has_ipv6()) addresses.push_back(asio::ip::address_v6::any());
+  } else {
+    for (const std::string& text : config.bind) {
+      boost::system::error_code ec;
+      auto address = asio::ip::make_address(text, ec);  // validated by the config parsers
+      if (!ec) addresses.push_back(address);
+    }
+  }
+  std::set<tcp::endpoint> out;
+  for (const auto& site : config.sites)
+    for (const auto& address : addresses) out.emplace(address, site.port);
+  return out;
+}
+
+std::string listen_label(const tcp::endpoint& endpoint, const config::Config& config) {
+  if (config.bind.empty() && endpoint.address().is_v4()) return fmt::format(":{}", endpoint.port());
+  return config::join_host_port(endpoint.address().to_string(), endpoint.port());
+}
+
+std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, const tcp::endpoint& endpoint,
+                                              const config::Config& config) {
   auto acceptor = std::make_unique<Acceptor>(worker.io);
-  tcp::endpoint endpoint(asio::ip::address_v4::any(), port);
   boost::system::error_code ec;
   acceptor->open(endpoint.protocol(), ec);
+  // IPv6 sockets take IPv6 alone: IPv4 has its own listener, and its clients
+  // keep plain IPv4 addresses (not ::ffff:a.b.c.d) in logs, headers and hashes.
+  if (!ec && endpoint.address().is_v6()) acceptor->set_option(asio::ip::v6_only(true), ec);
   if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) {
     using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
@@ -389,7 +434,7 @@ std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, uint16_t port) {
   }
   if (!ec) acceptor->bind(endpoint, ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot listen on :{}: {}", port, ec.message()));
+  if (ec) throw std::runtime_error(fmt::format("cannot listen on {}: {}", listen_label(endpoint, config), ec.message()));
   return acceptor;
 }
 
@@ -445,11 +490,12 @@ void Proxy::start() {
   // max_connections is lower: client and upstream sockets of a busy worker.
   const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
   for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
-  for (const auto& [port, sites] : table->by_port) claim_port(port);
+  const std::set<tcp::endpoint> endpoints = listen_endpoints(table->config);
+  for (const auto& endpoint : endpoints) claim(endpoint, table->config);
   for (auto& w : impl.workers)
-    for (const auto& [port, sites] : table->by_port) w->acceptors[port] = impl.listen(*w, port);
+    for (const auto& endpoint : endpoints) w->acceptors[endpoint] = impl.listen(*w, endpoint, table->config);
   for (auto& w : impl.workers) {
-    for (const auto& [port, acceptor] : w->acceptors) w->start_accepting(port);
+    for (const auto& [endpoint, acceptor] : w->acceptors) w->start_accepting(endpoint);
     asio::co_spawn(w->io, sweep_loop(*w), asio::detached);
     w->thread = std::thread([worker = w.get()] { worker->io.run(); });
   }
@@ -462,23 +508,23 @@ void Proxy::start() {
 bool Proxy::reload(config::Config next, std::string& error) {
   Impl& impl = *impl_;
   auto old = impl.current();
-  std::set<uint16_t> old_ports, new_ports;
-  for (const auto& [port, sites] : old->by_port) old_ports.insert(port);
-  for (const auto& site : next.sites) new_ports.insert(site.port);
+  const std::set<tcp::endpoint> old_endpoints = listen_endpoints(old->config);
+  const std::set<tcp::endpoint> new_endpoints = listen_endpoints(next);
   if (next.workers && impl.started && next.workers != impl.workers.size()) {
     // Changing the thread count needs a restart; everything else applies now.
     next.workers = static_cast<unsigned>(impl.workers.size());
   }
-  // Open the access logs and bind new ports first: if one fails, nothing changed.
+  // Open the access logs and bind new listeners first: if one fails, nothing changed.
   auto logs = open_access_logs(next, error);
   if (!logs) return false;
-  std::vector<std::vector<std::pair<uint16_t, std::unique_ptr<Acceptor>>>> opened(impl.workers.size());
+  using Opened = std::vector<std::pair<tcp::endpoint, std::unique_ptr<Acceptor>>>;
+  std::vector<Opened> opened(impl.workers.size());
   try {
-    for (uint16_t port : new_ports) {
-      if (old_ports.count(port)) continue;
-      claim_port(port);
+    for (const auto& endpoint : new_endpoints) {
+      if (old_endpoints.count(endpoint)) continue;
+      claim(endpoint, next);
       for (std::size_t i = 0; i < impl.workers.size(); ++i)
-        opened[i].emplace_back(port, impl.listen(*impl.workers[i], port));
+        opened[i].emplace_back(endpoint, impl.listen(*impl.workers[i], endpoint, next));
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -486,17 +532,16 @@ bool Proxy::reload(config::Config next, std::string& error) {
   }
   impl.publish(impl.build(std::move(next), old.get(), std::move(*logs)));
   if (impl.health) impl.health->set_pools(health_targets(*impl.current()));  // follow the pools across reloads
+  std::vector<tcp::endpoint> removed;
+  for (const auto& endpoint : old_endpoints)
+    if (!new_endpoints.count(endpoint)) removed.push_back(endpoint);
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
-    auto acceptors = std::make_shared<std::vector<std::pair<uint16_t, std::unique_ptr<Acceptor>>>>(
-        std::move(opened[i]));
-    std::vector<uint16_t> removed;
-    for (uint16_t port : old_ports)
-      if (!new_ports.count(port)) removed.push_back(port);
+    auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
     asio::post(w.io, [&w, acceptors, removed] {
       if (w.draining) return;
-      for (uint16_t port : removed) {
-        auto it = w.acceptors.find(port);
+      for (const auto& endpoint : removed) {
+        auto it = w.acceptors.find(endpoint);
         if (it == w.acceptors.end()) continue;
         boost::system::error_code ignored;
         it->second->close(ignored);
@@ -504,9 +549,9 @@ bool Proxy::reload(config::Config next, std::string& error) {
         asio::post(w.io, [a = std::shared_ptr<Acceptor>(std::move(it->second))] {});
         w.acceptors.erase(it);
       }
-      for (auto& [port, acceptor] : *acceptors) {
-        w.acceptors[port] = std::move(acceptor);
-        w.start_accepting(port);
+      for (auto& [endpoint, acceptor] : *acceptors) {
+        w.acceptors[endpoint] = std::move(acceptor);
+        w.start_accepting(endpoint);
       }
     });
   }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -118,7 +119,7 @@ struct Worker {
   // to it), so the reactor's per-socket locks are off; posting stays locked.
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::thread thread;
-  std::map<uint16_t, std::unique_ptr<Acceptor>> acceptors;
+  std::map<tcp::endpoint, std::unique_ptr<Acceptor>> acceptors;  // one per listened address and port
   std::shared_ptr<WorkerRoutes> routes;
   uint64_t routes_version = 0;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
@@ -141,7 +142,7 @@ struct Worker {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
   }
-  void start_accepting(uint16_t port);
+  void start_accepting(const tcp::endpoint& endpoint);
   void drain();
 };
 
@@ -166,9 +167,18 @@ struct Proxy::Impl {
   std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous,
                                           std::vector<std::shared_ptr<observe::AccessLog>> logs) const;
   void publish(std::shared_ptr<const RouteTable> table);
-  // Opens an SO_REUSEPORT listener on `port` for `worker` (throws on failure).
-  std::unique_ptr<Acceptor> listen(Worker& worker, uint16_t port);
+  // Opens an SO_REUSEPORT listener on `endpoint` for `worker` (throws on failure;
+  // `config` names the address in the message).
+  std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
+
+// Where a configuration listens: each site's port on each default_bind
+// address (every IPv4 and, where the host has it, every IPv6 address when
+// default_bind is not set).
+std::set<tcp::endpoint> listen_endpoints(const config::Config& config);
+// An endpoint as messages name it: ":PORT" for every IPv4 address under the
+// default binding, else "ADDRESS:PORT" ("[::]:PORT", "127.0.0.1:PORT").
+std::string listen_label(const tcp::endpoint& endpoint, const config::Config& config);
 
 // Runs one client connection to its end (session.cc).
 void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);

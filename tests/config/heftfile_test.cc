@@ -620,6 +620,24 @@ TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
                     }));
 }
 
+TEST(Heftfile, DefaultBindListsAddressesInCanonicalForm) {
+  EXPECT_TRUE(parse_ok(":80 {\n\treverse_proxy a:1\n}\n").bind.empty());  // every address
+  EXPECT_EQ(parse_ok("{\n\tdefault_bind 127.0.0.1 [0::1] 2001:DB8::1\n}\n:80 {\n\treverse_proxy a:1\n}\n").bind,
+            (std::vector<std::string>{"127.0.0.1", "::1", "2001:db8::1"}));
+}
+
+TEST(HeftfileErrors, DefaultBindTakesIpAddresses) {
+  const std::string site = ":80 {\n\treverse_proxy a:1\n}\n";
+  EXPECT_EQ(only_error("{\n\tdefault_bind localhost\n}\n" + site),
+            "Heftfile:2:15: default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"localhost\"");
+  EXPECT_EQ(only_error("{\n\tdefault_bind 127.0.0.1:80\n}\n" + site),
+            "Heftfile:2:15: default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"127.0.0.1:80\"");
+  EXPECT_EQ(only_error("{\n\tdefault_bind ::1 0::1\n}\n" + site),
+            "Heftfile:2:19: duplicate address \"0::1\" in default_bind");
+  EXPECT_EQ(only_error("{\n\tdefault_bind\n}\n" + site),
+            "Heftfile:2:2: missing value for \"default_bind\" (e.g. \"default_bind 127.0.0.1 ::1\")");
+}
+
 TEST(Heftfile, KnownOptionsListsEachBlock) {
   auto proxy = known_options("reverse_proxy");
   EXPECT_NE(std::find(proxy.begin(), proxy.end(), "next_upstream"), proxy.end());

@@ -97,6 +97,17 @@ TEST(Json, RoundTripOfDefaults) {
   EXPECT_EQ(*from_json(to_json(config)), config);
 }
 
+TEST(Json, DefaultBindIsEachServersListenAddresses) {
+  Config config = parse_ok("{\n\tdefault_bind 127.0.0.1 ::1\n}\n:80 {\n\treverse_proxy a:1\n}\n"
+                           ":8080 {\n\treverse_proxy b:1\n}\n");
+  json document = to_json(config);
+  EXPECT_EQ(document["apps"]["http"]["servers"]["srv0"]["listen"], json::array({"127.0.0.1:80", "[::1]:80"}));
+  EXPECT_EQ(document["apps"]["http"]["servers"]["srv1"]["listen"], json::array({"127.0.0.1:8080", "[::1]:8080"}));
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  EXPECT_EQ(*back, config);
+}
+
 TEST(Json, CaddyShape) {
   Config config = parse_ok(kEverything);
   json document = to_json(config);
@@ -181,6 +192,29 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + "[0].dial: required"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d) = json::array(); }),
             std::vector<std::string>{up + ": must hold at least one upstream"});
+}
+
+TEST(JsonErrors, ListenAddresses) {
+  const std::string srv0 = "apps.http.servers.srv0.listen";
+  const std::string srv1 = "apps.http.servers.srv1.listen";
+  const std::string shape = "e.g. [\":8080\"] or [\"127.0.0.1:8080\", \"[::1]:8080\"]";
+  auto listen = [](json& d, const std::string& server) -> json& { return d["apps"]["http"]["servers"][server]["listen"]; };
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array(); }),
+            std::vector<std::string>{srv0 + ": must hold at least one address, " + shape});
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"127.0.0.1:80", "[::1]:81"}); }),
+            std::vector<std::string>{srv0 + "[1]: must use the port of the first address (80)"});
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"localhost:80"}); }),
+            std::vector<std::string>{srv0 + "[0]: the address must be an IP address, got \"localhost\""});
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({":80", "127.0.0.1:80"}); }),
+            std::vector<std::string>{srv0 + ": \":PORT\" (every address) must be the only address"});
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"::1:80"}); }),
+            std::vector<std::string>{srv0 + "[0]: must be \":PORT\" or \"ADDRESS:PORT\", " + shape});
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"[::1]:80", "[0::1]:80"}); }),
+            (std::vector<std::string>{srv0 + "[1]: duplicate address"}));
+  EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv1") = json::array({"127.0.0.1:8080"}); }),
+            std::vector<std::string>{srv1 + ": must listen on the same addresses as " + srv0 +
+                                     " (heft binds every port to one set of addresses, the Heftfile's "
+                                     "default_bind)"});
 }
 
 TEST(JsonErrors, StructureAndSemantics) {

@@ -69,6 +69,17 @@ TEST(Values, HostPort) {
   EXPECT_EQ(join_host_port("a", 80), "a:80");
 }
 
+TEST(Values, ListenAddresses) {
+  EXPECT_EQ(listen_address("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(listen_address("0.0.0.0"), "0.0.0.0");
+  EXPECT_EQ(listen_address("::"), "::");
+  EXPECT_EQ(listen_address("[::1]"), "::1");
+  EXPECT_EQ(listen_address("0:0:0:0:0:0:0:1"), "::1");  // canonical form
+  EXPECT_EQ(listen_address("2001:DB8::A"), "2001:db8::a");
+  for (std::string_view bad : {"", "[]", "localhost", "127.0.0.1:80", "[::1]:80", "1.2.3", "::1]", "300.0.0.1", "::g"})
+    EXPECT_EQ(listen_address(bad), std::nullopt) << bad;
+}
+
 TEST(Values, HeaderNames) {
   for (std::string_view ok : {"Host", "X-Forwarded-For", "x_1", "!#$%&'*+-.^_`|~"}) EXPECT_TRUE(is_header_name(ok)) << ok;
   for (std::string_view bad : {"", "X A", "X:", "X\tA", "X-\xc3\x89", "(X)", "X/Y", "\"X\"", "X\r\n"})

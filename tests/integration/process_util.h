@@ -1,7 +1,7 @@
 // Helpers for heft's integration tests: spawn and kill real processes by PID,
 // find free ports, wait for listeners, and a tiny blocking HTTP/1.1 client.
 //
-// Everything is bounded in time. Talks to 127.0.0.1 only. Not thread-safe per
+// Everything is bounded in time. Talks to 127.0.0.1 (and ::1 where a test asks) only. Not thread-safe per
 // object; separate HttpClient objects may be used from separate threads.
 #pragma once
 
@@ -128,35 +128,71 @@ class Process {
 };
 
 // A port that was free a moment ago (bind 127.0.0.1:0, read it, close).
-inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+// Whether `port` can also be bound on IPv6 (heft listens there too, where the
+// host has IPv6): a host without IPv6 counts as yes.
+inline bool free_on_ipv6(uint16_t port) {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  int one = 1;
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  a.sin6_port = htons(port);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   ::close(fd);
-  return ntohs(a.sin_port);
+  return ok;
 }
 
-inline int connect_to(uint16_t port, std::chrono::milliseconds io_timeout = 10s) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(port);
+inline uint16_t free_port() {
+  for (int attempt = 0;; ++attempt) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    const uint16_t port = ntohs(a.sin_port);
+    if (attempt == 20 || free_on_ipv6(port)) return port;
+  }
+}
+
+// A connected TCP socket to `address` (an IPv4 or IPv6 literal) and `port`, or -1.
+inline int connect_to(const std::string& address, uint16_t port, std::chrono::milliseconds io_timeout = 10s) {
+  sockaddr_storage storage{};
+  socklen_t size = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&storage);
+  if (::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(port);
+    size = sizeof *v4;
+  } else if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
+    size = sizeof *v6;
+  } else {
+    return -1;
+  }
+  int fd = ::socket(storage.ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
   timeval tv{static_cast<time_t>(io_timeout.count() / 1000), static_cast<suseconds_t>(io_timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&storage), size) != 0) {
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+inline int connect_to(uint16_t port, std::chrono::milliseconds io_timeout = 10s) {
+  return connect_to("127.0.0.1", port, io_timeout);
 }
 
 inline bool wait_for_port(uint16_t port, std::chrono::milliseconds timeout = 10s) {
@@ -167,6 +203,16 @@ inline bool wait_for_port(uint16_t port, std::chrono::milliseconds timeout = 10s
       ::close(fd);
       return true;
     }
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Waits until `text` appears in the process's log.
+inline bool wait_for_log(const Process& p, const std::string& text, std::chrono::milliseconds timeout = 10s) {
+  auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (p.log().find(text) != std::string::npos) return true;
     std::this_thread::sleep_for(20ms);
   }
   return false;
@@ -206,6 +252,9 @@ struct Response {
 class HttpClient {
  public:
   explicit HttpClient(uint16_t port, std::chrono::milliseconds timeout = 10s) : port_(port), timeout_(timeout) {}
+  // To `address` (an IPv4 or IPv6 literal) instead of 127.0.0.1.
+  HttpClient(std::string address, uint16_t port, std::chrono::milliseconds timeout = 10s)
+      : address_(std::move(address)), port_(port), timeout_(timeout) {}
   ~HttpClient() { close(); }
   HttpClient(const HttpClient&) = delete;
 
@@ -216,7 +265,7 @@ class HttpClient {
   }
   bool connect() {
     close();
-    fd_ = connect_to(port_, timeout_);
+    fd_ = connect_to(address_, port_, timeout_);
     return fd_ >= 0;
   }
   bool send_raw(const std::string& bytes) {
@@ -314,6 +363,7 @@ class HttpClient {
     return true;
   }
 
+  std::string address_ = "127.0.0.1";
   uint16_t port_;
   std::chrono::milliseconds timeout_;
   int fd_ = -1;

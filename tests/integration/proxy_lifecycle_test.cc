@@ -29,15 +29,6 @@ std::string pool_file(uint16_t port, const std::vector<Backend>& backends, const
                      workers, port, to);
 }
 
-bool wait_for_log(const Process& p, const std::string& text, std::chrono::milliseconds timeout = 10s) {
-  auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (p.log().find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
 constexpr uint64_t kGiB = 1ull << 30;
 
 TEST(ProxyLifecycle, GigabyteDownloadAndUploadStayUnder64MiB) {

@@ -1,0 +1,137 @@
+// Where heft listens: every IPv4 and IPv6 address by default, the addresses of
+// `default_bind` when set, moved by a reload; real processes, real sockets.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "process_util.h"
+
+namespace heft::test {
+namespace {
+
+// Whether this host has an IPv6 loopback to test with.
+bool has_ipv6_loopback() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Whether a new connection to `address`:`port` is accepted.
+bool accepts(const std::string& address, uint16_t port) {
+  int fd = connect_to(address, port, 2s);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+// One site on `port` for `backend`, logging to DIR/access.log; `global` goes in the global block.
+std::string site(const std::string& dir, uint16_t port, const Backend& backend, const std::string& global) {
+  return fmt::format("{{\n\tworkers 2\n{}}}\n:{} {{\n\tlog {{\n\t\toutput file {}/access.log\n\t}}\n"
+                     "\treverse_proxy 127.0.0.1:{}\n}}\n",
+                     global, port, dir, backend.port);
+}
+
+TEST(ListenAddresses, ByDefaultIPv4AndIPv6ClientsAreServed) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this host";
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, site(dir, port, a, ""), port);
+
+  HttpClient v6("::1", port);
+  Response r = v6.get("/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("x-backend"), "a");
+  HttpClient v4(port);
+  EXPECT_EQ(v4.get("/").status, 200);
+  v4.close();
+  v6.close();
+  // Each client under its own address: IPv4 ones are not ::ffff:127.0.0.1.
+  heft.signal(SIGTERM);
+  ASSERT_TRUE(heft.wait(10s).has_value());
+  const std::string log = read_file(dir + "/access.log");
+  EXPECT_NE(log.find(R"("remote_ip":"::1")"), std::string::npos) << log;
+  EXPECT_NE(log.find(R"("remote_ip":"127.0.0.1")"), std::string::npos) << log;
+  EXPECT_EQ(log.find("::ffff:"), std::string::npos) << log;
+}
+
+TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this host";
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  auto heftfile = [&](const std::string& bind) { return site(dir, port, a, "\tdefault_bind " + bind + "\n"); };
+  Process heft = start_heft(dir, heftfile("127.0.0.1"), port);
+  EXPECT_NE(heft.log().find(fmt::format("listening on 127.0.0.1:{} with", port)), std::string::npos) << heft.log();
+  EXPECT_FALSE(accepts("::1", port));
+  HttpClient kept(port);  // a keep-alive connection made before the reload
+  ASSERT_EQ(kept.get("/").status, 200);
+
+  write_file(dir + "/Heftfile", heftfile("::1"));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  EXPECT_TRUE(accepts("::1", port));
+  EXPECT_EQ(HttpClient("::1", port).get("/").status, 200);
+  // The IPv4 listener is closed; the connection it accepted before is served.
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {  // the workers close it just after the reload
+    refused = !accepts("127.0.0.1", port);
+    if (!refused) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(refused);
+  Response r = kept.get("/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("x-backend"), "a");
+}
+
+TEST(ListenAddresses, AnAddressThatCannotBeListenedOnIsRefusedAtStartAndOnReload) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  // 192.0.2.1 (TEST-NET-1) is no address of this host.
+  std::string bad = site(dir, port, a, "\tadmin off\n\tdefault_bind 192.0.2.1\n");
+  write_file(dir + "/Bad", bad);
+  Process refused({HEFT_BINARY, "run", "--config", dir + "/Bad"}, dir + "/refused.log");
+  EXPECT_EQ(refused.wait(10s), std::optional<int>(1)) << refused.log();
+  EXPECT_NE(refused.log().find(fmt::format("cannot listen on 192.0.2.1:{}: ", port)), std::string::npos)
+      << refused.log();
+
+  Process heft = start_heft(dir, site(dir, port, a, "\tdefault_bind 127.0.0.1\n"), port);
+  write_file(dir + "/Heftfile", bad);
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "keeping the old configuration")) << heft.log();
+  EXPECT_NE(heft.log().find(fmt::format("cannot listen on 192.0.2.1:{}", port)), std::string::npos) << heft.log();
+  EXPECT_EQ(HttpClient(port).get("/").status, 200);
+}
+
+TEST(ListenAddresses, APortTakenOnIPv6AloneIsRefused) {
+  if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this host";
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  // Another program listens on [::]:port, IPv6 only: heft would serve the
+  // port's IPv4 clients and that program its IPv6 ones.
+  int other = ::socket(AF_INET6, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(other, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_addr = in6addr_any;
+  any.sin6_port = htons(port);
+  ASSERT_EQ(::bind(other, reinterpret_cast<sockaddr*>(&any), sizeof any), 0);
+  ASSERT_EQ(::listen(other, 4), 0);
+  write_file(dir + "/Heftfile", site(dir, port, a, "\tadmin off\n"));
+  Process heft({HEFT_BINARY, "run", "--config", dir + "/Heftfile"}, dir + "/heft.log");
+  EXPECT_EQ(heft.wait(10s), std::optional<int>(1)) << heft.log();
+  EXPECT_NE(heft.log().find(fmt::format("cannot listen on [::]:{}: Address already in use", port)), std::string::npos)
+      << heft.log();
+  ::close(other);
+}
+
+}  // namespace
+}  // namespace heft::test
