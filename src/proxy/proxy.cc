@@ -251,7 +251,7 @@ const std::shared_ptr<WorkerRoutes>& Worker::current_routes() {
 }
 
 void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot) {
-  if (site.parsed_for == &snapshot) return;
+  if (site.parsed_version == snapshot.version()) return;
   site.endpoints.clear();
   site.idle.clear();
   for (uint32_t i = 0; i < snapshot.size(); ++i) {
@@ -269,7 +269,7 @@ void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapsh
     site.endpoints.push_back(endpoint);
     site.idle.push_back(&idle[endpoint]);
   }
-  site.parsed_for = &snapshot;
+  site.parsed_version = snapshot.version();
 }
 
 void Worker::start_accepting(const tcp::endpoint& endpoint) {

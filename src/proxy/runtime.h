@@ -92,7 +92,10 @@ struct Worker;
 struct WorkerSite {
   explicit WorkerSite(const upstream::Pool& pool) : cache(pool) {}
   upstream::CachedSnapshot cache;
-  const upstream::PoolSnapshot* parsed_for = nullptr;
+  // The snapshot version `endpoints` and `idle` follow, index for index. The
+  // requests of a worker may hold different versions (one picked before a
+  // change, one after), so each matches them to its own before indexing.
+  uint64_t parsed_version = 0;
   std::vector<tcp::endpoint> endpoints;
   std::vector<IdleList*> idle;
 };
@@ -133,7 +136,7 @@ struct Worker {
 
   // Current routes (refreshed when a reload published a new table).
   const std::shared_ptr<WorkerRoutes>& current_routes();
-  // Endpoints and idle lists matching `snapshot` for site `site`.
+  // Endpoints and idle lists matching `snapshot` for site `site` (a compare when they already do).
   void prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot);
   uint64_t next_random() {
     // splitmix64: fast, good enough for balancing choices.

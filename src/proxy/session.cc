@@ -885,7 +885,6 @@ Task<bool> Session::handle(RequestParser& parser) {
   const config::PoolConfig& pool = route->site.proxy;
   WorkerSite& site = routes->sites[route->index];
   const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
-  w.prepare_site(site, *snapshot);
 
   // Buffer the start of the body: small bodies are then complete (retryable and
   // fully validated before any byte reaches a backend).
@@ -1052,8 +1051,11 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
                                               const upstream::PoolSnapshot& snapshot, uint32_t backend,
                                               RequestParser& parser, bool last_chance, bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
+  // `backend` indexes this request's snapshot; the site's endpoints may follow
+  // another request's since (a change published while this one read its body).
+  w.prepare_site(site, snapshot);
   IdleList& idle_list = *site.idle[backend];
-  const tcp::endpoint& endpoint = site.endpoints[backend];
+  const tcp::endpoint endpoint = site.endpoints[backend];  // a copy: others may re-prepare the site meanwhile
   const bool replayable = parser.is_done();
   for (int fresh = 0; fresh < 2; ++fresh) {
     std::unique_ptr<UpstreamConnection> conn;
