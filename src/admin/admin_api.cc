@@ -2,6 +2,7 @@
 #include "admin/admin_api.h"
 
 #include <cstdint>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -270,14 +271,26 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
     r.headers.emplace_back("ETag", etag());
     return r;
   }
+  // Saved exactly when applied: the new text waits in a temporary file (a
+  // save that cannot even start refuses the change before it touches the
+  // proxy), the proxy applies it, and only then does it replace the state file.
+  std::optional<StateFileWrite> save;
+  if (!state_path_.empty()) {
+    std::string error;
+    save.emplace(state_path_);
+    if (!save->prepare(canonical.dump(2) + "\n", error))
+      return refused(500, "cannot save the configuration: " + error);
+  }
   if (hooks_.apply) {
     std::string error;
     if (!hooks_.apply(next, error)) return refused(422, error.empty() ? "the proxy refused the configuration" : error);
   }
-  if (!state_path_.empty()) {
+  if (save) {
     std::string error;
-    if (!write_state_file(state_path_, canonical.dump(2) + "\n", error)) {
+    if (!save->commit(error)) {
       // Not durable, so not accepted: put the old configuration back in service.
+      // Only a failed rename or directory fsync gets here, after the write
+      // itself succeeded; backends the change removed come back afresh.
       if (hooks_.apply) {
         config::Result<config::Config> old = config::from_json(config_json());
         std::string ignored;

@@ -37,9 +37,13 @@ std::string default_state_path() {
   return "heft-autosave.json";
 }
 
-bool write_state_file(const std::string& path, const std::string& text, std::string& error) {
+StateFileWrite::~StateFileWrite() {
+  if (!temp_.empty()) ::unlink(temp_.c_str());
+}
+
+bool StateFileWrite::prepare(const std::string& text, std::string& error) {
   namespace fs = std::filesystem;
-  fs::path target(path);
+  fs::path target(path_);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -47,7 +51,11 @@ bool write_state_file(const std::string& path, const std::string& text, std::str
     error = "cannot create " + dir.string() + ": " + ec.message();
     return false;
   }
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  if (fs::is_directory(target, ec)) {
+    error = path_ + " is a directory";
+    return false;
+  }
+  std::string temp = path_ + ".tmp." + std::to_string(::getpid());
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = errno_text("cannot create " + temp);
@@ -59,15 +67,28 @@ bool write_state_file(const std::string& path, const std::string& text, std::str
     ok = false;
     error = errno_text("cannot close " + temp);
   }
-  if (ok && ::rename(temp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    error = errno_text("cannot rename " + temp + " to " + path);
-  }
   if (!ok) {
     ::unlink(temp.c_str());
     return false;
   }
+  temp_ = std::move(temp);
+  return true;
+}
+
+bool StateFileWrite::commit(std::string& error) {
+  if (temp_.empty()) {
+    error = "nothing prepared";
+    return false;
+  }
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) {
+    error = errno_text("cannot rename " + temp_ + " to " + path_);
+    return false;  // the destructor removes the temporary file
+  }
+  temp_.clear();
   // The rename is durable only once the directory entry is.
+  namespace fs = std::filesystem;
+  fs::path target(path_);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
     error = errno_text("cannot fsync " + dir.string());
@@ -76,6 +97,11 @@ bool write_state_file(const std::string& path, const std::string& text, std::str
   }
   ::close(dir_fd);
   return true;
+}
+
+bool write_state_file(const std::string& path, const std::string& text, std::string& error) {
+  StateFileWrite write(path);
+  return write.prepare(text, error) && write.commit(error);
 }
 
 config::Result<config::Config> load_state_file(const std::string& path) {

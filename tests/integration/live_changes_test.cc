@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -23,11 +24,23 @@ struct LiveChanges : ::testing::Test {
   uint16_t port = free_port();
   uint16_t admin_port = free_port();
 
-  Process start(const std::string& body, const std::string& global = "workers 1") {
-    const std::string file = fmt::format("{{\n\tadmin 127.0.0.1:{}\n\t{}\n}}\n{}", admin_port, global, body);
-    Process p = start_heft(dir, file, port);
-    if (!wait_for_port(admin_port)) ADD_FAILURE() << "no admin API:\n" << p.log();
+  // heft on `body` (its sites) with the admin API; `run_args` are added to `heft run`.
+  Process start(const std::string& body, const std::string& global = "workers 1",
+                const std::vector<std::string>& run_args = {}) {
+    write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\t{}\n}}\n{}", admin_port, global, body));
+    std::vector<std::string> args{HEFT_BINARY, "run", "--config", dir + "/Heftfile"};
+    args.insert(args.end(), run_args.begin(), run_args.end());
+    Process p(args, dir + "/heft.log");
+    if (!wait_for_port(port) || !wait_for_port(admin_port)) ADD_FAILURE() << "heft did not start:\n" << p.log();
     return p;
+  }
+  // The /reverse_proxy/upstreams entry of `backend`, or null.
+  json upstream_entry(const Backend& backend) {
+    json all = json::parse(admin("GET", "/reverse_proxy/upstreams").body, nullptr, false);
+    if (all.is_array())
+      for (const json& u : all)
+        if (u.value("address", "") == fmt::format("127.0.0.1:{}", backend.port)) return u;
+    return nullptr;
   }
   Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
     HttpClient client(admin_port);
@@ -96,6 +109,33 @@ TEST_F(LiveChanges, RequestsAcrossReordersReachTheBackendTheyPicked) {
   EXPECT_GT(answered.load(), 100);
   EXPECT_EQ(to_z.load(), 0) << "of " << answered.load() << " requests across " << changes << " changes";
   EXPECT_EQ(failed.load(), 0);
+}
+
+// A change that cannot be saved (the state path is a directory) is refused
+// before it reaches the proxy: the backend it would have removed keeps serving
+// with its counters, as if the change had never been asked for.
+TEST_F(LiveChanges, AChangeThatCannotBeSavedLeavesThePoolAsItWas) {
+  Backend a = start_backend(dir, "a");
+  Backend b = start_backend(dir, "b");
+  const std::string state = dir + "/state.json";
+  Process heft = start(fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{} 127.0.0.1:{}\n}}\n", port, a.port, b.port),
+                       "workers 1", {"--state", state});
+  HttpClient client(port);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(client.get("/").status, 200);
+  const json before = upstream_entry(b);
+  ASSERT_TRUE(before.is_object()) << admin("GET", "/reverse_proxy/upstreams").body;
+  ASSERT_EQ(before["requests_total"], 5);
+  std::filesystem::create_directories(state + "/x");
+
+  Response r = admin("DELETE", std::string(kUpstreams) + "/1");
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("cannot save the configuration: " + state + " is a directory"), std::string::npos) << r.body;
+  const json after = upstream_entry(b);
+  ASSERT_TRUE(after.is_object());
+  EXPECT_EQ(after["requests_total"], 5);  // not a backend removed and added back afresh
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(client.get("/").status, 200);
+  EXPECT_EQ(upstream_entry(b)["requests_total"], 10);
+  EXPECT_FALSE(std::filesystem::exists(state + ".tmp." + std::to_string(heft.pid())));
 }
 
 }  // namespace
