@@ -114,6 +114,19 @@ void Parking::sweep(Clock::time_point now) {
   }
 }
 
+void Parking::close_port(uint16_t local_port) {
+  for (std::size_t i = 0; i < parked_fds_.size();) {
+    const int fd = parked_fds_[i];
+    if (by_fd_[fd].entry.local_port != local_port) {
+      ++i;
+      continue;
+    }
+    close(fd);
+    if (closed_) closed_(by_fd_[fd].entry);
+    forget(fd);  // moves the last descriptor to i: look at i again
+  }
+}
+
 void Parking::close_all() {
   for (int fd : parked_fds_) {
     close(fd);

@@ -54,6 +54,8 @@ class Parking {
   void sweep(Clock::time_point now);
   // Closes every parked connection (drain).
   void close_all();
+  // Closes the parked connections that came in on `local_port` (a reload stopped serving it).
+  void close_port(uint16_t local_port);
   std::size_t size() const { return parked_fds_.size(); }
 
  private:

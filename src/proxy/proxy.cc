@@ -535,11 +535,24 @@ bool Proxy::reload(config::Config next, std::string& error) {
   std::vector<tcp::endpoint> removed;
   for (const auto& endpoint : old_endpoints)
     if (!new_endpoints.count(endpoint)) removed.push_back(endpoint);
+  std::set<uint16_t> served;  // ports the new configuration serves
+  for (const auto& endpoint : new_endpoints) served.insert(endpoint.port());
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
-    asio::post(w.io, [&w, acceptors, removed] {
+    asio::post(w.io, [&w, acceptors, removed, served] {
       if (w.draining) return;
+      // Connections on a port no longer served end after their request in
+      // flight (nginx's old workers do the same); idle ones end now.
+      std::erase_if(w.unserved_ports, [&](uint16_t port) { return served.count(port) > 0; });
+      for (const auto& endpoint : removed) {
+        const uint16_t port = endpoint.port();
+        if (served.count(port) || std::find(w.unserved_ports.begin(), w.unserved_ports.end(), port) !=
+                                      w.unserved_ports.end())
+          continue;
+        w.unserved_ports.push_back(port);
+        close_idle_sessions(w, port);
+      }
       for (const auto& endpoint : removed) {
         auto it = w.acceptors.find(endpoint);
         if (it == w.acceptors.end()) continue;

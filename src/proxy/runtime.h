@@ -130,6 +130,9 @@ struct Worker {
   ReadyWatch ready_watch{io};  // waits for a response or a next request (after io)
   Clock::time_point last_trim{};
   bool draining = false;
+  // Ports a reload stopped serving: their connections close after the request
+  // in flight (rarely any; a port served again leaves the list).
+  std::vector<uint16_t> unserved_ports;
   Timer ticker{io};
   Timer grace_timer{io};
   uint64_t rng_state;
@@ -193,5 +196,7 @@ void parked_connection_closed(Worker& worker);
 void sweep_timeouts(Worker& worker, Clock::time_point now);
 // Closes sessions waiting for a request (session.cc), for draining.
 void close_idle_sessions(Worker& worker);
+// Closes the worker's idle client connections that came in on `port`, parked ones included.
+void close_idle_sessions(Worker& worker, uint16_t port);
 
 }  // namespace heft::proxy

@@ -433,6 +433,12 @@ class Session {
   Worker& w;
   Socket client;
   uint16_t local_port;
+  // Whether the connection ends after the current request: the worker drains,
+  // or a reload stopped serving the port it came in on.
+  bool closing() const {
+    return w.draining || (!w.unserved_ports.empty() && std::find(w.unserved_ports.begin(), w.unserved_ports.end(),
+                                                                  local_port) != w.unserved_ports.end());
+  }
   std::string client_ip;
   std::list<Session*>::iterator self;
   Clock::time_point deadline = Clock::time_point::max();
@@ -572,7 +578,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
   // frees the route table this session saw last (nothing here holds it).
   const auto config = [this]() -> const config::Config& { return w.current_routes()->table->config; };
   if (in_.size() == 0) {
-    if (w.draining) co_return -1;
+    if (closing()) co_return -1;
     idle = true;
     idle_since = coarse_now();
     arm(first ? config().header_timeout : config().idle_timeout);
@@ -597,7 +603,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     client_drained_ = !ec && n < room.size();
     in_.commit(n);
     idle = false;
-    if (ec == asio::error::operation_aborted && park_requested && !timed_out && !w.draining) co_return -2;
+    if (ec == asio::error::operation_aborted && park_requested && !timed_out && !closing()) co_return -2;
     park_requested = false;
     if (ec || in_.size() == 0) co_return -1;
   }
@@ -713,7 +719,7 @@ Task<void> Session::run() {
     bool keep_alive = co_await handle(parser);
     finish_request(current_route_, parser);
     current_routes_.reset();
-    if (!keep_alive || w.draining) break;
+    if (!keep_alive || closing()) break;
   }
   disarm();
   error_code ignored;
@@ -957,7 +963,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         unsigned status = last_status ? last_status : 502;
         co_await send_status(status, client_keep_alive && body_complete);
       }
-      co_return client_keep_alive && body_complete && !w.draining;
+      co_return client_keep_alive && body_complete && !closing();
     }
     const uint32_t i = *pick;
     tried.add(i);
@@ -1013,7 +1019,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       case Outcome::done:
         if (result.failed) snapshot->report_failure(i, Clock::now());
         else snapshot->report_success(i);
-        co_return result.keep_alive && !w.draining;
+        co_return result.keep_alive && !closing();
       case Outcome::client_gone: co_return false;
       case Outcome::bad_request_body:
         fmt::print(stderr, "heft: 400 from {}: bad request body\n", client_ip);
@@ -1031,7 +1037,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         if (in_time(attempt_end)) continue;  // attempt() forwards it itself when no retry is allowed
         // The time ran out during this attempt: its status (the response itself is spent).
         co_await send_status(last_status, client_keep_alive && body_complete);
-        co_return client_keep_alive && body_complete && !w.draining;
+        co_return client_keep_alive && body_complete && !closing();
       case Outcome::error:
       case Outcome::timeout: {
         const bool timeout = result.outcome == Outcome::timeout;
@@ -1041,7 +1047,7 @@ Task<bool> Session::handle(RequestParser& parser) {
                    timeout ? "timed out" : "failed", failure_reason());
         if (more_allowed && in_time(attempt_end) && (timeout ? next.timeout : next.error)) continue;
         co_await send_status(last_status, client_keep_alive && parser.is_done());
-        co_return client_keep_alive && parser.is_done() && !w.draining;
+        co_return client_keep_alive && parser.is_done() && !closing();
       }
     }
   }
@@ -1222,7 +1228,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   const unsigned status = response.status();
   const bool switching = status == 101 && upgrade;
   const bool client_http11 = req.version() >= 11;
-  bool keep_alive = client_keep_alive_ && !w.draining && !switching;
+  bool keep_alive = client_keep_alive_ && !closing() && !switching;
   const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)
   enum { sized, chunked, until_close } framing = sized;
   if (!no_body) {
@@ -1398,6 +1404,12 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     }
   }
   worker.parking->sweep(now);
+}
+
+void close_idle_sessions(Worker& worker, uint16_t port) {
+  for (Session* s : worker.sessions)
+    if (s->idle && s->local_port == port) s->cancel_client();
+  worker.parking->close_port(port);
 }
 
 void close_idle_sessions(Worker& worker) {

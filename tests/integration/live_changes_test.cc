@@ -138,5 +138,38 @@ TEST_F(LiveChanges, AChangeThatCannotBeSavedLeavesThePoolAsItWas) {
   EXPECT_FALSE(std::filesystem::exists(state + ".tmp." + std::to_string(heft.pid())));
 }
 
+// A reload that stops serving a port: the request in flight there is answered
+// (and told the connection closes), an idle keep-alive connection is closed,
+// and neither is served again (it got "404 no site" for every later request).
+TEST_F(LiveChanges, ConnectionsOnARemovedPortCloseAfterTheirRequest) {
+  Backend slow = start_backend(dir, "slow", {"--delay", "300ms"});
+  const uint16_t kept_port = free_port();
+  auto sites = [&](bool with_port) {
+    std::string text = fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", kept_port, slow.port);
+    if (with_port) text += fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, slow.port);
+    return text;
+  };
+  Process heft = start(sites(true), "workers 2");
+  HttpClient in_flight(port);
+  int idle = connect_to(port);
+  ASSERT_GE(idle, 0);
+  const std::string get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(idle, get.data(), get.size(), 0), static_cast<ssize_t>(get.size()));
+  char buffer[4096];
+  ASSERT_GT(::recv(idle, buffer, sizeof buffer, 0), 0);  // its response (1 KiB body: one read on loopback)
+  ASSERT_TRUE(in_flight.send_raw(get));
+  std::this_thread::sleep_for(50ms);  // at the backend now
+
+  write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n{}", admin_port, sites(false)));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  Response r = in_flight.read_response();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_EQ(::recv(idle, buffer, sizeof buffer, 0), 0);  // closed by heft (the socket's timeout is 10 s)
+  ::close(idle);
+  EXPECT_EQ(HttpClient(kept_port).get("/").status, 200);  // the other port serves on
+}
+
 }  // namespace
 }  // namespace heft::test
