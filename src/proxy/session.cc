@@ -449,7 +449,9 @@ class Session {
   Socket* upstream = nullptr;
 
  private:
-  enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken };
+  // local_error: heft could not open a socket (out of descriptors, memory):
+  // nothing the backend did, so neither counted against it nor retried.
+  enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken, local_error };
   struct AttemptResult {
     Outcome outcome = Outcome::error;
     unsigned status = 0;     // bad_status: the backend's status
@@ -987,7 +989,8 @@ Task<bool> Session::handle(RequestParser& parser) {
                    : result.outcome == Outcome::bad_status ? static_cast<int>(result.status)
                                                            : static_cast<int>(result.status ? result.status : 200);
       bool ok = result.outcome == Outcome::done && !result.failed;
-      if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body)
+      if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body &&
+          result.outcome != Outcome::local_error)
         snapshot->record_response(i, attempt_end - attempt_start, status, ok, w.index);
     }
     upstream = nullptr;
@@ -1012,7 +1015,8 @@ Task<bool> Session::handle(RequestParser& parser) {
         case Outcome::error: observe::record_failure(w.index, server, name, "error"); break;
         case Outcome::timeout: observe::record_failure(w.index, server, name, "timeout"); break;
         case Outcome::client_gone:
-        case Outcome::bad_request_body: break;
+        case Outcome::bad_request_body:
+        case Outcome::local_error: break;
       }
     }
     switch (result.outcome) {
@@ -1021,6 +1025,13 @@ Task<bool> Session::handle(RequestParser& parser) {
         else snapshot->report_success(i);
         co_return result.keep_alive && !closing();
       case Outcome::client_gone: co_return false;
+      case Outcome::local_error:
+        // nginx answers 500 when socket() fails and does not mark the peer.
+        // The connection closes: one descriptor fewer.
+        fmt::print(stderr, "heft: 500 {} {}: no connection to backend {} ({}); not counted against it\n",
+                   req.method_string(), req.target(), name, failure_reason());
+        co_await send_error(500, "500 Internal Server Error\n", false);
+        co_return false;
       case Outcome::bad_request_body:
         fmt::print(stderr, "heft: 400 from {}: bad request body\n", client_ip);
         co_await send_error(400, "400 Bad Request\n", false);
@@ -1070,6 +1081,13 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     if (!conn) {
       if (fresh == 0) fresh = 1;  // a new connection: no second fresh try
       conn = std::make_unique<UpstreamConnection>(w.io, w.blocks);
+      error_code open_ec;
+      conn->socket.open(endpoint.protocol(), open_ec);
+      if (open_ec) {
+        failure_stage_ = "opening a socket";
+        failure_ec_ = open_ec;
+        co_return AttemptResult{Outcome::local_error};
+      }
       upstream = &conn->socket;
       arm(pool.connect_timeout);
       auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -256,6 +258,49 @@ TEST(ProxySafety, BadChunkInAStreamedBodyIs400AtOnce) {
     }
   // The client's mistake, not the backend's: no failure logged against it.
   EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
+}
+
+// heft out of descriptors is heft's problem, not the backends': the requests
+// it cannot open a backend connection for get 500 (nginx's answer when
+// socket() fails), no backend is marked failed, and once the connections
+// close every request is served again (they all got 503 for fail_timeout).
+TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  backends.push_back(start_backend(dir, "b"));
+  uint16_t port = free_port();
+  write_file(dir + "/Heftfile", one_pool(port, backends, "weight 1", "\t\tfail_timeout 30s\n", "workers 1\n\tadmin off"));
+  // About 20 descriptors are heft's own; 48 leaves room for ~28 connections.
+  Process heft({"/bin/sh", "-c", std::string("ulimit -n 48 && exec ") + HEFT_BINARY + " run --config " + dir + "/Heftfile"},
+               dir + "/heft.log");
+  ASSERT_TRUE(wait_for_port(port)) << heft.log();
+  EXPECT_NE(heft.log().find("warning: the descriptor limit (48) is below what max_connections 10000 needs"),
+            std::string::npos)
+      << heft.log();
+
+  std::vector<std::unique_ptr<HttpClient>> held;
+  for (int i = 0; i < 45; ++i) {
+    held.push_back(std::make_unique<HttpClient>(port, 300ms));
+    ASSERT_TRUE(held.back()->connect());
+  }
+  std::this_thread::sleep_for(200ms);  // accepted, as far as descriptors go
+  for (auto& c : held) ASSERT_TRUE(c->send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::map<int, int> statuses;  // 0: no answer (never accepted while the others were open)
+  for (auto& c : held) statuses[c->read_response().status]++;
+  EXPECT_GT(statuses[500], 0) << ::testing::PrintToString(statuses);
+  EXPECT_EQ(statuses[502] + statuses[503] + statuses[504], 0) << ::testing::PrintToString(statuses);
+  EXPECT_NE(heft.log().find("(opening a socket: Too many open files); not counted against it"), std::string::npos)
+      << heft.log();
+  held.clear();
+  std::this_thread::sleep_for(200ms);
+
+  std::map<std::string, int> answered;
+  for (int i = 0; i < 10; ++i) {
+    Response r = HttpClient(port).get("/", "Connection: close\r\n");
+    answered[r.status == 200 ? r.header("x-backend") : std::to_string(r.status)]++;
+  }
+  EXPECT_EQ(answered, (std::map<std::string, int>{{"a", 5}, {"b", 5}}));
 }
 
 }  // namespace
