@@ -452,24 +452,23 @@ namespace {
 // Enough descriptors for max_connections client connections and as many
 // upstream ones (as nginx's worker_rlimit_nofile would be set): the soft
 // limit is raised toward the hard one, never lowered.
-// Says so when the hard limit is lower: beyond it, requests get 500 (a
-// socket for the backend cannot be opened) and new connections wait.
+// Says so when the hard limit cannot even hold max_connections client
+// connections: requests beyond it get 500 (no socket for the backend) and new
+// connections wait. (Between that and the full need it stays quiet: a default
+// max_connections on a host with 20,000 descriptors should not warn.)
 void raise_descriptor_limit(uint32_t max_connections) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
-  const rlim_t need = rlim_t{2} * max_connections + 256;
-  const rlim_t want = std::min<rlim_t>(limit.rlim_max, need);
+  const rlim_t want = std::min<rlim_t>(limit.rlim_max, rlim_t{2} * max_connections + 256);
   if (want > limit.rlim_cur) {
     limit.rlim_cur = want;
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-  if (limit.rlim_max < need)
+  if (limit.rlim_max < rlim_t{max_connections} + 256)
     fmt::print(stderr,
-               "heft: warning: the descriptor limit ({}) is below what max_connections {} needs ({}: a client and a "
-               "backend connection each, and some spare); raise it (ulimit -n, LimitNOFILE=) or lower "
-               "max_connections\n",
-               static_cast<unsigned long long>(limit.rlim_max), max_connections,
-               static_cast<unsigned long long>(need));
+               "heft: warning: the descriptor limit ({}) is below max_connections {}: each proxied request needs "
+               "two descriptors; raise the limit (ulimit -n, LimitNOFILE=) or lower max_connections\n",
+               static_cast<unsigned long long>(limit.rlim_max), max_connections);
 }
 
 // Asio keeps the per-socket state of a closed socket for reuse. Creating the
