@@ -78,11 +78,13 @@ Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
 
 Task<void> sweep_loop(Worker& worker) {
   unsigned sweeps = 0;
+  unsigned idle_sweeps = 0;
   for (;;) {
     worker.ticker.expires_after(kSweepInterval);
     co_await worker.ticker.async_wait(use_task);
     const auto now = Clock::now();
     sweep_timeouts(worker, now);
+    if (++idle_sweeps % 20 == 0) sweep_idle_upstream_connections(worker);  // every second
     // Worker 0 drives the pools' slow-start and adaptive weights (every 250 ms).
     if (worker.index == 0 && ++sweeps % 5 == 0) {
       auto table = worker.proxy.current();
@@ -250,22 +252,25 @@ const std::shared_ptr<WorkerRoutes>& Worker::current_routes() {
   return routes;
 }
 
+tcp::endpoint backend_endpoint(const std::string& address) {
+  tcp::endpoint endpoint;
+  auto colon = address.rfind(':');
+  boost::system::error_code ec;
+  if (colon != std::string::npos) {
+    std::string host = address.substr(0, colon);
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    auto ip = asio::ip::make_address(host, ec);
+    if (!ec) endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  }
+  return endpoint;
+}
+
 void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot) {
   if (site.parsed_version == snapshot.version()) return;
   site.endpoints.clear();
   site.idle.clear();
   for (uint32_t i = 0; i < snapshot.size(); ++i) {
-    const std::string& address = snapshot.backend(i).address;
-    tcp::endpoint endpoint;
-    auto colon = address.rfind(':');
-    boost::system::error_code ec;
-    if (colon != std::string::npos) {
-      std::string host = address.substr(0, colon);
-      if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-      auto ip = asio::ip::make_address(host, ec);
-      if (!ec) endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-    }
-    // An unparsable address (unresolved name) gets port 0: connecting fails -> 502.
+    const tcp::endpoint endpoint = backend_endpoint(snapshot.backend(i).address);
     site.endpoints.push_back(endpoint);
     site.idle.push_back(&idle[endpoint]);
   }
@@ -547,11 +552,20 @@ bool Proxy::reload(config::Config next, std::string& error) {
     if (!new_endpoints.count(endpoint)) removed.push_back(endpoint);
   std::set<uint16_t> served;  // ports the new configuration serves
   for (const auto& endpoint : new_endpoints) served.insert(endpoint.port());
+  std::set<tcp::endpoint> backends;  // backend addresses the new configuration uses
+  for (const SiteRoute& site : impl.current()->sites) {
+    auto snapshot = site.pool->snapshot();
+    for (uint32_t b = 0; b < snapshot->size(); ++b) backends.insert(backend_endpoint(snapshot->backend(b).address));
+  }
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
-    asio::post(w.io, [&w, acceptors, removed, served] {
+    asio::post(w.io, [&w, acceptors, removed, served, backends] {
       if (w.draining) return;
+      // Pooled connections to backends no site uses any more: closed (the
+      // lists stay, requests still finishing may hold them).
+      for (auto& [endpoint, list] : w.idle)
+        if (!backends.count(endpoint)) list.clear();
       // Connections on a port no longer served end after their request in
       // flight (nginx's old workers do the same); idle ones end now.
       std::erase_if(w.unserved_ports, [&](uint16_t port) { return served.count(port) > 0; });

@@ -178,6 +178,10 @@ struct Proxy::Impl {
   std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
 
+// A backend's "ip:port" / "[ip]:port" as an endpoint; port 0 when it is none
+// (an unresolved name), so that connecting fails (502).
+tcp::endpoint backend_endpoint(const std::string& address);
+
 // Where a configuration listens: each site's port on each default_bind
 // address (every IPv4 and, where the host has it, every IPv6 address when
 // default_bind is not set).
@@ -196,6 +200,10 @@ void parked_connection_closed(Worker& worker);
 void sweep_timeouts(Worker& worker, Clock::time_point now);
 // Closes sessions waiting for a request (session.cc), for draining.
 void close_idle_sessions(Worker& worker);
+// Closes the worker's pooled upstream connections that the backend closed (or
+// wrote to unasked) while they waited: they would sit in CLOSE_WAIT until
+// their next use (session.cc).
+void sweep_idle_upstream_connections(Worker& worker);
 // Closes the worker's idle client connections that came in on `port`, parked ones included.
 void close_idle_sessions(Worker& worker, uint16_t port);
 

@@ -300,6 +300,23 @@ void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
   list.push_back(std::move(conn));
 }
 
+// Whether a pooled connection got bytes nobody asked for, an end or an error
+// since it was pooled (then it must be closed). A peek (one syscall) only when
+// the ReadyWatch reported something, the socket is not watched, its last read
+// filled the buffer, or `peek_anyway`.
+bool idle_connection_spoilt(Worker& w, UpstreamConnection& conn, bool peek_anyway) {
+  const int fd = conn.socket.native_handle();
+  const bool news = w.ready_watch.take_ready_now(fd, conn.watched) || !conn.watched || conn.maybe_more;
+  if (!news && !peek_anyway) return false;
+  char probe;
+  const ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    conn.maybe_more = false;
+    return false;
+  }
+  return true;
+}
+
 // The newest idle connection of `list` that is still clean, or null. A pooled
 // connection must stay silent until it is used again: bytes that came after
 // its last response (an origin answering twice, or a body longer than its
@@ -314,20 +331,12 @@ std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& li
   while (!list.empty()) {
     std::unique_ptr<UpstreamConnection> conn = std::move(list.back());
     list.pop_back();
-    const int fd = conn->socket.native_handle();
-    const bool news = w.ready_watch.take_ready_now(fd, conn->watched) || !conn->watched || conn->maybe_more;
     // Bytes that came during the reactor's current batch are not reported yet
     // (nginx's close handler has the same window). Peeking at every reuse
     // would close it at a syscall per request: measured, a peek for each
     // connection pooled before the current 4 ms tick already added 0.3 recvfrom
     // per request under load. A quiet second is the backstop.
-    if (!news && coarse_now() - conn->idle_since < std::chrono::seconds(1)) return conn;
-    char probe;
-    const ssize_t n = ::recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      conn->maybe_more = false;
-      return conn;
-    }
+    if (!idle_connection_spoilt(w, *conn, coarse_now() - conn->idle_since >= std::chrono::seconds(1))) return conn;
     // Bytes nobody asked for, an end or an error: closed with `conn`.
   }
   return nullptr;
@@ -1422,6 +1431,13 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     }
   }
   worker.parking->sweep(now);
+}
+
+void sweep_idle_upstream_connections(Worker& worker) {
+  for (auto& [endpoint, list] : worker.idle)
+    std::erase_if(list, [&](const std::unique_ptr<UpstreamConnection>& conn) {
+      return idle_connection_spoilt(worker, *conn, false);
+    });
 }
 
 void close_idle_sessions(Worker& worker, uint16_t port) {

@@ -67,7 +67,7 @@ TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
   uint16_t port = free_port();
   auto heftfile = [&](const std::string& bind) { return site(dir, port, a, "\tdefault_bind " + bind + "\n"); };
   Process heft = start_heft(dir, heftfile("127.0.0.1"), port);
-  EXPECT_NE(heft.log().find(fmt::format("listening on 127.0.0.1:{} with", port)), std::string::npos) << heft.log();
+  EXPECT_TRUE(wait_for_log(heft, fmt::format("listening on 127.0.0.1:{} with", port))) << heft.log();
   EXPECT_FALSE(accepts("::1", port));
   HttpClient kept(port);  // a keep-alive connection made before the reload
   ASSERT_EQ(kept.get("/").status, 200);

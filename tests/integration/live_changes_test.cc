@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -49,6 +52,34 @@ struct LiveChanges : ::testing::Test {
                                       method, path, admin_port, body.size(), body));
   }
 };
+
+// Sockets on this host whose peer is 127.0.0.1:`port` (heft's side of its
+// connections to a backend there), counted by TCP state: "01" established,
+// "08" close-wait (/proc/net/tcp's hexadecimal codes).
+std::map<std::string, int> sockets_to(uint16_t port) {
+  std::map<std::string, int> states;
+  std::istringstream lines(read_file("/proc/net/tcp"));
+  std::string line;
+  std::getline(lines, line);  // the header
+  const std::string peer = fmt::format("0100007F:{:04X}", port);
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (remote == peer) states[state]++;
+  }
+  return states;
+}
+
+// Waits up to `timeout` for sockets_to(port) to have no socket in `state`.
+bool none_in_state(uint16_t port, const std::string& state, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (sockets_to(port)[state] == 0) return true;
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+}
 
 json upstream(const Backend& b, int weight) {
   return {{"dial", fmt::format("127.0.0.1:{}", b.port)}, {"weight", weight}};
@@ -169,6 +200,38 @@ TEST_F(LiveChanges, ConnectionsOnARemovedPortCloseAfterTheirRequest) {
   EXPECT_EQ(::recv(idle, buffer, sizeof buffer, 0), 0);  // closed by heft (the socket's timeout is 10 s)
   ::close(idle);
   EXPECT_EQ(HttpClient(kept_port).get("/").status, 200);  // the other port serves on
+}
+
+// Pooled connections to a backend the configuration no longer uses are closed
+// at the change (they stayed open for good: descriptors piled up with every
+// blue-green switch, and the old backend never saw its connections end).
+TEST_F(LiveChanges, PooledConnectionsToARemovedBackendClose) {
+  Backend blue = start_backend(dir, "blue");
+  Backend green = start_backend(dir, "green");
+  Process heft = start(fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, blue.port));
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(std::make_unique<HttpClient>(port));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(clients[i]->send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (auto& c : clients) ASSERT_EQ(c->read_response().header("x-backend"), "blue");
+  ASSERT_GE(sockets_to(blue.port)["01"], 1);  // pooled
+
+  ASSERT_EQ(admin("PUT", kUpstreams, json::array({upstream(green, 1)}).dump()).status, 200);
+  EXPECT_TRUE(none_in_state(blue.port, "01", 2s)) << sockets_to(blue.port)["01"] << " still open";
+  EXPECT_EQ(clients[0]->get("/").header("x-backend"), "green");
+}
+
+// A pooled connection the backend closed is closed by heft within about a
+// second, not left in CLOSE_WAIT until its next use.
+TEST_F(LiveChanges, PooledConnectionsTheBackendClosedDoNotLinger) {
+  Backend a = start_backend(dir, "a");
+  Process heft = start(fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, a.port));
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(std::make_unique<HttpClient>(port));
+  for (auto& c : clients) ASSERT_TRUE(c->send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (auto& c : clients) ASSERT_EQ(c->read_response().status, 200);
+  ASSERT_GE(sockets_to(a.port)["01"], 1);
+  a.process.kill_now();  // the kernel closes its end of every connection
+  EXPECT_TRUE(none_in_state(a.port, "08", 3s)) << sockets_to(a.port)["08"] << " in CLOSE_WAIT";
 }
 
 }  // namespace
