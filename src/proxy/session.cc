@@ -547,7 +547,7 @@ class Session {
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
                                        const SiteRoute& route, RequestParser& parser, bool upgrade);
   Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
-                                     bool& client_failed);
+                                     bool& client_failed, const config::PoolConfig& pool);
   Task<void> splice(UpstreamConnection& conn);
 
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
@@ -1143,7 +1143,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       bool client_failed = false;
       error_code body_ec;
       auto send_body = [&]() -> Task<void> {
-        body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed);
+        body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed, pool);
         if (body_ec) {
           // Unblock the response side, whether its read is pending or not
           // started yet (a bad chunk found without waiting): after a
@@ -1159,7 +1159,8 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       };
       co_await (send_body() && receive());
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
-      if (body_ec && result.outcome == Outcome::error) failure("sending the request body", body_ec);
+      if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
+        failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
       if (is_parse_error(body_ec))  // the client's body (a bad chunk, a bad trailer): a 400, not the backend's fault
         co_return AttemptResult{result.outcome == Outcome::done ? Outcome::broken : Outcome::bad_request_body};
       if (result.outcome == Outcome::done) {
@@ -1207,8 +1208,12 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
   co_return failure("reading the response head", asio::error::eof);  // closed on a fresh connection too
 }
 
+// One deadline per session: while the body streams, it is the client's
+// idle_timeout during each read from the client and send_timeout during each
+// write to the backend; once the body is out, read_timeout for the response
+// (nginx's proxy_read_timeout starts when the request has been sent).
 Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
-                                            bool& client_failed) {
+                                            bool& client_failed, const config::PoolConfig& pool) {
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
   std::array<char, 24> size_line;
@@ -1227,9 +1232,11 @@ Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestPar
     if (chunked && got > 0) buffers[count++] = asio::buffer("\r\n", 2);
     if (chunked && parser.is_done()) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
     if (count == 0) continue;
+    arm(pool.send_timeout);
     auto [write_ec, n] = co_await asio::async_write(conn.socket, std::span(buffers.data(), count), use_task);
     if (write_ec) co_return write_ec;
   }
+  arm(pool.read_timeout);
   co_return error_code{};
 }
 

@@ -778,6 +778,50 @@ TEST(ProxyLifecycle, BodilessResponsesKeepTheirFraming) {
   }
 }
 
+// A backend that stops reading a streamed request body: heft gives up after
+// send_timeout and names the stage (it waited out the client's idle_timeout,
+// a minute by default, and blamed the response head).
+TEST(ProxyLifecycle, ABackendThatStopsReadingTheBodyTimesOutAfterSendTimeout) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, 10s);
+  ASSERT_GE(listener, 0);
+  int origin_side = -1;
+  std::thread origin([&] {  // reads the head, then nothing
+    origin_side = accept_scripted(listener);
+    std::string in;
+    if (origin_side >= 0) read_until_head(origin_side, in);
+  });
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin_port, port, "\t\tsend_timeout 1s\n\t\tmax_fails 0\n");
+  const int client = connect_to(port, 10s);
+  ASSERT_GE(client, 0);
+  constexpr std::size_t kBody = 256u << 20;
+  const std::string head = fmt::format("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n", kBody);
+  ASSERT_EQ(::send(client, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const auto start = std::chrono::steady_clock::now();
+  std::thread uploader([&] {  // until heft stops taking it (its send fails then)
+    const std::string piece(64 << 10, 'x');
+    for (std::size_t sent = 0; sent < kBody;) {
+      const ssize_t n = ::send(client, piece.data(), piece.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<std::size_t>(n);
+    }
+  });
+  std::string in;
+  const bool answered = read_until_head(client, in);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::shutdown(client, SHUT_RDWR);
+  uploader.join();
+  origin.join();
+  ::close(client);
+  if (origin_side >= 0) ::close(origin_side);
+  ::close(listener);
+  ASSERT_TRUE(answered);
+  EXPECT_EQ(in.rfind("HTTP/1.1 504", 0), 0u) << in;
+  EXPECT_LT(waited, 5s);
+  EXPECT_TRUE(wait_for_log(heft, "timed out (sending the request body)")) << heft.log();
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
