@@ -46,6 +46,8 @@ using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>
 using Request = RequestParser::value_type;
 
 constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
+// How long a closing connection drains what its client still sends (linger()).
+constexpr std::chrono::milliseconds kLingeringTime{5000};
 static_assert(kChunk == BlockPool::kBlockSize, "scratch() hands out whole blocks");
 constexpr std::size_t kReadSize = 64 * 1024;  // bytes asked per socket read
 constexpr std::size_t kMaxResponseHead = 64 * 1024;
@@ -417,6 +419,12 @@ class Session {
   }
 
   Task<void> run();
+  // nginx's lingering close, for a connection that ends with client input
+  // unread (an answered request whose body did not all come): closing then
+  // would make the kernel reset the connection, which can destroy the response
+  // still on its way. So the sending side is shut (a FIN after the response)
+  // and what the client still sends is read and dropped, for kLingeringTime at most.
+  Task<void> linger();
 
   // Called by the sweep for a connection idle since kParkAfter: its pending
   // read is cancelled and read_head() parks it (buffers released).
@@ -557,6 +565,9 @@ class Session {
   HeadBuilder down_head_;  // response head for the client (reused)
   std::string body_prefix_;  // request body buffered for retries (reused)
   char* scratch_ = nullptr;  // a block of w.blocks (kChunk bytes), taken on first use
+  // The response was complete while the request body was still coming (a
+  // backend answering early, e.g. 413): the rest of the body is not relayed.
+  bool body_abandoned_ = false;
   const config::Config* config_ = nullptr;
   // What the access log and request metrics say of the current request.
   struct RequestRecord {
@@ -688,6 +699,7 @@ void Session::record_refused_head(unsigned status) {
 
 Task<void> Session::run() {
   bool first = true;
+  bool unread = false;  // the last request's body was not read to its end
   for (;;) {
     std::size_t skip = 0, size = 0;
     int status = co_await read_head(first, skip, size);
@@ -730,13 +742,24 @@ Task<void> Session::run() {
     bool keep_alive = co_await handle(parser);
     finish_request(current_route_, parser);
     current_routes_.reset();
+    unread = !parser.is_done();
     if (!keep_alive || closing()) break;
   }
+  if ((unread || in_.size() > 0) && client.is_open() && !w.draining) co_await linger();
   disarm();
   error_code ignored;
-  // Unread bytes make close() reset the connection; send the FIN first then.
-  if (in_.size() > 0) client.shutdown(Socket::shutdown_send, ignored);
   client.close(ignored);
+}
+
+Task<void> Session::linger() {
+  error_code ec;
+  client.shutdown(Socket::shutdown_send, ec);
+  if (ec) co_return;
+  arm(kLingeringTime);
+  for (;;) {
+    auto [read_ec, n] = co_await client.async_read_some(asio::buffer(scratch(), kChunk), use_task);
+    if (read_ec || w.draining) co_return;
+  }
 }
 
 Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
@@ -1154,8 +1177,18 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         }
       };
       AttemptResult result;
+      body_abandoned_ = false;
       auto receive = [&]() -> Task<void> {
         result = co_await forward_response(*conn, response, route, parser, upgrade);
+        if (result.outcome == Outcome::done && !parser.is_done()) {
+          // Answered before the body ended: stop relaying it (the client
+          // connection closes, lingering), and free the body side's waits.
+          body_abandoned_ = true;
+          error_code ignored;
+          conn->socket.shutdown(Socket::shutdown_both, ignored);
+          cancel_io(conn->socket);
+          cancel_client();
+        }
       };
       co_await (send_body() && receive());
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
@@ -1221,8 +1254,7 @@ Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestPar
     arm(config_->idle_timeout);
     auto [ec, got] = co_await read_body_piece(client, in_, parser, piece.get(), kChunk);
     if (ec) {
-      if (!is_parse_error(ec))
-        client_failed = true;
+      if (!is_parse_error(ec) && !body_abandoned_) client_failed = true;
       co_return ec;
     }
     std::array<asio::const_buffer, 4> buffers;
@@ -1262,7 +1294,10 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   const unsigned status = response.status();
   const bool switching = status == 101 && upgrade;
   const bool client_http11 = req.version() >= 11;
-  bool keep_alive = client_keep_alive_ && !closing() && !switching;
+  // A response that starts before the request body ended (an early 413, an
+  // echo) ends the connection: the rest of the body may never be read
+  // (RFC 9112 9.6), so the head says so.
+  bool keep_alive = client_keep_alive_ && !closing() && !switching && parser.is_done();
   const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)
   enum { sized, chunked, until_close } framing = sized;
   if (!no_body) {

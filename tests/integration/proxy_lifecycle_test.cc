@@ -822,6 +822,49 @@ TEST(ProxyLifecycle, ABackendThatStopsReadingTheBodyTimesOutAfterSendTimeout) {
   EXPECT_TRUE(wait_for_log(heft, "timed out (sending the request body)")) << heft.log();
 }
 
+// A backend that answers before the request body ended (413 at the head of
+// a 50 MB upload): the client gets the whole response, told the connection
+// closes (RFC 9112 9.6: the rest of the body will not be read), then an
+// orderly end of the connection, not a reset and not a wait for the body.
+TEST(ProxyLifecycle, AnEarlyResponseToAnUploadClosesTheConnectionInOrder) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, 10s);
+  ASSERT_GE(listener, 0);
+  const std::string body(20000, 'n');
+  std::thread origin([&] {
+    const int c = accept_scripted(listener);
+    std::string in;
+    if (c < 0 || !read_until_head(c, in)) return;
+    const std::string reply = fmt::format("HTTP/1.1 413 Content Too Large\r\nContent-Length: {}\r\n"
+                                          "Connection: close\r\n\r\n{}", body.size(), body);
+    ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::close(c);
+  });
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin_port, port, "\t\tmax_fails 0\n");
+  const int client = connect_to(port, 10s);
+  ASSERT_GE(client, 0);
+  const std::string head = "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 50000000\r\n\r\n";
+  ASSERT_EQ(::send(client, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string piece(64 << 10, 'x');
+  for (int i = 0; i < 40; ++i)  // 2.6 MB of the 50: heft relays or drops them
+    if (::send(client, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+  const auto start = std::chrono::steady_clock::now();
+  std::string raw;
+  char buffer[16384];
+  ssize_t n;
+  while ((n = ::recv(client, buffer, sizeof buffer, 0)) > 0) raw.append(buffer, static_cast<std::size_t>(n));
+  const int last_error = n < 0 ? errno : 0;  // 0: an orderly end (FIN)
+  ::close(client);
+  origin.join();
+  ::close(listener);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 413", 0), 0u) << raw.substr(0, 200);
+  EXPECT_NE(raw.find("\r\nConnection: close\r\n"), std::string::npos) << raw.substr(0, 200);
+  EXPECT_EQ(raw.size() >= body.size() ? raw.substr(raw.size() - body.size()) : raw, body);
+  EXPECT_EQ(last_error, 0) << std::strerror(last_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
 // Proportional set size of a process, KiB (shared pages split, not doubled).
 long pss_kib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
