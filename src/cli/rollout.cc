@@ -5,12 +5,16 @@
 //                --hold 5m --max-error-rate 1% --min-requests 200 [--max-p99 300ms]
 //                [--dry-run] [--rollback-on-abort] [--address HOST:PORT] [--token T]
 //
-// Each stage PATCHes the site's whole `upstreams` array (both weights change in
-// one transaction), then watches GET /reverse_proxy/upstreams once a second:
+// Each stage reads the site's `upstreams` array afresh with its ETag, sets the
+// stable's and canary's weights in that copy and PATCHes it with If-Match: both
+// weights change in one transaction, and a concurrent change by someone else
+// (another upstream marked down, re-weighted, removed) is kept, not overwritten
+// (on 412 it reads again). Then it watches GET /reverse_proxy/upstreams once a second:
 // the canary's requests, 5xx responses and p99 (from the per-backend response
 // time histogram) since the stage began. A breach at any poll rolls back to
-// stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back, 2 bad arguments
-// or nothing to roll out against, 130 interrupted (state reported).
+// stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back (or stopped: the
+// stable or canary left the site), 2 bad arguments or nothing to roll out
+// against, 130 interrupted (state reported).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -93,13 +97,18 @@ void parse(RolloutOptions& o) {
   }
 }
 
-// Where the site's upstreams live in the config tree.
+// Where the site's upstreams live in the config tree (as last read).
 struct Target {
   std::string path;  // /config/.../upstreams
-  json upstreams;    // the array as it is now
-  size_t stable = 0, canary = 0;
   size_t site_index = 0;
 };
+
+// The index of the upstream dialled as `dial` in a site's `upstreams` array.
+std::optional<size_t> upstream_index(const json& upstreams, const std::string& dial) {
+  for (size_t u = 0; u < upstreams.size(); ++u)
+    if (upstreams[u].value("dial", "") == dial) return u;
+  return std::nullopt;
+}
 
 // SITE as find_site() reads it. Both upstreams must be primaries in service:
 // a backup takes no traffic while a primary is up, so its stage could never
@@ -107,23 +116,15 @@ struct Target {
 std::optional<Target> find_target(const json& config, const RolloutOptions& o, std::string& why) {
   auto site = find_site(config, o.site, why);
   if (!site) return std::nullopt;
-  Target t;
-  t.site_index = site->index;
-  t.path = site->upstreams_path;
-  t.upstreams = *site->upstreams;
-  bool found_stable = false, found_canary = false;
-  for (size_t u = 0; u < t.upstreams.size(); ++u) {
-    std::string dial = t.upstreams[u].value("dial", "");
-    if (dial == o.stable) t.stable = u, found_stable = true;
-    if (dial == o.canary) t.canary = u, found_canary = true;
-  }
-  if (!found_stable || !found_canary) {
-    why = fmt::format("site {} has no upstream {}", o.site, found_stable ? o.canary : o.stable);
+  const json& upstreams = *site->upstreams;
+  auto stable = upstream_index(upstreams, o.stable), canary = upstream_index(upstreams, o.canary);
+  if (!stable || !canary) {
+    why = fmt::format("site {} has no upstream {}", o.site, stable ? o.canary : o.stable);
     return std::nullopt;
   }
-  for (size_t u : {t.stable, t.canary}) {
-    const json& upstream = t.upstreams[u];
-    const char* role = u == t.stable ? "stable" : "canary";
+  for (size_t u : {*stable, *canary}) {
+    const json& upstream = upstreams[u];
+    const char* role = u == *stable ? "stable" : "canary";
     if (upstream.value("backup", false)) {
       why = fmt::format("the {} upstream {} is a backup server (it takes traffic only when every primary is out); "
                         "a rollout moves traffic between two primaries",
@@ -135,7 +136,7 @@ std::optional<Target> find_target(const json& config, const RolloutOptions& o, s
       return std::nullopt;
     }
   }
-  return t;
+  return Target{site->upstreams_path, site->index};
 }
 
 // One backend's counters as /reverse_proxy/upstreams shows them.
@@ -200,7 +201,10 @@ class Rollout {
   int run();
 
  private:
-  bool apply(const Stage& stage, std::string& error);
+  // How setting a stage's weights ended: `gone` when the site, the stable or
+  // the canary is no longer in the configuration (nothing to set).
+  enum class Applied { ok, failed, gone };
+  Applied apply(const Stage& stage, std::string& error);
   std::optional<json> upstreams_state(std::string& error);
   int roll_back(const std::string& reason);
 
@@ -209,19 +213,51 @@ class Rollout {
   std::optional<Stage> applied_;
 };
 
-bool Rollout::apply(const Stage& stage, std::string& error) {
-  json next = target_.upstreams;
-  next[target_.stable]["weight"] = stage.stable;
-  next[target_.canary]["weight"] = stage.canary;
-  // One PATCH of the whole array: both weights change in one transaction.
-  AdminReply r = admin_request(o_.admin, "PATCH", target_.path, next.dump());
-  if (r.status < 200 || r.status > 299) {
-    error = r.error_message();
-    return false;
+Rollout::Applied Rollout::apply(const Stage& stage, std::string& error) {
+  // Someone else may change the site meanwhile (mark another upstream down,
+  // re-weight or remove one): each try sets the two weights in the array as it
+  // is now and PATCHes it only if nothing changed since it was read.
+  constexpr int kTries = 5;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    AdminReply current = admin_request(o_.admin, "GET", "/config/");
+    if (current.status != 200) {
+      error = "cannot read the configuration: " + current.error_message();
+      return Applied::failed;
+    }
+    if (current.etag.empty()) {
+      error = "the admin API answered no ETag, so the change could overwrite someone else's";
+      return Applied::failed;
+    }
+    const json config = json::parse(current.body, nullptr, false);
+    std::string why;
+    auto site = find_site(config, o_.site, why);
+    if (!site) {
+      error = why;
+      return Applied::gone;
+    }
+    json upstreams = *site->upstreams;
+    auto stable = upstream_index(upstreams, o_.stable), canary = upstream_index(upstreams, o_.canary);
+    if (!stable || !canary) {
+      error = fmt::format("the {} upstream {} is no longer in site {}", stable ? "canary" : "stable",
+                          stable ? o_.canary : o_.stable, o_.site);
+      return Applied::gone;
+    }
+    upstreams[*stable]["weight"] = stage.stable;
+    upstreams[*canary]["weight"] = stage.canary;
+    // One PATCH of the array: both weights change in one transaction.
+    AdminReply r = admin_request(o_.admin, "PATCH", site->upstreams_path, upstreams.dump(), "application/json",
+                                 current.etag);
+    if (r.status == 412) continue;  // changed since it was read: read it again
+    if (r.status < 200 || r.status > 299) {
+      error = r.error_message();
+      return Applied::failed;
+    }
+    target_ = Target{site->upstreams_path, site->index};
+    applied_ = stage;
+    return Applied::ok;
   }
-  target_.upstreams = std::move(next);
-  applied_ = stage;
-  return true;
+  error = fmt::format("the configuration changed between reading and writing it {} times in a row (412)", kTries);
+  return Applied::failed;
 }
 
 std::optional<json> Rollout::upstreams_state(std::string& error) {
@@ -240,11 +276,18 @@ std::optional<json> Rollout::upstreams_state(std::string& error) {
 
 int Rollout::roll_back(const std::string& reason) {
   std::string error;
-  if (!apply({100, 0}, error)) {
-    fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
-    return 1;
+  switch (apply({100, 0}, error)) {
+    case Applied::ok:
+      fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
+      break;
+    case Applied::gone:
+      // Someone removed the site, the stable or the canary: nothing to roll back to.
+      fmt::print("STOPPED: {}; not rolled back: {}; weights left as they are\n", reason, error);
+      break;
+    case Applied::failed:
+      fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
+      break;
   }
-  fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
   return 1;
 }
 
@@ -303,10 +346,18 @@ int Rollout::run() {
     const Stage& stage = o_.stages[s];
     if (g_interrupted) return interrupted(s);
     std::string error;
-    if (!apply(stage, error)) {
-      fmt::print("stage {}/{} {}:{}: cannot apply weights: {}\n", s + 1, o_.stages.size(), stage.stable, stage.canary,
-                 error);
-      return roll_back("could not apply a stage");
+    switch (apply(stage, error)) {
+      case Applied::ok:
+        break;
+      case Applied::gone:
+        // Someone removed it: there is nothing left to roll out or back.
+        fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", s + 1,
+                   o_.stages.size(), stage.stable, stage.canary, error);
+        return 1;
+      case Applied::failed:
+        fmt::print("stage {}/{} {}:{}: cannot apply weights: {}\n", s + 1, o_.stages.size(), stage.stable,
+                   stage.canary, error);
+        return roll_back("could not apply a stage");
     }
     fmt::print("stage {}/{}: {} {} : {} {} applied, holding {}\n", s + 1, o_.stages.size(), o_.stable, stage.stable,
                o_.canary, stage.canary, config::format_duration(o_.hold));

@@ -67,6 +67,41 @@ std::optional<bool> HealthCounter::record(bool pass, bool healthy, uint32_t need
   return std::nullopt;
 }
 
+// What one backend's probes are: a reload that changes none of it keeps the
+// backend's probe schedule and consecutive counts; any change starts them afresh.
+struct ProbeSettings {
+  std::string address;  // as resolved
+  std::string uri;
+  uint16_t port = 0;
+  std::chrono::milliseconds interval{0}, timeout{0};
+  std::string status, body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  uint32_t passes = 0, fails = 0;
+
+  bool operator==(const ProbeSettings&) const = default;
+};
+
+ProbeSettings probe_settings(const config::PoolConfig& c, const std::string& address) {
+  return {address,         c.health_uri,  c.health_port,    c.health_interval, c.health_timeout,
+          c.health_status, c.health_body, c.health_headers, c.health_passes,   c.health_fails};
+}
+
+Clock::duration probe_interval(const ProbeSettings& s) {
+  return std::max<Clock::duration>(s.interval, std::chrono::milliseconds(10));
+}
+
+// One backend's probe loop and what it carries across reloads.
+struct Probe {
+  explicit Probe(asio::io_context& io) : timer(io) {}
+  std::shared_ptr<const PoolTarget> target;  // the newest configuration with these settings
+  std::string name;
+  ProbeSettings settings;
+  HealthCounter counter;
+  Clock::time_point next;  // when the next probe starts
+  asio::steady_timer timer;
+  bool retired = false;  // removed, or its settings changed: the loop ends, its result is dropped
+};
+
 struct HealthChecker::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
@@ -74,25 +109,25 @@ struct HealthChecker::Impl : std::enable_shared_from_this<Impl> {
   LogSink log;
   std::atomic<uint64_t> passed{0}, failed{0};
   // Below: only on the checker's thread.
-  uint64_t generation = 0;
   std::vector<std::shared_ptr<const PoolTarget>> pools;
-  std::map<std::pair<const upstream::Pool*, std::string>, HealthCounter> counters;
+  // Keyed by pool and backend name. A Probe holds its pool, so a pool's
+  // address cannot be reused by another while it is a key here.
+  std::map<std::pair<const upstream::Pool*, std::string>, std::shared_ptr<Probe>> probes;
   asio::steady_timer ticker{io};
   bool stopped = false;
 
   void apply(std::vector<PoolTarget> next);
   awaitable<void> tick_loop();
-  awaitable<void> probe_loop(uint64_t gen, std::shared_ptr<const PoolTarget> target, std::string name,
-                             Clock::duration offset);
+  awaitable<void> probe_loop(std::shared_ptr<Probe> p);
   awaitable<std::pair<bool, std::string>> probe(const PoolTarget& target, const std::string& name,
                                                 const std::string& address);
-  void judge(const PoolTarget& target, const std::string& name, bool pass, const std::string& why);
+  void judge(Probe& p, bool pass, const std::string& why);
 };
 
 void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
-  ++generation;  // running probe loops end at their next wake-up
   pools.clear();
-  std::map<std::pair<const upstream::Pool*, std::string>, HealthCounter> kept;
+  decltype(probes) kept;
+  const auto now = Clock::now();
   for (PoolTarget& t : next) {
     auto target = std::make_shared<const PoolTarget>(std::move(t));
     pools.push_back(target);
@@ -104,23 +139,41 @@ void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
       // backend is healthy (docs/health.md).
       for (uint32_t k = 0; k < snap->size(); ++k) {
         if (snap->state(k).healthy.load(std::memory_order_relaxed)) continue;
-        snap->set_healthy(k, true, Clock::now());
+        snap->set_healthy(k, true, now);
         log(fmt::format("heft: health: pool {} backend {} is now healthy (active checks are off)", target->label,
                         snap->backend(k).name));
       }
       continue;
     }
     const size_t n = snap->size();
-    const Clock::duration interval = std::max<Clock::duration>(target->config.health_interval, std::chrono::milliseconds(10));
     for (uint32_t k = 0; k < n; ++k) {
       const std::string& name = snap->backend(k).name;
       auto key = std::make_pair(target->pool.get(), name);
-      if (auto it = counters.find(key); it != counters.end()) kept[key] = it->second;
-      Clock::duration offset = interval * k / n;  // spread over the interval
-      asio::co_spawn(io, probe_loop(generation, target, name, offset), asio::detached);
+      if (kept.count(key)) continue;  // the same name twice: one probe loop
+      ProbeSettings settings = probe_settings(target->config, snap->backend(k).address);
+      // Unchanged checks go on where they are: restarting them at every reload
+      // (an admin weight change is one) could postpone a backend's probes forever.
+      if (auto it = probes.find(key); it != probes.end() && it->second->settings == settings) {
+        it->second->target = target;
+        kept.emplace(key, std::move(it->second));
+        probes.erase(it);
+        continue;
+      }
+      auto p = std::make_shared<Probe>(io);
+      p->target = target;
+      p->name = name;
+      p->settings = std::move(settings);
+      p->next = now + probe_interval(p->settings) * k / n;  // spread over the interval
+      kept.emplace(key, p);
+      asio::co_spawn(io, probe_loop(std::move(p)), asio::detached);
     }
   }
-  counters = std::move(kept);
+  // Removed backends and changed checks: their loops end now.
+  for (auto& [key, p] : probes) {
+    p->retired = true;
+    p->timer.cancel();
+  }
+  probes = std::move(kept);
 }
 
 awaitable<void> HealthChecker::Impl::tick_loop() {
@@ -136,25 +189,22 @@ awaitable<void> HealthChecker::Impl::tick_loop() {
   }
 }
 
-awaitable<void> HealthChecker::Impl::probe_loop(uint64_t gen, std::shared_ptr<const PoolTarget> target,
-                                                std::string name, Clock::duration offset) {
-  asio::steady_timer timer(io);
-  const Clock::duration interval = std::max<Clock::duration>(target->config.health_interval, std::chrono::milliseconds(10));
-  auto next = Clock::now() + offset;
+awaitable<void> HealthChecker::Impl::probe_loop(std::shared_ptr<Probe> p) {
   for (;;) {
-    timer.expires_at(next);
-    co_await timer.async_wait(as_tuple_awaitable);
-    if (stopped || gen != generation) co_return;
+    p->timer.expires_at(p->next);
+    co_await p->timer.async_wait(as_tuple_awaitable);
+    if (stopped || p->retired) co_return;
+    const std::shared_ptr<const PoolTarget> target = p->target;
     auto snap = target->pool->snapshot();
-    auto index = snap->balancer().find(name);
-    if (!index) co_return;  // removed from the pool
-    std::string address = snap->backend(*index).address;
-    auto [pass, why] = co_await probe(*target, name, address);
-    if (stopped || gen != generation) co_return;
-    (pass ? passed : failed).fetch_add(1, std::memory_order_relaxed);
-    judge(*target, name, pass, why);
-    next += interval;
-    if (auto now = Clock::now(); next < now) next = now;  // a slow probe: no burst of catch-up probes
+    // Not in the pool: removed, and the reload that retires this loop is on its way.
+    if (auto index = snap->balancer().find(p->name)) {
+      auto [pass, why] = co_await probe(*target, p->name, snap->backend(*index).address);
+      if (stopped || p->retired) co_return;
+      (pass ? passed : failed).fetch_add(1, std::memory_order_relaxed);
+      judge(*p, pass, why);
+    }
+    p->next += probe_interval(p->settings);
+    if (auto now = Clock::now(); p->next < now) p->next = now;  // a slow probe: no burst of catch-up probes
   }
 }
 
@@ -212,24 +262,25 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
   co_return std::pair{true, fmt::format("status {}", status)};
 }
 
-void HealthChecker::Impl::judge(const PoolTarget& target, const std::string& name, bool pass, const std::string& why) {
+void HealthChecker::Impl::judge(Probe& p, bool pass, const std::string& why) {
+  const PoolTarget& target = *p.target;
   auto snap = target.pool->snapshot();
-  auto index = snap->balancer().find(name);
+  auto index = snap->balancer().find(p.name);
   if (!index) return;
   const uint32_t i = *index;
   const auto now = Clock::now();
-  HealthCounter& counter = counters[{target.pool.get(), name}];
+  HealthCounter& counter = p.counter;
   const bool healthy = snap->state(i).healthy.load(std::memory_order_relaxed);
-  auto change = counter.record(pass, healthy, target.config.health_passes, target.config.health_fails);
+  auto change = counter.record(pass, healthy, p.settings.passes, p.settings.fails);
   if (change) {
     snap->set_healthy(i, *change, now);
-    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {})", target.label, name,
+    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {})", target.label, p.name,
                     *change ? "healthy" : "unhealthy", why, *change ? counter.passes : counter.fails,
                     *change ? "passes" : "failures"));
   }
   if (pass && (healthy || change) && snap->clear_passive(i, now))
     log(fmt::format("heft: health: pool {} backend {} back from passive failures (active check passed: {})",
-                    target.label, name, why));
+                    target.label, p.name, why));
 }
 
 HealthChecker::HealthChecker(LogSink log, bool tick_pools) : impl_(std::make_shared<Impl>()) {

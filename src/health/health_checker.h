@@ -3,7 +3,8 @@
 // A HealthChecker owns one thread with its own event loop. For every pool
 // whose configuration sets `health_uri`, each backend is probed once per
 // `health_interval`, spread over the interval (backend k of n starts at
-// k/n x interval): GET health_uri on the backend's address (or health_port),
+// k/n x interval when it is first checked; a reload does not restart it,
+// see set_pools()): GET health_uri on the backend's address (or health_port),
 // with health_headers, within health_timeout. A probe passes when the status
 // matches health_status (default any 2xx; "200", "2xx", "200-299") and, if
 // health_body is set, the body matches that ECMAScript regular expression.
@@ -64,8 +65,11 @@ class HealthChecker {
   HealthChecker(const HealthChecker&) = delete;
   HealthChecker& operator=(const HealthChecker&) = delete;
 
-  // The pools to check and tick (at start and after every reload). Backends
-  // that stay (same pool object, same name) keep their consecutive counts.
+  // The pools to check and tick (at start and after every reload). A backend
+  // that stays (same pool object, same name) with the same probe settings
+  // (address, health_* options) keeps its probe schedule and consecutive
+  // counts, and a probe of it in flight still counts; a new backend, or one
+  // whose settings changed, starts afresh (k/n x interval from now, no counts).
   void set_pools(std::vector<PoolTarget> pools);
 
   // Stops probing and ticking and joins the thread.

@@ -2,6 +2,8 @@
 // `heft demo-backend` processes (docs/health.md).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "health_load_util.h"
 
 namespace heft::test {
@@ -67,6 +69,69 @@ TEST(HealthChecks, UnhealthyBackendIsOutInTimeAndBackAfterRecoveryWithoutFailedR
   std::string log = f.heft.log();
   EXPECT_NE(log.find("is now unhealthy"), std::string::npos) << log;
   EXPECT_NE(log.find("is now healthy"), std::string::npos) << log;
+}
+
+// Reloads as frequent as the admin API allows do not postpone probes: with a
+// weight change of a every 250 ms (each one a reload), b, failing, is still
+// probed every interval and out within interval x fails + one interval. (Every
+// reload used to restart all probe loops, and b, backend 1 of 2, waited half an
+// interval for its first probe again and again: never probed, never out.)
+TEST(HealthChecks, FrequentReloadsDoNotPostponeProbes) {
+  Fleet f;
+  for (const char* n : {"a", "b"}) f.add(n);
+  write_file(f.dir + "/Heftfile",
+             fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                         "\t\tto 127.0.0.1:{}\n\t\tto 127.0.0.1:{}\n"
+                         "\t\thealth_uri /healthz\n\t\thealth_interval 1s\n\t\thealth_timeout 500ms\n"
+                         "\t\thealth_fails 2\n\t}}\n}}\n",
+                         f.admin, f.port, f.backends[0].port, f.backends[1].port));
+  // Its own state file: every weight change is saved.
+  f.heft = Process({HEFT_BINARY, "run", "--config", f.dir + "/Heftfile", "--state", f.dir + "/state.json"},
+                   f.dir + "/heft.log");
+  ASSERT_TRUE(wait_for_port(f.port) && wait_for_port(f.admin)) << f.heft.log();
+  auto admin = [&f](const std::string& method, const std::string& path, const std::string& body = "") {
+    HttpClient client(f.admin);
+    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
+                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                                      method, path, f.admin, body.size(), body));
+  };
+  const std::string b_address = fmt::format("127.0.0.1:{}", f.backends[1].port);
+  auto b_state = [&] {
+    auto all = nlohmann::json::parse(admin("GET", "/reverse_proxy/upstreams").body, nullptr, false);
+    if (all.is_array())
+      for (const auto& u : all)
+        if (u.value("address", "") == b_address) return u.value("state", "");
+    return std::string();
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<int> changes{0}, refused{0};
+  std::thread reweigh([&] {
+    const std::string weight =
+        "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams/0/weight";
+    for (auto next = Clock::now(); !stop; next += 250ms) {
+      std::this_thread::sleep_until(next);
+      (admin("POST", weight, changes % 2 ? "1" : "2").status == 200 ? changes : refused)++;
+    }
+  });
+  std::this_thread::sleep_for(1500ms);  // several reloads before b fails
+  EXPECT_EQ(b_state(), "up");
+  const auto broken = Clock::now();
+  EXPECT_EQ(control(f.backends[1].port, "/_control/health?status=500"), 200);
+  std::optional<Clock::duration> out_after;
+  while (!out_after && Clock::now() - broken < 6s) {
+    if (b_state() == "unhealthy") out_after = Clock::now() - broken;
+    std::this_thread::sleep_for(50ms);
+  }
+  stop = true;
+  reweigh.join();
+  // Reloads kept coming all along.
+  EXPECT_GE(changes.load(), 10) << f.heft.log();
+  EXPECT_EQ(refused.load(), 0) << f.heft.log();
+  // interval 1 s x fails 2 + one interval, + 400 ms slack.
+  ASSERT_TRUE(out_after) << "b never marked unhealthy; log:\n" << f.heft.log();
+  EXPECT_LT(*out_after, 3400ms) << f.heft.log();
+  EXPECT_NE(f.heft.log().find(fmt::format("backend {} is now unhealthy (status 500", b_address)), std::string::npos)
+      << f.heft.log();
 }
 
 TEST(SlowStart, ReturningBackendShareRisesOverTheWindowToItsWeight) {

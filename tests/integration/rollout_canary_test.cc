@@ -144,5 +144,109 @@ TEST(Rollout, InterruptLeavesAConsistentReportedState) {
   }
 }
 
+// A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
+// own state file; the admin API as other operators use it during a rollout.
+struct SharedSite {
+  static constexpr const char* kUpstreams =
+      "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  uint16_t port = free_port();
+  uint16_t admin_port = free_port();
+  Process heft;
+
+  SharedSite() {
+    std::string tos;
+    const int weights[] = {5, 3, 2, 1, 1};
+    for (int i = 0; i < 5; ++i) {
+      backends.push_back(start_backend(dir, std::string(1, char('a' + i))));
+      tos += fmt::format("\t\tto 127.0.0.1:{} weight {}\n", backends.back().port, weights[i]);
+    }
+    write_file(dir + "/Heftfile", fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n{}\t}}\n}}\n",
+                                              admin_port, port, tos));
+    heft = Process({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", dir + "/state.json"},
+                   dir + "/heft.log");
+    if (!wait_for_port(port) || !wait_for_port(admin_port)) throw std::runtime_error("heft did not start:\n" + heft.log());
+  }
+  std::string dial(size_t i) const { return fmt::format("127.0.0.1:{}", backends[i].port); }
+  Process start_rollout(const std::vector<std::string>& stages_and_hold) {
+    std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable", dial(0),
+                                  "--canary", dial(2), "--min-requests", "20", "--poll", "250ms", "--address",
+                                  fmt::format("127.0.0.1:{}", admin_port)};
+    args.insert(args.end(), stages_and_hold.begin(), stages_and_hold.end());
+    return Process(args, dir + "/rollout.log");
+  }
+  Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
+    HttpClient client(admin_port);
+    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
+                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                                      method, path, admin_port, body.size(), body));
+  }
+  nlohmann::json upstreams() { return nlohmann::json::parse(admin("GET", kUpstreams).body, nullptr, false); }
+  // Who answers now (100 sequential requests).
+  std::map<std::string, int> answers() {
+    std::map<std::string, int> out;
+    HttpClient c(port);
+    for (int i = 0; i < 100; ++i) out[c.get("/").header("x-backend")]++;
+    return out;
+  }
+};
+
+// Other operators' changes to the site during a rollout survive it: each stage
+// sets only the stable's and canary's weights, in the upstreams as they are
+// then. (Every stage used to PATCH the whole array as read at the start: b came
+// back up at stage 2, d got its old weight back, and e, removed, was re-added.)
+TEST(Rollout, ConcurrentChangesToOtherUpstreamsSurviveIt) {
+  SharedSite site;
+  Load load(site.port, 3);
+  Process rollout = site.start_rollout({"--stages", "95:5,50:50", "--hold", "2s"});
+  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 10s)) << rollout.log();
+  // During stage 1: b marked down, d re-weighted, e removed (the last index, so none moves).
+  const std::string upstreams = SharedSite::kUpstreams;
+  ASSERT_EQ(site.admin("POST", upstreams + "/1/down", "true").status, 200);
+  ASSERT_EQ(site.admin("POST", upstreams + "/3/weight", "4").status, 200);
+  ASSERT_EQ(site.admin("DELETE", upstreams + "/4").status, 200);
+  auto code = rollout.wait(30s);
+  load.stop();
+  ASSERT_EQ(code.value_or(-1), 0) << rollout.log();
+  EXPECT_NE(rollout.log().find("rollout complete"), std::string::npos) << rollout.log();
+  auto after = site.upstreams();
+  ASSERT_TRUE(after.is_array()) << after;
+  ASSERT_EQ(after.size(), 4u) << after;  // e stays removed
+  EXPECT_EQ(after[0].value("dial", ""), site.dial(0)) << after;
+  EXPECT_EQ(after[0].value("weight", 1), 50) << after;
+  EXPECT_EQ(after[1].value("down", false), true) << after;
+  EXPECT_EQ(after[1].value("weight", 1), 3) << after;
+  EXPECT_EQ(after[2].value("dial", ""), site.dial(2)) << after;
+  EXPECT_EQ(after[2].value("weight", 1), 50) << after;
+  EXPECT_EQ(after[3].value("weight", 1), 4) << after;
+  auto who = site.answers();
+  EXPECT_EQ(who["b"], 0);
+  EXPECT_EQ(who["e"], 0);
+  EXPECT_EQ(who["a"] + who["c"] + who["d"], 100);
+}
+
+// The canary removed by someone else during a rollout: it stops with exit 1
+// and says so, without re-adding it or touching anything else.
+TEST(Rollout, CanaryRemovedMeanwhileStopsWithoutReAddingIt) {
+  SharedSite site;
+  Load load(site.port, 3);
+  Process rollout = site.start_rollout({"--stages", "95:5,50:50", "--hold", "3s"});
+  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 10s)) << rollout.log();
+  ASSERT_EQ(site.admin("DELETE", std::string(SharedSite::kUpstreams) + "/2").status, 200);
+  auto code = rollout.wait(30s);
+  load.stop();
+  EXPECT_EQ(code.value_or(-1), 1) << rollout.log();
+  EXPECT_NE(rollout.log().find("STOPPED"), std::string::npos) << rollout.log();
+  EXPECT_NE(rollout.log().find(fmt::format("the canary upstream {} is no longer in site", site.dial(2))),
+            std::string::npos)
+      << rollout.log();
+  auto after = site.upstreams();
+  ASSERT_TRUE(after.is_array()) << after;
+  ASSERT_EQ(after.size(), 4u) << after;
+  for (const auto& u : after) EXPECT_NE(u.value("dial", ""), site.dial(2)) << after;
+  EXPECT_EQ(after[0].value("weight", 1), 95) << after;  // stage 1 left as it was
+}
+
 }  // namespace
 }  // namespace heft::test

@@ -177,5 +177,57 @@ TEST(HealthChecker, FollowsThePoolAcrossReloads) {
   runner.join();
 }
 
+// Reloads that leave a backend's checks as they were do not restart its
+// probes: set_pools() with the same options every 50 ms (b's first probe is
+// 100 ms after a restart) still marks failing b out within interval x fails +
+// one interval, and keeps its consecutive count across the reloads. A changed
+// option starts its checks afresh (FollowsThePoolAcrossReloads).
+TEST(HealthChecker, FrequentReloadsKeepTheProbeSchedule) {
+  asio::io_context io;
+  proxy::DemoBackendOptions oa, ob;
+  oa.name = "a";
+  ob.name = "b";
+  oa.health_path = ob.health_path = "/healthz";
+  proxy::DemoBackend a(io, oa), b(io, ob);
+  a.start();
+  b.start();
+  std::thread runner([&] { io.run(); });
+  upstream::PoolConfig pc;
+  pc.name = "site0";
+  for (auto* d : {&a, &b}) {
+    upstream::BackendConfig bc;
+    bc.name = bc.address = "127.0.0.1:" + std::to_string(d->port());
+    pc.backends.push_back(bc);
+  }
+  auto pool = std::make_shared<upstream::Pool>(pc);
+  config::PoolConfig cfg;
+  cfg.health_uri = "/healthz";
+  cfg.health_interval = 200ms;
+  cfg.health_timeout = 100ms;
+  cfg.health_fails = 2;
+  {
+    HealthChecker checker([](const std::string&) {});
+    checker.set_pools({{"site0", pool, cfg}});
+    control(b.port(), "/_control/health?status=500");
+    const auto broken = std::chrono::steady_clock::now();
+    std::optional<std::chrono::steady_clock::duration> out_after;
+    while (!out_after && std::chrono::steady_clock::now() - broken < 2s) {
+      checker.set_pools({{"site0", pool, cfg}});  // a reload that changes nothing for the checks
+      std::this_thread::sleep_for(50ms);
+      if (!pool->snapshot()->available(1)) out_after = std::chrono::steady_clock::now() - broken;
+    }
+    // 200 ms x 2 + 200 ms, + slack.
+    EXPECT_TRUE(out_after) << "b was never marked unhealthy";
+    if (out_after) {
+      EXPECT_LT(*out_after, 800ms);
+    }
+    EXPECT_TRUE(pool->snapshot()->available(0));
+    EXPECT_GE(checker.checks_failed(), 2u);
+  }
+  a.stop();
+  b.stop();
+  runner.join();
+}
+
 }  // namespace
 }  // namespace heft::health
