@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -100,6 +101,8 @@ TEST_F(LiveChanges, RequestsAcrossReordersReachTheBackendTheyPicked) {
                        "workers 2");
   std::atomic<bool> stop{false};
   std::atomic<int> answered{0}, to_z{0}, failed{0};
+  std::mutex failures_mu;
+  std::vector<std::string> failures;  // what each failed request got, for the message
   std::vector<std::thread> clients;
   for (int c = 0; c < 8; ++c) {
     clients.emplace_back([&, c] {
@@ -110,6 +113,8 @@ TEST_F(LiveChanges, RequestsAcrossReordersReachTheBackendTheyPicked) {
         if (slow) {
           if (!client.send_raw("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")) {
             ++failed;
+            std::lock_guard lock(failures_mu);
+            failures.push_back("POST head not sent");
             client.close();
             continue;
           }
@@ -120,6 +125,8 @@ TEST_F(LiveChanges, RequestsAcrossReordersReachTheBackendTheyPicked) {
         }
         if (r.status != 200) {
           ++failed;
+          std::lock_guard lock(failures_mu);
+          failures.push_back(fmt::format("{} {}", slow ? "POST" : "GET", r.status));
           client.close();
           continue;
         }
@@ -139,7 +146,7 @@ TEST_F(LiveChanges, RequestsAcrossReordersReachTheBackendTheyPicked) {
   for (auto& t : clients) t.join();
   EXPECT_GT(answered.load(), 100);
   EXPECT_EQ(to_z.load(), 0) << "of " << answered.load() << " requests across " << changes << " changes";
-  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(failed.load(), 0) << ::testing::PrintToString(failures) << "\n" << heft.log();
 }
 
 // A change that cannot be saved (the state path is a directory) is refused
