@@ -461,6 +461,7 @@ class Session {
   Clock::time_point deadline = Clock::time_point::max();
   bool timed_out = false;
   bool idle = false;  // waiting for a request, nothing received: drain may close it
+  bool lingering = false;  // in linger(): drain may close it too
   bool park_requested = false;  // the sweep cancelled the idle read to park the connection
   Clock::time_point idle_since{};
   Socket* upstream = nullptr;
@@ -756,10 +757,12 @@ Task<void> Session::linger() {
   client.shutdown(Socket::shutdown_send, ec);
   if (ec) co_return;
   arm(kLingeringTime);
+  lingering = true;
   for (;;) {
     auto [read_ec, n] = co_await client.async_read_some(asio::buffer(scratch(), kChunk), use_task);
-    if (read_ec || w.draining) co_return;
+    if (read_ec || w.draining) break;
   }
+  lingering = false;
 }
 
 Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
@@ -1490,7 +1493,7 @@ void close_idle_sessions(Worker& worker, uint16_t port) {
 
 void close_idle_sessions(Worker& worker) {
   for (Session* s : worker.sessions) {
-    if (!s->idle) continue;
+    if (!s->idle && !s->lingering) continue;
     s->cancel_client();
   }
   worker.parking->close_all();
