@@ -534,10 +534,19 @@ bool Proxy::reload(config::Config next, std::string& error) {
   if (!logs) return false;
   using Opened = std::vector<std::pair<tcp::endpoint, std::unique_ptr<Acceptor>>>;
   std::vector<Opened> opened(impl.workers.size());
+  // claim() is for ports heft does not hold yet: where it already listens
+  // in the same family (moving from 0.0.0.0 to 127.0.0.1, say), a plain bind
+  // would collide with heft's own listeners, and the reuseport bind beside
+  // them is what a foreign listener would have stopped in the first place.
+  const auto held = [&](const tcp::endpoint& endpoint) {
+    return std::any_of(old_endpoints.begin(), old_endpoints.end(), [&](const tcp::endpoint& old) {
+      return old.port() == endpoint.port() && old.address().is_v6() == endpoint.address().is_v6();
+    });
+  };
   try {
     for (const auto& endpoint : new_endpoints) {
       if (old_endpoints.count(endpoint)) continue;
-      claim(endpoint, next);
+      if (!held(endpoint)) claim(endpoint, next);
       for (std::size_t i = 0; i < impl.workers.size(); ++i)
         opened[i].emplace_back(endpoint, impl.listen(*impl.workers[i], endpoint, next));
     }

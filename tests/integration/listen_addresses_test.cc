@@ -29,6 +29,22 @@ bool accepts(const std::string& address, uint16_t port) {
   return true;
 }
 
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Waits until `what` appears `count` times in the process's log.
+bool wait_for_count(const Process& p, const std::string& what, std::size_t count) {
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < end) {
+    if (count_of(p.log(), what) >= count) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
 // One site on `port` for `backend`, logging to DIR/access.log; `global` goes in the global block.
 std::string site(const std::string& dir, uint16_t port, const Backend& backend, const std::string& global) {
   return fmt::format("{{\n\tworkers 2\n{}}}\n:{} {{\n\tlog {{\n\t\toutput file {}/access.log\n\t}}\n"
@@ -87,6 +103,19 @@ TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
   Response r = kept.get("/");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.header("x-backend"), "a");
+
+  // Between every address and some of them, in both directions: heft's own
+  // listeners on the port do not count as the port being taken.
+  for (const std::string bind : {"", "127.0.0.1 ::1", "0.0.0.0 ::", "::1", ""}) {
+    SCOPED_TRACE("default_bind " + bind);
+    const std::size_t reloads = count_of(heft.log(), "heft: reloaded");
+    write_file(dir + "/Heftfile", bind.empty() ? site(dir, port, a, "") : heftfile(bind));
+    heft.signal(SIGHUP);
+    ASSERT_TRUE(wait_for_count(heft, "heft: reloaded", reloads + 1)) << heft.log();
+    EXPECT_EQ(heft.log().find("keeping the old configuration"), std::string::npos) << heft.log();
+    EXPECT_EQ(HttpClient("::1", port).get("/").status, 200);
+    if (bind != "::1") EXPECT_EQ(HttpClient(port).get("/").status, 200);
+  }
 }
 
 TEST(ListenAddresses, AnAddressThatCannotBeListenedOnIsRefusedAtStartAndOnReload) {
