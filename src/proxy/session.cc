@@ -1063,6 +1063,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       case Outcome::local_error:
         // nginx answers 500 when socket() fails and does not mark the peer.
         // The connection closes: one descriptor fewer.
+        snapshot->uncount_request(i, w.index);  // nothing reached the backend
         fmt::print(stderr, "heft: 500 {} {}: no connection to backend {} ({}); not counted against it\n",
                    req.method_string(), req.target(), name, failure_reason());
         co_await send_error(500, "500 Internal Server Error\n", false);

@@ -195,6 +195,11 @@ class PoolSnapshot {
   void count_request(uint32_t i, unsigned worker = 0) const {
     states_[i]->slot(worker).requests.fetch_add(1, std::memory_order_relaxed);
   }
+  // Takes back count_request() for an attempt that never reached the backend
+  // (heft could not open a socket for it).
+  void uncount_request(uint32_t i, unsigned worker = 0) const {
+    states_[i]->slot(worker).requests.fetch_sub(1, std::memory_order_relaxed);
+  }
   // One response from backend i (or a failed attempt: status 502/504), for
   // adaptive weights and the per-backend counters, recorded in the slot of
   // `worker`. `ok` = not an error by the pool's rules (a 5xx or a transport

@@ -270,7 +270,9 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
   backends.push_back(start_backend(dir, "a"));
   backends.push_back(start_backend(dir, "b"));
   uint16_t port = free_port();
-  write_file(dir + "/Heftfile", one_pool(port, backends, "weight 1", "\t\tfail_timeout 30s\n", "workers 1\n\tadmin off"));
+  uint16_t admin_port = free_port();
+  write_file(dir + "/Heftfile", one_pool(port, backends, "weight 1", "\t\tfail_timeout 30s\n",
+                                         fmt::format("workers 1\n\tadmin 127.0.0.1:{}", admin_port)));
   // About 20 descriptors are heft's own; 48 leaves room for ~28 connections.
   Process heft({"/bin/sh", "-c", std::string("ulimit -n 48 && exec ") + HEFT_BINARY + " run --config " + dir + "/Heftfile"},
                dir + "/heft.log");
@@ -301,6 +303,21 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
     answered[r.status == 200 ? r.header("x-backend") : std::to_string(r.status)]++;
   }
   EXPECT_EQ(answered, (std::map<std::string, int>{{"a", 5}, {"b", 5}}));
+  // requests_total counts what reached the backends, which count for
+  // themselves (the stats request included): not the 500s.
+  long seen = 0;
+  for (const Backend& b : backends) {
+    const std::string stats = HttpClient(b.port).get("/_control/stats").body;
+    seen += std::stol(stats.substr(stats.find("\"requests\":") + 11)) - 1;
+  }
+  HttpClient admin(admin_port);
+  const std::string upstreams =
+      admin.request(fmt::format("GET /reverse_proxy/upstreams HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port)).body;
+  long requests = 0;
+  for (std::size_t at = upstreams.find("\"requests_total\":"); at != std::string::npos;
+       at = upstreams.find("\"requests_total\":", at + 1))
+    requests += std::stol(upstreams.substr(at + 17));
+  EXPECT_EQ(requests, seen) << upstreams;
 }
 
 }  // namespace
