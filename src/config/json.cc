@@ -316,6 +316,13 @@ class Reader {
     return config;
   }
 
+  // Whether two address lists hold the same addresses, in any order.
+  static bool same_addresses(std::vector<std::string> a, std::vector<std::string> b) {
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    return a == b;
+  }
+
   // A server's "listen": [":PORT"] (every address) or ["ADDR:PORT", ...] with IP
   // literals and one port; the port and the addresses (empty for ":PORT").
   std::optional<std::pair<uint16_t, std::vector<std::string>>> listen_addresses(const json& listen,
@@ -378,7 +385,7 @@ class Reader {
         if (!bind_from_) {
           bind_from_ = listen_path;
           config.bind = std::move(parsed->second);
-        } else if (parsed->second != config.bind) {
+        } else if (!same_addresses(parsed->second, config.bind)) {
           error(listen_path, fmt::format("must listen on the same addresses as {} (heft binds every port to one "
                                          "set of addresses, the Heftfile's default_bind)", *bind_from_));
         }

@@ -106,6 +106,11 @@ TEST(Json, DefaultBindIsEachServersListenAddresses) {
   Result<Config> back = from_json(document);
   ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
   EXPECT_EQ(*back, config);
+  // The same addresses in another order are the same binding.
+  document["apps"]["http"]["servers"]["srv1"]["listen"] = json::array({"[::1]:8080", "127.0.0.1:8080"});
+  Result<Config> reordered = from_json(document);
+  ASSERT_TRUE(reordered.ok()) << reordered.errors[0].to_string();
+  EXPECT_EQ(reordered->bind, config.bind);
 }
 
 TEST(Json, CaddyShape) {
