@@ -54,6 +54,17 @@ std::string address_text(const asio::ip::address& address) {
   return text;
 }
 
+// A new client connection: served, or closed at max_connections.
+void admit(Worker& worker, Socket socket, const tcp::endpoint& peer, uint16_t port) {
+  if (worker.proxy.open_connections.load(std::memory_order_relaxed) >=
+      worker.proxy.max_connections.load(std::memory_order_relaxed)) {
+    boost::system::error_code ignored;
+    socket.close(ignored);  // max_connections: refuse rather than queue
+    return;
+  }
+  start_session(worker, std::move(socket), port, address_text(peer.address()));
+}
+
 Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
   for (;;) {
     tcp::endpoint peer;  // from accept() itself: no getpeername() per connection
@@ -66,13 +77,20 @@ Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
       continue;
     }
     if (worker.draining) co_return;
-    if (worker.proxy.open_connections.load(std::memory_order_relaxed) >=
-        worker.proxy.max_connections.load(std::memory_order_relaxed)) {
-      boost::system::error_code ignored;
-      socket.close(ignored);  // max_connections: refuse rather than queue
-      continue;
-    }
-    start_session(worker, std::move(socket), port, address_text(peer.address()));
+    admit(worker, std::move(socket), peer, port);
+  }
+}
+
+// A listener a reload closes resets the connections still in its queue. Where
+// the port stays served (its listeners moved to other addresses), they are
+// taken first, as accept_loop() would have.
+void take_queued_connections(Worker& worker, Acceptor& acceptor, uint16_t port) {
+  boost::system::error_code ec;
+  acceptor.non_blocking(true, ec);
+  for (int i = 0; i < 4096 && !ec; ++i) {  // a queue holds at most the listen backlog
+    tcp::endpoint peer;
+    Socket socket = acceptor.accept(peer, ec);
+    if (!ec) admit(worker, std::move(socket), peer, port);
   }
 }
 
@@ -589,6 +607,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
       for (const auto& endpoint : removed) {
         auto it = w.acceptors.find(endpoint);
         if (it == w.acceptors.end()) continue;
+        if (served.count(endpoint.port())) take_queued_connections(w, *it->second, endpoint.port());
         boost::system::error_code ignored;
         it->second->close(ignored);
         // The accept loop still references it until it sees the abort: keep it alive briefly.

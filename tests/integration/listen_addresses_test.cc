@@ -113,6 +113,10 @@ TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
     heft.signal(SIGHUP);
     ASSERT_TRUE(wait_for_count(heft, "heft: reloaded", reloads + 1)) << heft.log();
     EXPECT_EQ(heft.log().find("keeping the old configuration"), std::string::npos) << heft.log();
+    // The workers move their listeners just after the log line; a connection
+    // in that window is reset about once in a hundred moves (docs/proxy.md,
+    // limitations): this checks where heft listens once it moved.
+    std::this_thread::sleep_for(100ms);
     EXPECT_EQ(HttpClient("::1", port).get("/").status, 200);
     if (bind != "::1") {
       EXPECT_EQ(HttpClient(port).get("/").status, 200);
