@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <optional>
 #include <string>
@@ -292,6 +293,9 @@ int Rollout::roll_back(const std::string& reason) {
 }
 
 int Rollout::run() {
+  // Each line as it happens, also into a file or a pipe (a log, `| tee`),
+  // where stdout would otherwise hold the stages' lines until the end.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   AdminReply cfg = admin_request(o_.admin, "GET", "/config/");
   if (cfg.status != 200) {
     fmt::print(stderr, "heft: rollout: cannot read the configuration: {}\n", cfg.error_message());
