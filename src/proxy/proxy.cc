@@ -474,11 +474,11 @@ namespace {
 
 // Enough descriptors for max_connections client connections and as many
 // upstream ones (as nginx's worker_rlimit_nofile would be set): the soft
-// limit is raised toward the hard one, never lowered.
-// Says so when the hard limit cannot even hold max_connections client
-// connections: requests beyond it get 500 (no socket for the backend) and new
-// connections wait. (Between that and the full need it stays quiet: a default
-// max_connections on a host with 20,000 descriptors should not warn.)
+// limit is raised toward the hard one, never lowered. A warning when the hard
+// limit cannot even hold max_connections client connections (requests beyond
+// it get 500: no socket for the backend); between that and the full need it
+// stays quiet, so a default max_connections on a host with 20,000
+// descriptors does not warn.
 void raise_descriptor_limit(uint32_t max_connections) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
@@ -577,8 +577,10 @@ bool Proxy::reload(config::Config next, std::string& error) {
   std::vector<tcp::endpoint> removed;
   for (const auto& endpoint : old_endpoints)
     if (!new_endpoints.count(endpoint)) removed.push_back(endpoint);
-  std::set<uint16_t> served;  // ports the new configuration serves
+  std::set<uint16_t> served, dropped;  // ports the new configuration serves, and those it stops serving
   for (const auto& endpoint : new_endpoints) served.insert(endpoint.port());
+  for (const auto& endpoint : removed)
+    if (!served.count(endpoint.port())) dropped.insert(endpoint.port());
   std::set<tcp::endpoint> backends;  // backend addresses the new configuration uses
   for (const SiteRoute& site : impl.current()->sites) {
     auto snapshot = site.pool->snapshot();
@@ -587,7 +589,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
-    asio::post(w.io, [&w, acceptors, removed, served, backends] {
+    asio::post(w.io, [&w, acceptors, removed, served, dropped, backends] {
       if (w.draining) return;
       // Pooled connections to backends no site uses any more: closed (the
       // lists stay, requests still finishing may hold them).
@@ -596,11 +598,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
       // Connections on a port no longer served end after their request in
       // flight (nginx's old workers do the same); idle ones end now.
       std::erase_if(w.unserved_ports, [&](uint16_t port) { return served.count(port) > 0; });
-      for (const auto& endpoint : removed) {
-        const uint16_t port = endpoint.port();
-        if (served.count(port) || std::find(w.unserved_ports.begin(), w.unserved_ports.end(), port) !=
-                                      w.unserved_ports.end())
-          continue;
+      for (uint16_t port : dropped) {
         w.unserved_ports.push_back(port);
         close_idle_sessions(w, port);
       }
