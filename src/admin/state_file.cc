@@ -29,6 +29,12 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+// The directory holding `path` (the working directory for a bare file name).
+std::filesystem::path directory_of(const std::string& path) {
+  std::filesystem::path target(path);
+  return target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+}
+
 }  // namespace
 
 std::string default_state_path() {
@@ -43,15 +49,14 @@ StateFileWrite::~StateFileWrite() {
 
 bool StateFileWrite::prepare(const std::string& text, std::string& error) {
   namespace fs = std::filesystem;
-  fs::path target(path_);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path dir = directory_of(path_);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     error = "cannot create " + dir.string() + ": " + ec.message();
     return false;
   }
-  if (fs::is_directory(target, ec)) {
+  if (fs::is_directory(path_, ec)) {
     error = path_ + " is a directory";
     return false;
   }
@@ -86,9 +91,7 @@ bool StateFileWrite::commit(std::string& error) {
   }
   temp_.clear();
   // The rename is durable only once the directory entry is.
-  namespace fs = std::filesystem;
-  fs::path target(path_);
-  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::filesystem::path dir = directory_of(path_);
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
     error = errno_text("cannot fsync " + dir.string());

@@ -7,12 +7,21 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "health_load_util.h"
 #include "process_util.h"
 
 namespace heft::test {
 namespace {
+
+// The requests a demo backend has answered, its stats request included.
+long requests_answered_by(const Backend& backend) {
+  const std::string body = HttpClient(backend.port).get("/_control/stats").body;
+  const auto stats = nlohmann::json::parse(body, nullptr, false);
+  if (!stats.is_object() || !stats.contains("requests")) throw std::runtime_error("no stats from " + backend.name + ": " + body);
+  return stats["requests"].get<long>();
+}
 
 std::string one_pool(uint16_t port, const std::vector<Backend>& backends, const std::string& per_backend,
                      const std::string& pool_extra = "", const std::string& global = "workers 1") {
@@ -201,11 +210,7 @@ TEST(ProxySafety, NextUpstreamTimeoutStopsRetriesInTime) {
   // Requests the backends received so far (each stats request counts itself).
   const auto requests_at_backends = [&] {
     long sum = 0;
-    for (const Backend& b : backends) {
-      Response r = HttpClient(b.port).get("/_control/stats");
-      const auto at = r.body.find("\"requests\":");
-      if (at != std::string::npos) sum += std::stol(r.body.substr(at + 11));
-    }
+    for (const Backend& b : backends) sum += requests_answered_by(b);
     return sum;
   };
   for (const auto& [limit, tries] : std::vector<std::pair<std::string, long>>{{"250ms", 1}, {"500ms", 2}, {"0", 3}}) {
@@ -306,17 +311,14 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
   // requests_total counts what reached the backends, which count for
   // themselves (the stats request included): not the 500s.
   long seen = 0;
-  for (const Backend& b : backends) {
-    const std::string stats = HttpClient(b.port).get("/_control/stats").body;
-    seen += std::stol(stats.substr(stats.find("\"requests\":") + 11)) - 1;
-  }
+  for (const Backend& b : backends) seen += requests_answered_by(b) - 1;
   HttpClient admin(admin_port);
   const std::string upstreams =
       admin.request(fmt::format("GET /reverse_proxy/upstreams HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port)).body;
+  const auto list = nlohmann::json::parse(upstreams, nullptr, false);
+  ASSERT_TRUE(list.is_array()) << upstreams;
   long requests = 0;
-  for (std::size_t at = upstreams.find("\"requests_total\":"); at != std::string::npos;
-       at = upstreams.find("\"requests_total\":", at + 1))
-    requests += std::stol(upstreams.substr(at + 17));
+  for (const auto& u : list) requests += u.value("requests_total", 0L);
   EXPECT_EQ(requests, seen) << upstreams;
 }
 

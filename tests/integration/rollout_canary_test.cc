@@ -215,7 +215,7 @@ TEST(Rollout, ConcurrentChangesToOtherUpstreamsSurviveIt) {
   SharedSite site;
   Load load(site.port, 3);
   Process rollout = site.start_rollout({"--stages", "95:5,50:50", "--hold", "2s"});
-  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 10s)) << rollout.log();
+  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 30s)) << rollout.log();
   // During stage 1: b marked down, d re-weighted, e removed (the last index, so none moves).
   const std::string upstreams = SharedSite::kUpstreams;
   ASSERT_EQ(site.admin("POST", upstreams + "/1/down", "true").status, 200);
@@ -247,7 +247,7 @@ TEST(Rollout, CanaryRemovedMeanwhileStopsWithoutReAddingIt) {
   SharedSite site;
   Load load(site.port, 3);
   Process rollout = site.start_rollout({"--stages", "95:5,50:50", "--hold", "3s"});
-  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 10s)) << rollout.log();
+  ASSERT_TRUE(wait_for_log(rollout, "stage 1/2: ", 30s)) << rollout.log();
   ASSERT_EQ(site.admin("DELETE", std::string(SharedSite::kUpstreams) + "/2").status, 200);
   auto code = rollout.wait(30s);
   load.stop();

@@ -68,26 +68,48 @@ bool eventually(F f, std::chrono::milliseconds limit) {
   return f();
 }
 
-TEST(HealthChecker, TakesOutAndBringsBackAndClearsPassive) {
-  asio::io_context io;
-  proxy::DemoBackendOptions oa, ob;
-  oa.name = "a";
-  ob.name = "b";
-  oa.health_path = ob.health_path = "/healthz";
-  proxy::DemoBackend a(io, oa), b(io, ob);
-  a.start();
-  b.start();
-  std::thread runner([&] { io.run(); });
-
-  upstream::PoolConfig pc;
-  pc.name = "site0";
-  for (auto* d : {&a, &b}) {
-    upstream::BackendConfig bc;
-    bc.name = bc.address = "127.0.0.1:" + std::to_string(d->port());
-    bc.fail_timeout = 60s;
-    pc.backends.push_back(bc);
+// Two in-process demo backends, a_ and b_, answering /healthz, served by a
+// thread of their own until the test ends.
+class HealthChecking : public ::testing::Test {
+ protected:
+  HealthChecking() : a_(io_, options("a")), b_(io_, options("b")) {
+    a_.start();
+    b_.start();
+    runner_ = std::thread([this] { io_.run(); });
   }
-  auto pool = std::make_shared<upstream::Pool>(pc);
+  ~HealthChecking() override {
+    a_.stop();
+    b_.stop();
+    runner_.join();
+  }
+  static proxy::DemoBackendOptions options(const std::string& name) {
+    proxy::DemoBackendOptions o;
+    o.name = name;
+    o.health_path = "/healthz";
+    return o;
+  }
+  static upstream::BackendConfig backend(uint16_t port) {
+    upstream::BackendConfig bc;
+    bc.name = bc.address = "127.0.0.1:" + std::to_string(port);
+    return bc;
+  }
+  // A pool "site0" of the given backends.
+  static std::shared_ptr<upstream::Pool> pool_of(const std::vector<upstream::BackendConfig>& backends) {
+    upstream::PoolConfig pc;
+    pc.name = "site0";
+    pc.backends = backends;
+    return std::make_shared<upstream::Pool>(pc);
+  }
+
+  asio::io_context io_;
+  proxy::DemoBackend a_, b_;
+  std::thread runner_;
+};
+
+TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
+  std::vector<upstream::BackendConfig> backends{backend(a_.port()), backend(b_.port())};
+  for (auto& bc : backends) bc.fail_timeout = 60s;
+  auto pool = pool_of(backends);
   config::PoolConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
@@ -104,13 +126,13 @@ TEST(HealthChecker, TakesOutAndBringsBackAndClearsPassive) {
     checker.set_pools({{"site0", pool, cfg}});
     std::this_thread::sleep_for(250ms);
     EXPECT_TRUE(pool->snapshot()->available(1));
-    control(b.port(), "/_control/health?status=500");
+    control(b_.port(), "/_control/health?status=500");
     auto t = std::chrono::steady_clock::now();
     // Out within interval x fails + one interval (+ slack).
     EXPECT_TRUE(eventually([&] { return !pool->snapshot()->available(1); }, 600ms));
     EXPECT_LT(std::chrono::steady_clock::now() - t, 400ms);
     EXPECT_EQ(pool->snapshot()->state(1).health_changes_total.load(), 1u);
-    control(b.port(), "/_control/health?status=200");
+    control(b_.port(), "/_control/health?status=200");
     EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(1); }, 400ms));
     // Passive failure on a: out for 60 s, but the next passing probe brings it back.
     pool->snapshot()->report_failure(0, std::chrono::steady_clock::now());
@@ -125,31 +147,14 @@ TEST(HealthChecker, TakesOutAndBringsBackAndClearsPassive) {
   EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
   EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
   EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
-  a.stop();
-  b.stop();
-  runner.join();
 }
 
 // After a reload the checker follows the same Pool object: a backend added to
 // it is probed too, and one that stayed keeps its state.
-TEST(HealthChecker, FollowsThePoolAcrossReloads) {
-  asio::io_context io;
-  proxy::DemoBackendOptions oa, ob;
-  oa.name = "a";
-  ob.name = "b";
-  oa.health_path = ob.health_path = "/healthz";
-  proxy::DemoBackend a(io, oa), b(io, ob);
-  a.start();
-  b.start();
-  std::thread runner([&] { io.run(); });
-  auto backend = [](uint16_t port) {
-    upstream::BackendConfig bc;
-    bc.name = bc.address = "127.0.0.1:" + std::to_string(port);
-    return bc;
-  };
+TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
   upstream::PoolConfig pc;
   pc.name = "site0";
-  pc.backends = {backend(a.port())};
+  pc.backends = {backend(a_.port())};
   auto pool = std::make_shared<upstream::Pool>(pc);
   config::PoolConfig cfg;
   cfg.health_uri = "/healthz";
@@ -157,8 +162,8 @@ TEST(HealthChecker, FollowsThePoolAcrossReloads) {
   {
     HealthChecker checker([](const std::string&) {});
     checker.set_pools({{"site0", pool, cfg}});
-    control(b.port(), "/_control/health?status=503");
-    pc.backends.push_back(backend(b.port()));
+    control(b_.port(), "/_control/health?status=503");
+    pc.backends.push_back(backend(b_.port()));
     pool->update(pc);  // a reload that keeps the site: same Pool, one more backend
     checker.set_pools({{"site0", pool, cfg}});
     EXPECT_TRUE(eventually([&] { return !pool->snapshot()->available(1); }, 500ms));
@@ -172,9 +177,6 @@ TEST(HealthChecker, FollowsThePoolAcrossReloads) {
     checker.set_pools({{"site0", pool, cfg}});
     EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(0) && pool->snapshot()->available(1); }, 500ms));
   }
-  a.stop();
-  b.stop();
-  runner.join();
 }
 
 // Reloads that leave a backend's checks as they were do not restart its
@@ -182,24 +184,8 @@ TEST(HealthChecker, FollowsThePoolAcrossReloads) {
 // 100 ms after a restart) still marks failing b out within interval x fails +
 // one interval, and keeps its consecutive count across the reloads. A changed
 // option starts its checks afresh (FollowsThePoolAcrossReloads).
-TEST(HealthChecker, FrequentReloadsKeepTheProbeSchedule) {
-  asio::io_context io;
-  proxy::DemoBackendOptions oa, ob;
-  oa.name = "a";
-  ob.name = "b";
-  oa.health_path = ob.health_path = "/healthz";
-  proxy::DemoBackend a(io, oa), b(io, ob);
-  a.start();
-  b.start();
-  std::thread runner([&] { io.run(); });
-  upstream::PoolConfig pc;
-  pc.name = "site0";
-  for (auto* d : {&a, &b}) {
-    upstream::BackendConfig bc;
-    bc.name = bc.address = "127.0.0.1:" + std::to_string(d->port());
-    pc.backends.push_back(bc);
-  }
-  auto pool = std::make_shared<upstream::Pool>(pc);
+TEST_F(HealthChecking, FrequentReloadsKeepTheProbeSchedule) {
+  auto pool = pool_of({backend(a_.port()), backend(b_.port())});
   config::PoolConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 200ms;
@@ -208,7 +194,7 @@ TEST(HealthChecker, FrequentReloadsKeepTheProbeSchedule) {
   {
     HealthChecker checker([](const std::string&) {});
     checker.set_pools({{"site0", pool, cfg}});
-    control(b.port(), "/_control/health?status=500");
+    control(b_.port(), "/_control/health?status=500");
     const auto broken = std::chrono::steady_clock::now();
     std::optional<std::chrono::steady_clock::duration> out_after;
     while (!out_after && std::chrono::steady_clock::now() - broken < 2s) {
@@ -224,9 +210,6 @@ TEST(HealthChecker, FrequentReloadsKeepTheProbeSchedule) {
     EXPECT_TRUE(pool->snapshot()->available(0));
     EXPECT_GE(checker.checks_failed(), 2u);
   }
-  a.stop();
-  b.stop();
-  runner.join();
 }
 
 }  // namespace
