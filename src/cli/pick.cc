@@ -8,6 +8,7 @@
 #include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -107,7 +108,7 @@ int run_pick(const PickOptions& o) {
   } else {
     if (keys.size() > 1'000'000) throw BadArguments("--keys: at most 1000000 keys");
     count = !keys.empty() ? static_cast<int>(keys.size())
-                          : (!active.empty() ? 1 : static_cast<int>(std::min<uint64_t>(total, 100)));
+                          : (!active.empty() ? 1 : static_cast<int>(std::clamp<uint64_t>(total, 1, 100)));
   }
 
   auto current_weights = [&] {
@@ -129,7 +130,9 @@ int run_pick(const PickOptions& o) {
   for (int step = 0; step < count; ++step) {
     PickContext ctx;
     ctx.random = rng();
-    if (!keys.empty()) ctx.key_hash = hash_key(keys[step % keys.size()]);
+    // Without keys, hash places each pick as the proxy places a request
+    // without its key: at random in proportion to the weights (docs/hashing.md).
+    ctx.key_hash = keys.empty() ? rng() : hash_key(keys[step % keys.size()]);
     std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
     auto choice = balancer.pick(ctx);
     std::string chosen = choice ? names[*choice] : "-";
@@ -224,7 +227,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
   cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy only)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
-  cmd->add_option("--seed", options->seed, "random seed (random, p2c)")->capture_default_str();
+  cmd->add_option("--seed", options->seed, "random seed (random, p2c, hash without --keys)")->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");
   cmd->add_flag("--json", options->json, "machine-readable output");
   cmd->callback([options] { set_exit_code(run_pick(*options)); });

@@ -49,6 +49,8 @@ struct SimFlags {
 };
 
 std::string read_file(const std::string& path, const char* what) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw BadArguments(std::string(what) + ": '" + path + "' is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw BadArguments(std::string(what) + ": cannot read '" + path + "'");
   std::ostringstream text;
@@ -56,12 +58,22 @@ std::string read_file(const std::string& path, const char* what) {
   return text.str();
 }
 
+// A trace's errors name its file: "--trace 'a.txt': trace line 2: ...".
+void load_trace_file(const std::string& path, const char* what, sim::Scenario& s) {
+  const std::string text = read_file(path, what);
+  try {
+    sim::load_trace(text, s);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("{} '{}': {}", what, path, e.what()));
+  }
+}
+
 // Flags that refine any scenario (from flags, a file or an example).
 void apply_overrides(const SimFlags& f, sim::Scenario& s) {
   if (f.seed_opt->count()) s.seed = sim::parse_seed(f.seed);
   if (f.rate_opt->count()) s.rate = f.rate;
-  if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration);
-  if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket);
+  if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration, "--duration");
+  if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket, "--bucket");
   if (!f.policies.empty()) s.policies = sim::parse_policies(f.policies);
   if (!f.hash_strategy.empty()) {
     auto h = balance::parse_hash_strategy(f.hash_strategy);
@@ -76,7 +88,9 @@ void apply_overrides(const SimFlags& f, sim::Scenario& s) {
     for (size_t i = 0; i < w.size(); ++i) s.servers[i].weight = w[i];
   }
   for (const std::string& e : f.events) s.events.push_back(sim::parse_event(e));
-  if (!f.trace.empty()) sim::load_trace(read_file(f.trace, "--trace"), s);
+  if (!f.trace.empty()) load_trace_file(f.trace, "--trace", s);
+  if (f.rate_opt->count() && s.has_trace)
+    throw std::invalid_argument("--rate does not apply to a trace: its arrivals are replayed as they are");
   sim::validate(s);
 }
 
@@ -91,17 +105,18 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
     out.push_back(sim::seed_example(true));
   } else if (!f.scenario_file.empty()) {
     nlohmann::json j;
+    // Any of the parser's errors: a syntax error, or a number beyond a double (1e400).
     try {
       j = nlohmann::json::parse(read_file(f.scenario_file, "--scenario"));
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::invalid_argument(std::string("--scenario: ") + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(fmt::format("--scenario '{}': {}", f.scenario_file, e.what()));
     }
     std::string trace_path;
     sim::Scenario s = sim::scenario_from_json(j, &trace_path);
     if (!trace_path.empty() && f.trace.empty()) {
       std::filesystem::path p(trace_path);
       if (p.is_relative()) p = std::filesystem::path(f.scenario_file).parent_path() / p;
-      sim::load_trace(read_file(p.string(), "scenario trace"), s);
+      load_trace_file(p.string(), "scenario trace", s);
     }
     out.push_back(std::move(s));
   } else {
@@ -114,7 +129,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
       if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
         throw std::invalid_argument(fmt::format(
             "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
-      const double service = sim::parse_duration(f.service);
+      const double service = sim::parse_duration(f.service, "--service");
       for (double units : sim::parse_units(f.servers)) {
         sim::ServerSpec server;
         server.units = units;

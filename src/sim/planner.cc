@@ -59,10 +59,14 @@ std::string with_thousands(int64_t whole) {
   return whole < 0 ? "-" + out : out;
 }
 
+// Over 100% is decided on the unrounded value (100.4% is still over), with the
+// same relative tolerance as step 3's group count: a fleet step 3 found exactly
+// big enough is not over by rounding noise (100.00000000000003%).
+bool over_100(double percent) { return percent > 100 * (1 + 1e-9); }
+
 std::string format_percent(double percent) {
   std::string text = fmt::format("{}%", with_thousands(static_cast<int64_t>(round_percent(percent))));
-  // Over 100% is marked on the unrounded value: 100.4% is still over.
-  if (percent > 100) text += " [over 100%]";
+  if (over_100(percent)) text += " [over 100%]";
   return text;
 }
 
@@ -112,7 +116,7 @@ nlohmann::json percent_value(double percent) {
   return {{"value", percent},
           {"rounded", round_percent(percent)},
           {"display", fmt::format("{}%", with_thousands(static_cast<int64_t>(round_percent(percent))))},
-          {"over_100", percent > 100}};
+          {"over_100", over_100(percent)}};
 }
 
 }  // namespace
@@ -171,10 +175,11 @@ double round_equivalents(double x) { return std::round(x * 100) / 100; }
 std::string format_rps(double rps) {
   const double rounded = round_rps(rps);
   if (rounded >= 100) return with_thousands(static_cast<int64_t>(rounded));
-  return fmt::format("{}", rounded);  // shortest form: 57.9, 0.579
+  return fmt::format("{:.3g}", rounded);  // 57.9, 0.579, 1.16e-297 (not 1.1599999999999999e-297)
 }
 
-std::string format_size(double size) { return fmt::format("{}", size); }
+// Sizes as given (1.5, 0.3) without the noise of a binary sum (0.30000000000000004).
+std::string format_size(double size) { return fmt::format("{:.12g}", size); }
 
 Plan make_plan(const PlanInputs& in) {
   validate(in);

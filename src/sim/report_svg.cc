@@ -32,7 +32,14 @@ std::string escape(std::string_view s) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      case '\t': case '\n': case '\r': out += ' '; break;
+      default:
+        // XML 1.0 allows no other control character, not even as a reference.
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += "\xEF\xBF\xBD";  // U+FFFD, the replacement character
+        } else {
+          out += c;
+        }
     }
   }
   return out;

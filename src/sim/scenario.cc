@@ -91,7 +91,7 @@ uint64_t parse_seed(std::string_view text) {
   return parse_count(text, "--seed");
 }
 
-double parse_duration(std::string_view text) {
+double parse_duration(std::string_view text, std::string_view what) {
   text = trim(text);
   struct Unit {
     std::string_view suffix;
@@ -99,18 +99,20 @@ double parse_duration(std::string_view text) {
   };
   // Longest suffixes first so "ms" is not read as "s".
   constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  double v = 0;
+  bool unit_found = false;
   for (const Unit& u : kUnits) {
     if (text.size() > u.suffix.size() && text.ends_with(u.suffix)) {
       std::string_view number = text.substr(0, text.size() - u.suffix.size());
       if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
-      double v = parse_number(number, "duration") * u.seconds;
-      if (v < 0) fail(fmt::format("duration '{}' is negative", text));
-      if (!std::isfinite(v)) fail(fmt::format("duration '{}' is too large", text));  // 1e308h
-      return v;
+      v = parse_number(number, what) * u.seconds;
+      unit_found = true;
+      break;
     }
   }
-  double v = parse_number(text, "duration");
-  if (v < 0) fail(fmt::format("duration '{}' is negative", text));
+  if (!unit_found) v = parse_number(text, what);
+  if (v < 0) fail(fmt::format("{}: '{}' is negative", what, text));
+  if (!std::isfinite(v)) fail(fmt::format("{}: '{}' is too large", what, text));  // 1e308h
   return v;
 }
 
@@ -137,7 +139,7 @@ ServerSpec parse_server(std::string_view text) {
       s.size = static_cast<uint32_t>(parse_count(value, "--server size", 1, kMaxWorkers));
       size_given = true;
     } else if (key == "service") {
-      s.service_s = parse_duration(value);
+      s.service_s = parse_duration(value, "--server service");
     } else if (key == "dist") {
       auto d = parse_service_dist(value);
       if (!d) fail(fmt::format("--server dist: '{}' is not fixed, exp or lognormal", value));
@@ -151,7 +153,7 @@ ServerSpec parse_server(std::string_view text) {
     } else if (key == "queue") {
       s.queue_limit = parse_count(value, "--server queue");
     } else if (key == "timeout") {
-      s.timeout_s = parse_duration(value);
+      s.timeout_s = parse_duration(value, "--server timeout");
     } else if (key == "units") {
       s.units = parse_number(value, "--server units");
       units_given = true;
@@ -169,7 +171,7 @@ Event parse_event(std::string_view text) {
   size_t first = text.find(':');
   if (first == std::string_view::npos) fail(fmt::format("--event '{}': expected TIME:SERVER:ACTION", text));
   Event e;
-  e.at_s = parse_duration(text.substr(0, first));
+  e.at_s = parse_duration(text.substr(0, first), "--event time");
   std::string_view rest = trim(text.substr(first + 1));
   std::string_view action = rest;
   size_t second = rest.find(':');
@@ -329,6 +331,7 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
       units_given = true;
     } else if (k == "service") {
       server.service_s = json_duration(x, at);
+      if (!(server.service_s > 0)) json_fail(at, "must be a positive duration", x);
     } else if (k == "dist") {
       auto d = parse_service_dist(json_string(x, at));
       if (!d) json_fail(at, "must be fixed, exp or lognormal", x);
@@ -363,6 +366,7 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       s.seed = json_integer(v, key, 0, std::numeric_limits<uint64_t>::max());
     } else if (key == "duration") {
       s.duration_s = json_duration(v, key);
+      if (!(s.duration_s > 0)) json_fail(key, "must be a positive duration", v);
     } else if (key == "rate") {
       s.rate = json_positive(v, key);
     } else if (key == "trace") {
@@ -383,6 +387,7 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
         if (!kind) json_fail(at, "is not a policy", v[i]);
         s.policies.push_back(*kind);
       }
+      if (s.policies.empty()) json_fail(key, "must name at least one policy", v);
     } else if (key == "events") {
       for (size_t i = 0; i < json_array(v, key).size(); ++i) {
         const std::string at = fmt::format("events[{}]", i);
@@ -400,7 +405,23 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       fail(fmt::format("scenario: unknown key '{}'", key));
     }
   }
+  if (j.contains("rate") && j.contains("trace"))
+    fail("scenario: rate and trace are exclusive: a trace's arrivals are replayed as they are");
+  // Events name servers by name, or by validate()'s default name s1, s2, ...
+  std::unordered_set<std::string> names;
+  for (size_t i = 0; i < s.servers.size(); ++i)
+    names.insert(s.servers[i].name.empty() ? fmt::format("s{}", i + 1) : s.servers[i].name);
+  for (size_t i = 0; i < s.events.size(); ++i) {
+    const Event& e = s.events[i];
+    if (e.kind != Event::Kind::weights && !names.contains(e.server))
+      fail(fmt::format("scenario: events[{}]: names unknown server '{}'", i, e.server));
+  }
   return s;
+}
+
+size_t bucket_count(const Scenario& scenario) {
+  const double buckets = std::ceil(scenario.duration_s / scenario.bucket_s * (1 - 1e-9));
+  return buckets < 1 ? 1 : static_cast<size_t>(buckets);
 }
 
 uint32_t initial_weight(const ServerSpec& server) {
@@ -460,7 +481,7 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
 
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
-  if (s.servers.size() > 4096) fail("at most 4096 servers");
+  if (s.servers.size() > 4096) fail(fmt::format("{} servers; at most 4096 are simulated", s.servers.size()));
   if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
   if (!s.has_trace) {
     if (!(s.rate > 0) || !std::isfinite(s.rate))
@@ -501,6 +522,15 @@ void validate(Scenario& s) {
   }
   if (workers > kMaxWorkers)
     fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
+  // Simulated time is a double of seconds: at 1e15 s its step is 0.125 s and a
+  // 5 ms service time vanishes. Up to 4.5e9 shortest service times the step is
+  // at most a millionth of one.
+  double shortest_service = std::numeric_limits<double>::infinity();
+  for (const ServerSpec& server : s.servers) shortest_service = std::min(shortest_service, server.service_s);
+  if (s.duration_s > shortest_service * kMaxDurationInServiceTimes)
+    fail(fmt::format("duration {:g}s is too long for the shortest service time ({:g}s): simulated time would lose "
+                     "its precision; at most {:.3g}s",
+                     s.duration_s, shortest_service, shortest_service * kMaxDurationInServiceTimes));
   set_default_weights(s.servers);
   for (const Event& e : s.events) {
     if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");
@@ -521,7 +551,7 @@ void validate(Scenario& s) {
   if (!std::isfinite(s.bucket_s)) fail("--bucket must be finite");
   if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
-  const double points = std::ceil(s.duration_s / s.bucket_s) * static_cast<double>(s.servers.size());
+  const double points = static_cast<double>(bucket_count(s)) * static_cast<double>(s.servers.size());
   if (points > static_cast<double>(kMaxSeriesPoints))
     fail(fmt::format("--bucket is too small for {} servers: {:.0f} utilisation points per policy, at most {}",
                      s.servers.size(), points, kMaxSeriesPoints));

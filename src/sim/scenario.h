@@ -33,6 +33,9 @@ inline constexpr double kMaxArrivals = 50'000'000;
 inline constexpr double kMaxSigma = 4;
 // Utilisation points (servers x buckets) per policy: each is kept and printed.
 inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
+// The longest duration, in shortest service times: simulated time (a double of
+// seconds) then still resolves a millionth of a service time (2^52 x 1e-6).
+inline constexpr double kMaxDurationInServiceTimes = 4.5e9;
 
 enum class ServiceDist { fixed, exponential, lognormal };
 
@@ -81,8 +84,9 @@ struct Scenario {
 // "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
 uint64_t parse_seed(std::string_view text);
 
-// "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds.
-double parse_duration(std::string_view text);
+// "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds; `what`
+// names the flag or key in errors ("--bucket: '-1s' is negative").
+double parse_duration(std::string_view text, std::string_view what = "duration");
 
 // "3x,1x,1x" (or "3,1,1"): units per server.
 std::vector<double> parse_units(std::string_view text);
@@ -114,6 +118,10 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
 // number that makes them whole (1.5x,1x -> 3,2; 3x,1x,1x -> 3,1,1). Throws
 // std::invalid_argument.
 void validate(Scenario& scenario);
+
+// The utilisation series' bucket count: duration / bucket, rounded up, with a
+// hair of tolerance so 60 s / 1.2 ms is 50,000 and not 50,001; at least 1.
+size_t bucket_count(const Scenario& scenario);
 
 // The weight each server starts with: its weight (set for every server by
 // validate()), else its units rounded, at least 1.

@@ -108,4 +108,24 @@ TEST(HeftPick, HashIsTheSameInSeparateProcesses) {
   }
 }
 
+// Without --keys, hash places picks as the proxy places requests without their
+// key: at random in proportion to the weights (it sent all 100,000 to one).
+TEST(HeftPick, HashWithoutKeysSplitsByWeight) {
+  for (const char* strategy : {"ring", "maglev"}) {
+    PickRun run = heft(std::string("pick --policy hash --hash-strategy ") + strategy +
+                       " --weights 5,3,2 --names a,b,c --count 10000 --json");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    const auto out = nlohmann::json::parse(run.out);
+    std::map<std::string, int> counts;
+    for (const auto& s : out["sequence"]) counts[s.get<std::string>()]++;
+    EXPECT_NEAR(counts["a"], 5000, 300) << strategy;
+    EXPECT_NEAR(counts["b"], 3000, 300) << strategy;
+    EXPECT_NEAR(counts["c"], 2000, 300) << strategy;
+  }
+  // All weights 0: one pick, of nothing, rather than an empty sequence.
+  PickRun none = heft("pick --weights 0,0 --json");
+  ASSERT_EQ(none.exit_code, 0) << none.out;
+  EXPECT_EQ(nlohmann::json::parse(none.out)["sequence"], nlohmann::json::array({"-"}));
+}
+
 }  // namespace

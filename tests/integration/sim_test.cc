@@ -123,6 +123,28 @@ void expect_rejected(const std::string& args, const std::string& names) {
   EXPECT_NE(out.stdout_text.find(names), std::string::npos) << args << ": " << out.stdout_text;
 }
 
+// Errors name the flag, member or file; a number beyond a double in a scenario
+// file (which the JSON parser reports by exception) is one of them, not an abort.
+TEST(SimCommandTest, ErrorsNameTheFlagOrTheFile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_sim_names_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string huge = (dir / "huge.json").string();
+  std::ofstream(huge) << R"({"rate": 1e400, "servers": [{"name": "a", "size": 1, "service": "1ms"}]})";
+  expect_rejected("sim --scenario " + huge, "--scenario '" + huge + "': ");
+  expect_rejected("sim --scenario " + dir.string(), "is a directory");
+  const std::string trace = (dir / "trace.txt").string();
+  std::ofstream(trace) << "0.1\n-1\n";
+  expect_rejected("sim --servers 1x --trace " + trace, "--trace '" + trace + "': trace line 2: ");
+  std::ofstream(trace) << "0.1\n0.2\n";
+  expect_rejected("sim --servers 1x --trace " + trace + " --rate 5", "--rate does not apply to a trace");
+  expect_rejected("sim --servers 1x --bucket -1s", "--bucket: '-1s' is negative");
+  expect_rejected("sim --servers 1x --service abc", "--service: 'abc' is not a number");
+  expect_rejected("sim --server name=big,service=abc", "--server service: 'abc'");
+  expect_rejected("sim --servers 1x --event xs:s1:fail", "--event time: 'xs'");
+  expect_rejected("sim --servers 1x --duration 1e15s --rate 1e-10", "too long for the shortest service time");
+  std::filesystem::remove_all(dir);
+}
+
 // Writes a scenario file with one server object and returns its path.
 std::filesystem::path write_scenario(const std::string& server_members, const std::string& top = "") {
   static int counter = 0;

@@ -147,6 +147,26 @@ TEST(PlannerTest, ExactFitDoesNotAddAGroup) {
   EXPECT_EQ(plan_to_json(plan)["utilisation_weighted"]["over_100"], false);
 }
 
+// An exact fit whose binary arithmetic lands a hair above 100 % (0.7 + 0.1 is
+// 0.7999999999999999): step 3 finds one group enough, so step 4 is not "over".
+TEST(PlannerTest, ExactFitInBinaryNoiseIsNotOver100) {
+  PlanInputs in;
+  in.daily_active_users = 69'120;  // 0.8 req/s
+  in.requests_per_user = 1;
+  in.peak_factor = 1;
+  in.server_rps = 1;
+  in.target_busy_percent = 100;
+  in.group = {0.7, 0.1};
+  const Plan plan = make_plan(in);
+  EXPECT_EQ(plan.groups, 1);
+  EXPECT_EQ(plan_to_json(plan)["utilisation_weighted"]["over_100"], false);
+  const std::string text = format_plan_text(plan);
+  const size_t step4 = text.find("\n4. "), step5 = text.find("\n5. ");
+  ASSERT_LT(step4, step5) << text;
+  EXPECT_EQ(text.substr(step4, step5 - step4).find("[over 100%]"), std::string::npos) << text;
+  EXPECT_NE(text.find("(capacity 0.8)"), std::string::npos) << text;  // not 0.7999999999999999
+}
+
 TEST(PlannerTest, TinyTrafficStillNeedsOneGroup) {
   PlanInputs in;
   in.daily_active_users = 10;
@@ -180,6 +200,9 @@ TEST(PlannerTest, Rounding) {
   EXPECT_DOUBLE_EQ(round_equivalents(9.645061728), 9.65);
   EXPECT_EQ(format_size(1.5), "1.5");
   EXPECT_EQ(format_size(3), "3");
+  EXPECT_EQ(format_size(0.1 + 0.2), "0.3");  // a group's capacity, summed in binary
+  EXPECT_EQ(format_rps(1.16e-297), "1.16e-297");
+  EXPECT_EQ(format_rps(0.1 + 0.2), "0.3");
 }
 
 TEST(PlannerTest, ParseGroup) {

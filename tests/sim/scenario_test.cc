@@ -80,6 +80,10 @@ TEST(ScenarioJsonTest, EveryMemberIsCheckedAndNamed) {
       {R"("policies": ["fastest"])", "", "policies[0]"},
       {R"("events": ["1s:a:fail", "1s:a:weight=-1"])", "", "events[1]"},
       {R"("events": [5])", "", "events[0]"},
+      {R"("events": ["1s:a:fail", "2s:nobody:fail"])", "", "events[1]"},
+      {R"("duration": 0)", "", "duration"},
+      {R"("policies": [])", "", "policies"},
+      {"", R"("service": 0)", "servers[0].service"},
   };
   for (const Case& c : cases) {
     const std::string error = scenario_error(c.top, c.server);
@@ -281,6 +285,41 @@ TEST(ScenarioLimitsTest, DurationsAreFinite) {
   e.server = "s1";
   s.events.push_back(e);
   EXPECT_NE(error_of([&] { validate(s); }).find("event times"), std::string::npos);
+}
+
+// A trace replaces the Poisson rate: giving both is an error, not a silent choice.
+TEST(ScenarioJsonTest, RateAndTraceAreExclusive) {
+  EXPECT_NE(error_of([] {
+              scenario_from_json(nlohmann::json::parse(R"({"rate": 5, "trace": "t.txt", "servers": []})"), nullptr);
+            }).find("rate and trace are exclusive"),
+            std::string::npos);
+}
+
+// Simulated time is a double: a duration whose step would swallow the service
+// time (1e15 s against 5 ms) is refused instead of giving wrong latencies.
+TEST(ScenarioValidateTest, DurationBeyondTheClocksPrecisionIsRefused) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].service_s = 0.005;
+  s.rate = 1e-10;
+  s.duration_s = 1e15;
+  EXPECT_NE(error_of([&] { validate(s); }).find("too long for the shortest service time"), std::string::npos);
+  s.duration_s = 2e7;  // 231 days of 5 ms services: still resolved
+  EXPECT_EQ(error_of([&] { validate(s); }), "");
+}
+
+// 60 s in 1.2 ms buckets is 50,000 of them (the division gives 50000.000000000007),
+// so 200 servers are exactly at the 10,000,000-point limit, not over it.
+TEST(ScenarioValidateTest, BucketCountIsNotRoundedUpByBinaryNoise) {
+  Scenario s;
+  s.duration_s = 60;
+  s.bucket_s = 0.0012;
+  s.rate = 10;
+  for (int i = 0; i < 200; ++i) s.servers.push_back(ServerSpec{});
+  EXPECT_EQ(error_of([&] { validate(s); }), "");
+  EXPECT_EQ(bucket_count(s), 50'000u);
+  s.bucket_s = 0.007;  // 8,571.4 buckets: the partial one counts
+  EXPECT_EQ(bucket_count(s), 8'572u);
 }
 
 }  // namespace

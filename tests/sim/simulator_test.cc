@@ -257,6 +257,38 @@ TEST(EventsTest, SlowDownRaisesUtilisationAndLatency) {
   EXPECT_NEAR(s2.utilisation_series[8], 1.0, 0.05) << "twice the service time: 100 %";
 }
 
+// Every request takes exactly 10 ms; the histogram's bucket midpoint is above
+// that, so unclamped percentiles (10.027 ms) exceeded the max (10 ms).
+TEST(LatencyTest, PercentilesNeverExceedTheMax) {
+  Scenario s = three_equal(10);
+  s.servers.resize(1);
+  s.servers[0].size = 1000;
+  s.servers[0].dist = ServiceDist::fixed;
+  s.servers[0].service_s = 0.01;
+  s.rate = 100;
+  s.policies = {PolicyKind::round_robin};
+  const SimResult r = simulate(s);
+  for (const LatencySummary& l : {r.policies[0].latency, r.policies[0].servers[0].latency}) {
+    EXPECT_GT(l.max_s, 0.0099);
+    EXPECT_LE(l.p50_s, l.max_s);
+    EXPECT_LE(l.p95_s, l.max_s);
+    EXPECT_LE(l.p99_s, l.max_s);
+  }
+}
+
+// Names reach the SVG as text: a control character (which XML 1.0 forbids,
+// even as a reference) is replaced, so the report stays well-formed.
+TEST(ReportTest, SvgHasNoControlCharacters) {
+  Scenario s = three_equal(5);
+  s.name = std::string("ctl\x01name\ttab");
+  s.servers[0].name = std::string("a\x02b");
+  s.policies = {PolicyKind::round_robin};
+  const std::string svg = format_svg({simulate(s)});
+  EXPECT_EQ(std::count_if(svg.begin(), svg.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 && c != '\n'; }),
+            0);
+  EXPECT_NE(svg.find("ctl\xEF\xBF\xBDname tab"), std::string::npos);
+}
+
 TEST(LimitsTest, QueueLimitRefusesAndTimeoutTimesOut) {
   Scenario s = three_equal(60);
   s.servers.resize(1);
