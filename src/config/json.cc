@@ -205,12 +205,13 @@ class Reader {
     std::optional<milliseconds> parsed;
     if (v.is_string()) {
       parsed = parse_duration(v.get<std::string>());
-    } else if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() % 1'000'000 == 0) {
+    } else if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() % 1'000'000 == 0 &&
+               v.get<int64_t>() / 1'000'000 <= kMaxDuration.count()) {
       parsed = milliseconds{v.get<int64_t>() / 1'000'000};
     }
     if (!parsed || (positive && parsed->count() == 0)) {
-      error(path, positive ? "must be a duration greater than 0, e.g. \"30s\""
-                           : "must be a duration, e.g. \"250ms\" or \"30s\"");
+      error(path, positive ? "must be a duration greater than 0 and at most 365d, e.g. \"30s\""
+                           : "must be a duration of at most 365d, e.g. \"250ms\" or \"30s\"");
       return std::nullopt;
     }
     return parsed;

@@ -154,7 +154,15 @@ class Grouper {
         d.has_block = true;
         d.open_brace = lx.token;
         ++pos_;
-        d.block = block(&d.open_brace);
+        if (depth_ == kMaxDepth) {
+          error(lx.token.line, lx.token.column,
+                fmt::format("blocks nested more than {} deep (a Heftfile needs 3)", kMaxDepth));
+          skip_block();
+        } else {
+          ++depth_;
+          d.block = block(&d.open_brace);
+          --depth_;
+        }
         if (lexemes_[pos_].kind == Kind::comment) d.trailing_comment = lexemes_[pos_++].token.text;
         return d;
       } else if (lx.kind == Kind::comment) {
@@ -171,6 +179,19 @@ class Grouper {
     errors_.push_back({std::string(file_), line, column, "", std::move(message)});
   }
 
+  // Past the `}` closing the block just opened (or to the end), without
+  // recursing: the nesting that got here is already too deep.
+  void skip_block() {
+    for (size_t open = 1; open > 0 && lexemes_[pos_].kind != Kind::end; ++pos_) {
+      if (lexemes_[pos_].kind == Kind::open) ++open;
+      if (lexemes_[pos_].kind == Kind::close) --open;
+    }
+  }
+
+  // The parser recurses per block: a bound keeps 40,000 nested braces (80 KB,
+  // within the admin API's 1 MiB) from overflowing the stack of a running heft.
+  static constexpr int kMaxDepth = 32;
+  int depth_ = 0;
   std::vector<Lexeme> lexemes_;
   size_t pos_ = 0;
   std::string_view file_;

@@ -73,7 +73,7 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
     else return std::nullopt;
     total_ms += std::strtold(number.c_str(), nullptr) * scale;
   }
-  if (total_ms > 1e15L) return std::nullopt;
+  if (total_ms > static_cast<long double>(kMaxDuration.count())) return std::nullopt;
   long double whole = std::round(total_ms);
   if (std::fabs(whole - total_ms) > 1e-6L) return std::nullopt;
   return std::chrono::milliseconds{static_cast<int64_t>(whole)};

@@ -14,8 +14,14 @@
 
 namespace heft::config {
 
+// The longest duration any option takes. Timers add durations to the clock in
+// nanoseconds: 2562047h overflowed them (every read timed out at once), so
+// options stop far below, at a year.
+inline constexpr std::chrono::milliseconds kMaxDuration{365LL * 24 * 3600 * 1000};
+
 // "250ms", "30s", "5m", "1h", "1d", "1.5s", "1m30s", or "0". Units are required
-// (except for 0) and the result must be a whole number of milliseconds.
+// (except for 0), the result must be a whole number of milliseconds and at
+// most kMaxDuration.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 // The shortest canonical spelling parse_duration reads back: "250ms", "30s", "1m30s".

@@ -69,8 +69,16 @@ TEST(RoundRobin, IgnoresWeightsAndSkipsUnavailable) {
   EXPECT_EQ(seq, "ABCABC");
   b.set_available(1, false);
   seq.clear();
-  for (int i = 0; i < 4; ++i) seq += char('A' + *b.pick());
-  EXPECT_EQ(seq.find('B'), std::string::npos);
+  for (int i = 0; i < 6; ++i) seq += char('A' + *b.pick());
+  EXPECT_EQ(seq, "ACACAC");  // B's turns are spent, not handed to C (was A C A C C A)
+  // Two of four out: the others still alternate.
+  Balancer c({PolicyKind::round_robin}, specs({1, 1, 1, 1}));
+  c.set_available(1, false);
+  c.set_available(2, false);
+  std::map<uint32_t, int> counts;
+  for (int i = 0; i < 100; ++i) counts[*c.pick()]++;
+  EXPECT_EQ(counts[0], 50);
+  EXPECT_EQ(counts[3], 50);
 }
 
 TEST(First, FirstAvailableInOrder) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -373,11 +375,29 @@ TEST(HeftfileErrors, UnknownOptionSuggestsTheClosest) {
             "Heftfile:3:13: unknown lb_policy \"least_con\" (did you mean \"least_conn\"?)");
 }
 
+// The parser recurses per block: 40,000 nested braces overflowed the stack
+// (a crash of a running heft through POST /load or SIGHUP). Deeper than 32 is
+// one error, and the braces after it still pair up.
+TEST(HeftfileErrors, NestingIsBounded) {
+  std::string deep = ":80 {\n\treverse_proxy a:1 {\n\t\thealth_uri /h\n\t}\n";
+  for (int i = 0; i < 40'000; ++i) deep += "x { ";
+  for (int i = 0; i < 40'000; ++i) deep += "} ";
+  deep += "\n}\n";
+  const auto errors = errors_of(deep);
+  const auto nested = std::count_if(errors.begin(), errors.end(), [](const std::string& e) {
+    return e.find("blocks nested more than 32 deep") != std::string::npos;
+  });
+  EXPECT_EQ(nested, 1) << ::testing::PrintToString(errors);
+  for (const std::string& e : errors) EXPECT_EQ(e.find("missing '}'"), std::string::npos) << e;
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
-            "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h)");
+            "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 fail_timeout 10\n\t}\n}\n"),
-            "Heftfile:3:23: invalid duration \"10\" (use e.g. 250ms, 30s, 5m, 1h)");
+            "Heftfile:3:23: invalid duration \"10\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 2562047h\n\t}\n}\n"),
+            "Heftfile:3:16: invalid duration \"2562047h\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 0s\n\t}\n}\n"),
             "Heftfile:3:16: duration must be greater than 0, got \"0s\"");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tretry_body_limit 64XB\n\t}\n}\n"),

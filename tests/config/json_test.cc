@@ -187,7 +187,7 @@ TEST(JsonErrors, NameThePath) {
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
             std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),
-            std::vector<std::string>{up + "[0].fail_timeout: must be a duration, e.g. \"250ms\" or \"30s\""});
+            std::vector<std::string>{up + "[0].fail_timeout: must be a duration of at most 365d, e.g. \"250ms\" or \"30s\""});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),

@@ -21,6 +21,10 @@ TEST(Values, Durations) {
   EXPECT_EQ(parse_duration("0"), 0ms);
   for (std::string_view bad : {"", "10", "5x", "s", "-1s", "1.5ms", "1..5s", ".5s", "1s ", "1 s"})
     EXPECT_FALSE(parse_duration(bad)) << bad;
+  // A year at most: 2562047h overflowed the timers' nanoseconds (every read timed out at once).
+  EXPECT_EQ(parse_duration("365d"), 365 * 24h);
+  for (std::string_view too_long : {"365d1ms", "366d", "2562047h", "1000000h"})
+    EXPECT_FALSE(parse_duration(too_long)) << too_long;
 }
 
 TEST(Values, DurationsFormatCanonicallyAndReadBack) {

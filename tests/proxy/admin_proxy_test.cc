@@ -83,8 +83,10 @@ struct Stack {
     HttpClient client(admin_port);
     std::string raw = fmt::format("{} {} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n{}", method, path,
                                   admin_port, extra);
-    if (!body.empty() || method != "GET")
-      raw += fmt::format("Content-Type: application/json\r\nContent-Length: {}\r\n", body.size());
+    if (!body.empty() || method != "GET") {
+      if (extra.find("Content-Type:") == std::string::npos) raw += "Content-Type: application/json\r\n";
+      raw += fmt::format("Content-Length: {}\r\n", body.size());
+    }
     return client.request(raw + "\r\n" + body);
   }
 };
@@ -190,6 +192,12 @@ TEST(AdminProxy, BadInputsChangeNothing) {
       {"POST", "/load", std::string(10 << 20, ' '), ""},
       {"PATCH", w, "7", "If-Match: \"0000000000000000\"\r\n"},
       {"GET", "/config/", "", "Authorization: Bearer x\r\nOrigin: http://evil.example\r\n"},
+      // 40,000 nested blocks in 80 KB: the parser's recursion overflowed the stack of the running heft.
+      {"POST", "/load", ":80 {\n\treverse_proxy 127.0.0.1:1\n" + [] {
+         std::string braces;
+         for (int i = 0; i < 40'000; ++i) braces += "{ ";
+         return braces;
+       }() + "\n}\n", "Content-Type: text/heftfile\r\n"},
   };
   for (const Case& c : cases) {
     Response r = stack.admin_call(c.method, c.path, c.body, c.extra);
@@ -204,10 +212,11 @@ TEST(AdminProxy, BadInputsChangeNothing) {
   auto counts = stack.measure(400);
   EXPECT_EQ(counts["v1"], 300);
   EXPECT_EQ(counts["v2"], 100);
-  // The three writes refused as configurations are counted as failed changes
-  // (not the ones refused before: bad JSON, no such path, too big, stale).
+  // The four writes refused as configurations (the deep Heftfile among them)
+  // are counted as failed changes (not the ones refused before: bad JSON, no
+  // such path, too big, stale).
   std::string metrics = stack.admin_call("GET", "/metrics").body;
-  EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"failure\"} 3\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"failure\"} 4\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"success\"} 0\n"), std::string::npos) << metrics;
 }
 
