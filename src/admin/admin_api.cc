@@ -19,11 +19,6 @@ namespace {
 
 using json = nlohmann::json;
 
-bool is_loopback_host(const std::string& host) {
-  std::string h = config::lowercase(host);
-  return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0;
-}
-
 bool is_wildcard_host(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
 
 // FNV-1a over the serialized tree: cheap, stable, good enough to detect change.
@@ -73,7 +68,7 @@ std::string admin_config_error(const config::AdminConfig& admin) {
   if (!admin.enabled) return "";
   auto split = config::split_host_port(admin.address, 0);
   if (!split.value) return "admin.listen: " + split.error;
-  if (!is_loopback_host(split.value->host) && admin.token.empty())
+  if (!config::is_loopback_host(split.value->host) && admin.token.empty())
     return fmt::format("admin.token: required when the admin API listens on a non-loopback address ({})",
                        admin.address);
   return "";
@@ -113,7 +108,7 @@ AdminResponse AdminApi::check_access(const AdminRequest& request) const {
     if (!split.value || split.value->port != port) return false;
     std::string host = config::lowercase(split.value->host);
     if (host == listen_host) return true;
-    if (is_loopback_host(listen_host) || is_wildcard_host(listen_host))
+    if (config::is_loopback_host(listen_host) || is_wildcard_host(listen_host))
       return host == "localhost" || host == "127.0.0.1" || host == "::1" || is_wildcard_host(listen_host);
     return false;
   };

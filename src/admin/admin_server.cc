@@ -48,8 +48,13 @@ AdminRequest to_admin_request(const http::request<http::string_body>& req) {
   AdminRequest out;
   out.method = std::string(req.method_string());
   out.target = std::string(req.target());
+  // Repeated lines are one comma-separated list (RFC 9110 5.3): If-Match's
+  // tags all count, not the last line's; a repeated singleton (Host,
+  // Authorization) becomes a value that no check accepts.
   for (const auto& field : req) {
-    out.headers[config::lowercase(field.name_string())] = std::string(field.value());
+    std::string& value = out.headers[config::lowercase(field.name_string())];
+    if (!value.empty()) value += ", ";
+    value += std::string(field.value());
   }
   out.body = req.body();
   return out;

@@ -220,6 +220,7 @@ class Parser {
   void global(const Directive& block, Config& config) {
     if (!block.args.empty()) error(block.args[0], "the global options block takes no arguments");
     std::map<std::string, Token> seen;
+    std::optional<Token> admin_at;  // the admin address, when one is set
     for (const Directive& d : block.block) {
       if (d.is_comment) continue;
       const std::string& name = d.name.text;
@@ -239,14 +240,19 @@ class Parser {
           config.admin.enabled = false;
         } else {
           auto split = split_host_port(arg->text, 0);
-          if (!split.value || split.value->port == 0)
+          if (!split.value || split.value->port == 0) {
             error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text,
                                     split.value ? "missing port" : split.error));
-          else
+          } else {
             config.admin.address = arg->text;
+            admin_at = *arg;
+          }
         }
       } else if (name == "admin_token") {
-        config.admin.token = arg->text;
+        if (std::string problem = admin_token_problem(arg->text); !problem.empty())
+          error(*arg, "admin_token " + problem);
+        else
+          config.admin.token = arg->text;
       } else if (name == "workers") {
         if (auto n = integer(*arg, 0, 1024, "workers")) config.workers = unsigned(*n);
       } else if (name == "grace_period") {
@@ -259,6 +265,10 @@ class Parser {
         if (auto n = integer(*arg, 1, 10'000'000, "max_connections")) config.max_connections = uint32_t(*n);
       }
     }
+    // heft run would start without its admin API (and /load refuse the file).
+    if (admin_at && config.admin.enabled && config.admin.token.empty() &&
+        !is_loopback_host(split_host_port(admin_at->text, 0).value->host))
+      error(*admin_at, fmt::format("admin address \"{}\" is not loopback: it needs an admin_token", admin_at->text));
   }
 
   // `default_bind ADDR...`: the addresses every port is listened on.
@@ -298,6 +308,7 @@ class Parser {
         start = comma + 1;
       }
     }
+    if (addresses.empty()) error(d.name, "empty site address (write e.g. :8080 or example.com)");
     std::optional<Token> first_port_at;
     bool any_host = false;
     for (const Token& address : addresses) {
@@ -341,7 +352,7 @@ class Parser {
         error(address, fmt::format("\"{}\" answers every host: write it alone", first_port_at->text));
         continue;
       }
-      std::string host = lowercase(split.value->host);
+      std::string host = site_host(split.value->host);
       if (std::find(site.hosts.begin(), site.hosts.end(), host) != site.hosts.end()) {
         error(address, fmt::format("duplicate address \"{}\" in this site", address.text));
         continue;
@@ -734,7 +745,14 @@ class Parser {
         pool.hash_key = HashKey{kind, ""};
         return;
       }
-      set_hash(kind, d.args[used++].text);
+      const Token& key_name = d.args[used++];
+      // A header or cookie name is an RFC 9110 token (cookie-name is one too):
+      // "" or "X\r\nY" could never match, and the JSON form refuses them.
+      if (!is_header_name(key_name.text))
+        error(key_name, fmt::format("invalid {} name \"{}\" (use letters, digits and {})",
+                                    kind == HashKey::header ? "header" : "cookie", printable(key_name.text),
+                                    kHeaderNameCharacters));
+      set_hash(kind, key_name.text);
     };
     if (name.text == "ip_hash" || name.text == "client_ip_hash") {
       set_hash(HashKey::client_ip, "");
@@ -1116,10 +1134,12 @@ std::vector<std::string> config_warnings(const Config& config) {
   for (const SiteConfig& site : config.sites) {
     if (site.proxy.policy != balance::PolicyKind::round_robin) continue;
     std::string weights;
+    std::optional<uint32_t> first_weight;  // of the first backend that takes traffic (not a backup listed first)
     bool differ = false;
     for (const UpstreamConfig& u : site.proxy.upstreams) {
       if (u.backup || u.down || u.weight == 0) continue;
-      if (!weights.empty()) differ = differ || u.weight != site.proxy.upstreams.front().weight;
+      if (!first_weight) first_weight = u.weight;
+      differ = differ || u.weight != *first_weight;
       weights += (weights.empty() ? "" : ":") + std::to_string(u.weight);
     }
     if (!differ) continue;

@@ -271,7 +271,18 @@ class Reader {
         else
           config.admin.address = listen;
       }
-      string_field(*admin, "token", "admin", config.admin.token);
+      if (std::string token; string_field(*admin, "token", "admin", token)) {
+        if (std::string problem = admin_token_problem(token); !problem.empty())
+          error("admin.token", problem);
+        else
+          config.admin.token = token;
+      }
+      if (config.admin.enabled && config.admin.token.empty() && field(*admin, "listen")) {
+        auto split = split_host_port(config.admin.address, 0);
+        if (split.value && !is_loopback_host(split.value->host))
+          error("admin.token", fmt::format("required when the admin API listens on a non-loopback address ({})",
+                                           config.admin.address));
+      }
     }
     const json* apps = field(doc, "apps");
     if (!apps) {
@@ -448,7 +459,7 @@ class Reader {
               error(element(host_path, h), "must be a host name");
               continue;
             }
-            site.hosts.push_back(lowercase(host.get<std::string>()));
+            site.hosts.push_back(site_host(host.get<std::string>()));
           }
         }
       }
@@ -457,7 +468,8 @@ class Reader {
     if (const json* log = field(value, "log"); log && object(*log, member(path, "log"), {"output"})) {
       site.log.enabled = true;
       site.log.output = "stderr";
-      string_field(*log, "output", member(path, "log"), site.log.output);
+      if (string_field(*log, "output", member(path, "log"), site.log.output) && site.log.output.empty())
+        error(member(member(path, "log"), "output"), "must be \"stderr\", \"stdout\" or a file path");
     }
     if (const json* terminal = field(value, "terminal"); terminal && *terminal != json(true))
       error(member(path, "terminal"), "must be true (heft routes are always terminal)");
@@ -596,6 +608,9 @@ class Reader {
           error(member(sp, "key"), "only policy \"hash\" takes a key");
         if (named && pool.hash_key.name.empty())
           error(member(sp, "name"), "required for a header or cookie key");
+        else if (named && !is_header_name(pool.hash_key.name))
+          error(member(sp, "name"), fmt::format("must be a header or cookie name (letters, digits and {})",
+                                                kHeaderNameCharacters));
         else if (!named && field(*selection, "name"))
           error(member(sp, "name"), "only header and cookie keys take a name");
       }

@@ -260,6 +260,27 @@ bool is_header_name(std::string_view text) {
   return true;
 }
 
+std::string site_host(std::string_view host) {
+  std::string out = lowercase(host);
+  if (out.size() > 1 && out.back() == '.') out.pop_back();
+  return out;
+}
+
+bool is_loopback_host(std::string_view host) {
+  const std::string h = lowercase(host);
+  return h == "localhost" || h == "::1" || h.starts_with("127.");
+}
+
+std::string admin_token_problem(std::string_view token) {
+  if (token.empty()) return "must not be empty (leave it out for none)";
+  if (token.front() == ' ' || token.back() == ' ')
+    return "must not start or end with a space (a header value's edge spaces are not part of it)";
+  for (char c : token) {
+    if ((static_cast<unsigned char>(c) < 0x20) || c == 0x7f) return "must not contain control characters";
+  }
+  return "";
+}
+
 std::string header_value_problem(std::string_view value) {
   for (char c : value) {
     auto byte = static_cast<unsigned char>(c);

@@ -76,6 +76,18 @@ std::string join_host_port(std::string_view host, uint16_t port);
 // digits and the characters of kHeaderNameCharacters only).
 bool is_header_name(std::string_view text);
 
+// A site's host as requests are matched against it: lower case, without a
+// trailing dot ("Example.COM." is example.com, as a Host header is matched).
+std::string site_host(std::string_view host);
+
+// "localhost", "::1" or 127.x.x.x: an admin API there needs no token.
+bool is_loopback_host(std::string_view host);
+
+// Why `token` cannot be the admin API's bearer token ("" if it can): what a
+// client cannot send after "Bearer " (a control character, an edge space) or
+// an empty one; such a token locked the API for good, saved with --resume.
+std::string admin_token_problem(std::string_view token);
+
 // The characters of a token besides letters and digits, for error messages.
 inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 

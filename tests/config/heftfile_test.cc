@@ -391,6 +391,21 @@ TEST(HeftfileErrors, NestingIsBounded) {
   for (const std::string& e : errors) EXPECT_EQ(e.find("missing '}'"), std::string::npos) << e;
 }
 
+// What `heft run` would refuse later, or the admin API could never accept.
+TEST(HeftfileErrors, AdminAddressAndTokenAndHashKeyNames) {
+  EXPECT_EQ(only_error("{\n\tadmin 0.0.0.0:2019\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:8: admin address \"0.0.0.0:2019\" is not loopback: it needs an admin_token");
+  parse_ok("{\n\tadmin 0.0.0.0:2019\n\tadmin_token s3cret\n}\n:80 {\n\treverse_proxy a:1\n}\n");
+  EXPECT_EQ(only_error("{\n\tadmin_token \"\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:14: admin_token must not be empty (leave it out for none)");
+  EXPECT_EQ(only_error("{\n\tadmin_token \"a\nb\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:14: admin_token must not contain control characters");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash header \"\"\n\t}\n}\n"),
+            "Heftfile:3:25: invalid header name \"\" (use letters, digits and !#$%&'*+-.^_`|~)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy cookie \"a b;c\"\n\t}\n}\n"),
+            "Heftfile:3:20: invalid cookie name \"a b;c\" (use letters, digits and !#$%&'*+-.^_`|~)");
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");

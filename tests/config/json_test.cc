@@ -233,6 +233,23 @@ TEST(JsonErrors, StructureAndSemantics) {
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["policy"] = "fastest"; }),
             (std::vector<std::string>{rp + ".load_balancing.selection_policy.policy: unknown policy \"fastest\"",
                                       rp + ".load_balancing.selection_policy.key: only policy \"hash\" takes a key"}));
+  // A header name that could never match (it round-trips from the Heftfile, which refuses it too).
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["name"] = "X A\r\n"; }),
+            std::vector<std::string>{rp + ".load_balancing.selection_policy.name: must be a header or cookie name "
+                                          "(letters, digits and !#$%&'*+-.^_`|~)"});
+  // An empty log path was refused only when opened, with an empty reason.
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["log"] = {{"output", ""}}; }),
+            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\", \"stdout\" or a "
+                                     "file path"});
+  // A token no client can send locks the admin API; a non-loopback one needs a token.
+  EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = "a\nb"; }),
+            std::vector<std::string>{"admin.token: must not contain control characters"});
+  EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = " x"; }),
+            std::vector<std::string>{"admin.token: must not start or end with a space (a header value's edge "
+                                     "spaces are not part of it)"});
+  EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "0.0.0.0:2019"}}; }),
+            std::vector<std::string>{"admin.token: required when the admin API listens on a non-loopback address "
+                                     "(0.0.0.0:2019)"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["handler"] = "file_server"; }),
             std::vector<std::string>{rp + ".handler: must be \"reverse_proxy\""});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv1"]["listen"][0] = ":80"; }),

@@ -112,6 +112,29 @@ TEST_F(ConfigCommands, ValidateWarnsWhenRoundRobinIgnoresWeights) {
   write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 weight 5\n\t\tto b:1 weight 3\n\t}\n}\n");
   run = heft("validate");
   EXPECT_EQ(run.err, "");
+  // A backup listed first takes no turn: the equal weights after it say nothing.
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto z:1 backup\n\t\tto a:1 b:1 weight 5\n"
+                    "\t\tlb_policy round_robin\n\t}\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+}
+
+// What heft run would refuse, or could never match, is an error of validate.
+TEST_F(ConfigCommands, ValidateRefusesEmptyAndDeadSiteAddresses) {
+  write("Heftfile", "\"\" {\n\treverse_proxy a:1\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("Heftfile:1:1: empty site address"), std::string::npos) << run.err;
+  // example.com. is example.com, as a Host header is matched: a duplicate site, not a dead one.
+  write("Heftfile", "example.com.:8080 {\n\treverse_proxy a:1\n}\nexample.com:8080 {\n\treverse_proxy b:1\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("example.com"), std::string::npos) << run.err;
+  write("Heftfile", "{\n\tadmin 0.0.0.0:2019\n}\n:8080 {\n\treverse_proxy a:1\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("it needs an admin_token"), std::string::npos) << run.err;
 }
 
 TEST_F(ConfigCommands, ValidateMissingFile) {

@@ -220,6 +220,24 @@ TEST(AdminProxy, BadInputsChangeNothing) {
   EXPECT_NE(metrics.find("heft_config_reloads_total{result=\"success\"} 0\n"), std::string::npos) << metrics;
 }
 
+// Repeated If-Match lines are one list: the current tag on either line
+// matches (only the last line counted: stale-last was 412, current-last 200).
+TEST(AdminProxy, RepeatedIfMatchLinesAreOneList) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  const std::string w = std::string(kUpstreams) + "/0/weight";
+  for (int weight : {4, 5}) {
+    const std::string tag = stack.admin_call("GET", "/config/").header("etag");
+    const std::string lines = weight == 4 ? "If-Match: " + tag + "\r\nIf-Match: \"0000000000000000\"\r\n"
+                                          : "If-Match: \"0000000000000000\"\r\nIf-Match: " + tag + "\r\n";
+    Response r = stack.admin_call("PATCH", w, std::to_string(weight), lines);
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  const std::string stale = "If-Match: \"0000000000000000\"\r\nIf-Match: \"1111111111111111\"\r\n";
+  EXPECT_EQ(stack.admin_call("PATCH", w, "6", stale).status, 412);
+  EXPECT_EQ(stack.admin_call("GET", w).body, "5\n");
+}
+
 TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   Stack stack("weight 3|weight 1");
   ASSERT_TRUE(stack.admin);
