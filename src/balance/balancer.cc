@@ -56,8 +56,11 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
       live_.push_back(std::make_shared<BackendLive>());
     }
     live_ptrs_.push_back(live_.back().get());
-    if (b.weight == 0 || b.down) continue;  // drained or down: listed, never a member
-    (b.backup ? backups : primaries).push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id});
+    // Drained or down: listed, never a member; but a down backend keeps its
+    // place in a hash ring or table (parked), so only its own keys move.
+    if (b.weight == 0 || (b.down && options_.kind != PolicyKind::hash)) continue;
+    (b.backup ? backups : primaries)
+        .push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id, b.down});
   }
   const CarriedState* carry = previous ? &carried : nullptr;
   primary_ = make_policy(options_, std::move(primaries), live_ptrs_, carry);

@@ -49,6 +49,19 @@ inline uint32_t member_weight(const std::vector<Member>& members, uint32_t index
 }
 
 // True when any of `indices` (pool indices) may be chosen for this attempt.
+// Hashing's parked members (Member::parked), by pool index; empty when none.
+class ParkedSet {
+ public:
+  void add(uint32_t index) {
+    if (index >= by_index_.size()) by_index_.resize(index + 1, 0);
+    by_index_[index] = 1;
+  }
+  bool contains(uint32_t index) const { return index < by_index_.size() && by_index_[index]; }
+
+ private:
+  std::vector<uint8_t> by_index_;
+};
+
 inline bool any_eligible(std::span<BackendLive* const> live, const std::vector<uint32_t>& indices,
                          const PickContext& ctx) {
   for (uint32_t index : indices)

@@ -107,8 +107,12 @@ class Maglev final : public Policy {
     });
     for (const Member& m : members) {
       if (m.index >= weight_by_index_.size()) weight_by_index_.resize(m.index + 1, 0);
-      weight_by_index_[m.index] = m.weight;
-      indices_.push_back(m.index);
+      if (m.parked) {
+        parked_.add(m.index);  // placed below like the others; never picked, shown with weight 0
+      } else {
+        weight_by_index_[m.index] = m.weight;
+        indices_.push_back(m.index);
+      }
     }
     if (members.empty()) return;
 
@@ -165,7 +169,7 @@ class Maglev final : public Policy {
     if (size == 0) return std::nullopt;
     uint64_t slot = ctx.key_hash % size;
     const uint32_t first = table_[slot];
-    if (eligible(live_[first], first, ctx)) return first;
+    if (usable(first, ctx)) return first;
 
     const uint64_t step = 1 + mix64(ctx.key_hash ^ kProbeSeed) % (size - 1);
     for (uint64_t probe = 1; probe < size; ++probe) {
@@ -173,11 +177,11 @@ class Maglev final : public Policy {
       slot += step;
       if (slot >= size) slot -= size;
       const uint32_t owner = table_[slot];
-      if (owner != first && eligible(live_[owner], owner, ctx)) return owner;
+      if (owner != first && usable(owner, ctx)) return owner;
     }
     // Only reachable when n > M left an eligible member without a slot.
     for (uint32_t index : indices_)
-      if (eligible(live_[index], index, ctx)) return index;
+      if (usable(index, ctx)) return index;
     return std::nullopt;
   }
 
@@ -187,10 +191,14 @@ class Maglev final : public Policy {
 
  private:
   bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
+  bool usable(uint32_t index, const PickContext& ctx) const {
+    return !parked_.contains(index) && eligible(live_[index], index, ctx);
+  }
 
   std::span<BackendLive* const> live_;
   std::vector<uint32_t> table_;  // slot -> pool index
   std::vector<uint32_t> weight_by_index_;
+  ParkedSet parked_;
   std::vector<uint32_t> indices_;  // member pool indices, identity order
 };
 

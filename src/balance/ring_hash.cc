@@ -92,8 +92,12 @@ class RingHash final : public Policy {
     for (const Member& m : members) {
       total_weight += std::max<uint32_t>(m.weight, 1);
       if (m.index >= weight_by_index_.size()) weight_by_index_.resize(m.index + 1, 0);
-      weight_by_index_[m.index] = m.weight;
-      indices_.push_back(m.index);
+      if (m.parked) {
+        parked_.add(m.index);  // placed below like the others; never picked, shown with weight 0
+      } else {
+        weight_by_index_[m.index] = m.weight;
+        indices_.push_back(m.index);
+      }
     }
     if (n == 0) return;
 
@@ -153,14 +157,14 @@ class RingHash final : public Policy {
     while (i < end && ring_[i].pos < key) ++i;
     if (i == size) i = 0;
     const uint32_t first = ring_[i].owner;
-    if (eligible(live_[first], first, ctx)) return first;
+    if (usable(first, ctx)) return first;
 
     // Walk clockwise to the next point of a different, eligible member.
     for (size_t step = 1; step < size; ++step) {
       if (step == kWalkCheck && !any_eligible(ctx)) return std::nullopt;
       if (++i == size) i = 0;
       const uint32_t owner = ring_[i].owner;
-      if (owner != first && eligible(live_[owner], owner, ctx)) return owner;
+      if (owner != first && usable(owner, ctx)) return owner;
     }
     return std::nullopt;
   }
@@ -171,12 +175,16 @@ class RingHash final : public Policy {
 
  private:
   bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
+  bool usable(uint32_t index, const PickContext& ctx) const {
+    return !parked_.contains(index) && eligible(live_[index], index, ctx);
+  }
 
   std::span<BackendLive* const> live_;
   std::vector<Point> ring_;            // sorted by (position, identity)
   std::vector<uint32_t> bucket_;       // bucket_[b]: first point with pos >= b << shift_; last = size
   unsigned shift_ = 31;
   std::vector<uint32_t> weight_by_index_;
+  ParkedSet parked_;
   std::vector<uint32_t> indices_;      // member pool indices, identity order
 };
 

@@ -51,6 +51,10 @@ struct Member {
   uint32_t index = 0;   // position in the pool: what pick() returns
   uint32_t weight = 1;  // weight to balance by, > 0 (drained and down backends are not members)
   uint64_t id = 0;      // stable identity (hash of the backend's name), for hashing
+  // Hashing only: a down backend keeps its place on the ring or table and is
+  // never picked, so only its own keys move (nginx keeps down peers on its
+  // consistent-hash ring; rebuilding without it moved other backends' keys).
+  bool parked = false;
 };
 
 // The set of backends a request has already tried (never the same one twice).
