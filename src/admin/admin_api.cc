@@ -197,8 +197,9 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
   if (op != TreeMethod::remove) {
     if (media_type(request.header("content-type")) != "application/json")
       return error_response(400, "Content-Type must be application/json");
-    value = json::parse(request.body, nullptr, false);
-    if (value.is_discarded()) return error_response(400, "request body is not valid JSON");
+    std::string syntax;
+    value = config::parse_json_text(request.body, syntax);
+    if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   }
   json candidate = config_json();
   if (TreeError error = tree_apply(candidate, op, tree_path, std::move(value)))
@@ -219,8 +220,9 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
     return commit(request, config::to_json(*parsed));
   }
   if (type != "application/json") return error_response(400, "Content-Type must be application/json or text/heftfile");
-  json value = json::parse(request.body, nullptr, false);
-  if (value.is_discarded()) return error_response(400, "request body is not valid JSON");
+  std::string syntax;
+  json value = config::parse_json_text(request.body, syntax);
+  if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   return commit(request, std::move(value));
 }
 

@@ -120,12 +120,18 @@ config::Result<config::Config> load_state_file(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json document = nlohmann::json::parse(text.str(), nullptr, false);
+  std::string syntax;
+  nlohmann::json document = config::parse_json_text(text.str(), syntax);
   if (document.is_discarded()) {
-    result.errors.push_back({path, 0, 0, "", "not valid JSON"});
+    result.errors.push_back({path, 0, 0, "", syntax});
     return result;
   }
-  return config::from_json(document);
+  result = config::from_json(document);
+  for (config::Diagnostic& d : result.errors) {  // the file, then the JSON path in it
+    d.message = d.path + ": " + d.message;
+    d.file = path;
+  }
+  return result;
 }
 
 }  // namespace heft::admin

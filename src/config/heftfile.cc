@@ -136,9 +136,9 @@ class Parser {
   void unknown(const Token& at, const std::string_view (&known)[N], std::string_view what) {
     std::string suggestion = closest_match(at.text, std::span<const std::string_view>(known, N));
     if (suggestion.empty())
-      error(at, fmt::format("unknown {} \"{}\"", what, at.text));
+      error(at, fmt::format("unknown {} \"{}\"", what, printable(at.text)));
     else
-      error(at, fmt::format("unknown {} \"{}\" (did you mean \"{}\"?)", what, at.text, suggestion));
+      error(at, fmt::format("unknown {} \"{}\" (did you mean \"{}\"?)", what, printable(at.text), suggestion));
   }
 
   // ---- argument shapes ---------------------------------------------------
@@ -1050,9 +1050,10 @@ Result<Config> load_config_file(const std::string& path) {
   Result<Config> result;
   auto text = read_file(path, result.errors);
   if (!text) return result;
-  nlohmann::json document = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  std::string syntax;
+  nlohmann::json document = parse_json_text(*text, syntax);
   if (document.is_discarded()) {
-    result.errors.push_back({path, 0, 0, "", "not valid JSON"});
+    result.errors.push_back({path, 0, 0, "", syntax});
     return result;
   }
   result = from_json(document);

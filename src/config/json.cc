@@ -141,7 +141,8 @@ class Reader {
   explicit Reader(std::vector<Diagnostic>& errors) : errors_(errors) {}
 
   void error(const std::string& path, std::string message) {
-    errors_.push_back({"", 0, 0, path, std::move(message)});
+    // The document itself has the empty path: name it, or the message reads ": must be an object".
+    errors_.push_back({"", 0, 0, path.empty() ? "the document" : path, std::move(message)});
   }
 
   // Checks that `value` is an object with only `allowed` keys.
@@ -811,6 +812,20 @@ Result<Config> from_json(const nlohmann::json& document) {
   Config config = reader.config(document);
   if (result.errors.empty()) result.value = std::move(config);
   return result;
+}
+
+nlohmann::json parse_json_text(std::string_view text, std::string& error) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." without its tag.
+    std::string what = e.what();
+    if (const size_t tag_end = what.find("] "); what.starts_with("[json.exception.") && tag_end != std::string::npos)
+      what.erase(0, tag_end + 2);
+    if (what.starts_with("parse error ")) what.erase(0, 12);
+    error = "not valid JSON " + (what.starts_with("at ") ? what : ": " + what);
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
 }
 
 }  // namespace heft::config

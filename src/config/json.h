@@ -20,4 +20,9 @@ nlohmann::json to_json(const Config& config);
 // Every problem is reported (Diagnostic::path and message; file/line empty).
 Result<Config> from_json(const nlohmann::json& document);
 
+// Parses JSON text; on a syntax error (or a number beyond a double) returns a
+// discarded value and sets `error` to where and what, e.g. "not valid JSON at
+// line 3, column 5: syntax error while parsing object - unexpected '}'".
+nlohmann::json parse_json_text(std::string_view text, std::string& error);
+
 }  // namespace heft::config

@@ -316,6 +316,12 @@ TEST(JsonErrors, NotAnObject) {
   Result<Config> result = from_json(json::array());
   ASSERT_EQ(result.errors.size(), 1u);
   EXPECT_EQ(result.errors[0].message, "must be an object");
+  EXPECT_EQ(result.errors[0].to_string(), "the document: must be an object");  // not ": must be an object"
+  std::string syntax;
+  EXPECT_TRUE(parse_json_text("{\n  \"apps\": {,}\n}", syntax).is_discarded());
+  EXPECT_EQ(syntax.rfind("not valid JSON at line 2, column 12: syntax error", 0), 0u) << syntax;
+  EXPECT_TRUE(parse_json_text("[1e400]", syntax).is_discarded());
+  EXPECT_NE(syntax.find("number overflow"), std::string::npos) << syntax;
 }
 
 }  // namespace
