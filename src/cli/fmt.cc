@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -21,6 +22,10 @@ struct FmtOptions {
 };
 
 int run_fmt(const FmtOptions& options) {
+  if (std::error_code ec; std::filesystem::is_directory(options.config, ec)) {
+    fmt::print(stderr, "{}: is a directory, not a configuration file\n", options.config);
+    return 1;
+  }
   std::ifstream in(options.config, std::ios::binary);
   if (!in) {
     fmt::print(stderr, "{}: cannot read: {}\n", options.config, std::strerror(errno));

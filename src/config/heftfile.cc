@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -1003,6 +1004,11 @@ bool is_ip_literal(const std::string& host) {
 }
 
 std::optional<std::string> read_file(const std::string& path, std::vector<Diagnostic>& errors) {
+  // An ifstream opens a directory and reads nothing: "no site blocks" would mislead.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    errors.push_back({path, 0, 0, "", "is a directory, not a configuration file"});
+    return std::nullopt;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     errors.push_back({path, 0, 0, "", fmt::format("cannot read: {}", std::strerror(errno))});

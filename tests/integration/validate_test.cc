@@ -141,6 +141,11 @@ TEST_F(ConfigCommands, ValidateMissingFile) {
   CommandResult run = heft("validate --config nowhere");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("nowhere: cannot read"), std::string::npos) << run.err;
+  run = heft("validate --config /tmp");  // read as empty, it said "no site blocks"
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("/tmp: is a directory, not a configuration file"), std::string::npos) << run.err;
+  run = heft("fmt --config /tmp");
+  EXPECT_NE(run.exit_code, 0);
 }
 
 TEST_F(ConfigCommands, AdaptPrintsCaddyShapedJson) {
