@@ -621,6 +621,10 @@ class Parser {
       size_t amp = query.find('&', start);
       if (amp == std::string_view::npos) amp = query.size();
       std::string_view pair = query.substr(start, amp - start);
+      if (pair.empty()) {  // "a:1?weight=5&&down" or a trailing "&": nothing there (Caddy ignores it too)
+        start = amp + 1;
+        continue;
+      }
       Token key{std::string(pair.substr(0, pair.find('='))), t.line, query_column + int(start), false};
       Token value{"", t.line, key.column + int(key.text.size()) + 1, false};
       bool has_value = pair.find('=') != std::string_view::npos;
@@ -697,7 +701,9 @@ class Parser {
       const Token& name = d.args[i];
       if (!contains(kUpstreamOptions, name.text)) {
         unknown(name, kUpstreamOptions, "option");
-        return addresses_ok;
+        // Its value, if the next word is not an option: the rest of the line is still checked.
+        if (i + 1 < d.args.size() && !contains(kUpstreamOptions, d.args[i + 1].text)) ++i;
+        continue;
       }
       bool first_on_line = first_time(seen, name);
       bool is_flag = name.text == "backup" || name.text == "down";

@@ -406,6 +406,18 @@ TEST(HeftfileErrors, AdminAddressAndTokenAndHashKeyNames) {
             "Heftfile:3:20: invalid cookie name \"a b;c\" (use letters, digits and !#$%&'*+-.^_`|~)");
 }
 
+// An unknown option on a `to` line no longer hides the errors after it; an
+// empty query parameter is nothing, not an unknown option "".
+TEST(HeftfileErrors, ToLineReportsEveryError) {
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy {\n\t\tto a:1 wieght 5 max_fails x\n\t}\n}\n"),
+            (std::vector<std::string>{"Heftfile:3:10: unknown option \"wieght\" (did you mean \"weight\"?)",
+                                      "Heftfile:3:29: max_fails must be an integer 0..1000000, got \"x\""}));
+  const Config config = parse_ok(":80 {\n\treverse_proxy a:1?weight=5&&max_fails=2&\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].weight, 5u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].max_fails, 2u);
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
