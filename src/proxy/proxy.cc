@@ -633,7 +633,10 @@ void Proxy::shutdown(std::chrono::milliseconds grace) {
       }
       worker->grace_timer.expires_after(grace);  // (re)armed: a second stop may shorten the grace
       worker->grace_timer.async_wait([worker](const boost::system::error_code& ec) {
-        if (!ec) worker->io.stop();  // grace period over: drop what is left
+        if (ec) return;
+        // Grace period over: drop what is left, logged and counted as it stands.
+        cut_requests(*worker);
+        worker->io.stop();
       });
     });
   }

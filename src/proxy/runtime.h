@@ -198,6 +198,9 @@ void resume_session(Worker& worker, Socket socket, uint16_t local_port, std::str
 void parked_connection_closed(Worker& worker);
 // Checks every session of the worker for an expired deadline (session.cc).
 void sweep_timeouts(Worker& worker, Clock::time_point now);
+// Records every request still in flight (metrics, access log), when the
+// grace period ends and the worker is about to stop with them (session.cc).
+void cut_requests(Worker& worker);
 // Closes sessions waiting for a request (session.cc), for draining.
 void close_idle_sessions(Worker& worker);
 // Closes the worker's pooled upstream connections that the backend closed (or

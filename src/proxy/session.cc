@@ -440,6 +440,14 @@ class Session {
     if (upstream) cancel_io(*upstream);
   }
   void cancel_client() { cancel_io(client); }
+  // Called when the stop's grace period ends, right before the worker stops
+  // for good: the request in flight, if any, is recorded as it stands.
+  void cut() {
+    if (!current_parser_) return;
+    const auto& req = current_parser_->get();
+    fmt::print(stderr, "heft: {} {}: cut by the end of the grace period\n", req.method_string(), req.target());
+    finish_request();
+  }
   // Aborts a socket's pending operation, in Asio or in the ReadyWatch.
   void cancel_io(Socket& socket) {
     error_code ignored;
@@ -572,16 +580,20 @@ class Session {
   const config::Config* config_ = nullptr;
   // What the access log and request metrics say of the current request.
   struct RequestRecord {
-    unsigned status = 0;
+    unsigned status = 0;  // of the response head that reached the client connection; 0: none did (yet)
     std::string upstream;
     unsigned tries = 0;
-    uint64_t size = 0;  // response body bytes sent
+    uint64_t size = 0;  // response body bytes written to the client connection
   };
   RequestRecord record_;
   std::shared_ptr<const WorkerRoutes> current_routes_;
   const SiteRoute* current_route_ = nullptr;
-  // Records one finished request (metrics, access log).
-  void finish_request(const SiteRoute* route, const RequestParser& parser);
+  // The request being handled (its head names it in the log); null between requests.
+  const RequestParser* current_parser_ = nullptr;
+  // Records the current request, however it ended (metrics, access log):
+  // with the status whose head was sent, else 499 (nothing was: the client
+  // went away first, or the stop's grace period ended). Once per request.
+  void finish_request();
   // The site a request that was refused before routing is counted and logged
   // under: the port's site for any host or its default, else its first
   // (nginx logs such requests in the default server's log).
@@ -669,17 +681,21 @@ Task<void> Session::send_error(unsigned status, std::string_view text, bool keep
   co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
 }
 
-void Session::finish_request(const SiteRoute* route, const RequestParser& parser) {
-  if (!route || record_.status == 0) return;  // no site on the port at all, or nothing answered
+void Session::finish_request() {
+  const RequestParser* parser = std::exchange(current_parser_, nullptr);
+  const SiteRoute* route = current_route_;
+  if (!parser || !route) return;  // recorded already, or no site on the port at all
+  // nginx's 499: the connection ended before any response head went out.
+  const int status = record_.status ? static_cast<int>(record_.status) : 499;
   const double seconds = std::chrono::duration<double>(Clock::now() - request_start_).count();
-  observe::record_request(w.index, route->server_label, static_cast<int>(record_.status), seconds);
+  observe::record_request(w.index, route->server_label, status, seconds);
   if (!route->log) return;
   const double wall_start =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - seconds;
-  const auto& req = parser.get();
+  const auto& req = parser->get();
   route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(routed_host_),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
-                     static_cast<int>(record_.status), seconds, record_.size, record_.tries});
+                     status, seconds, record_.size, record_.tries});
 }
 
 const SiteRoute* Session::port_site(const WorkerRoutes& routes) const {
@@ -739,9 +755,10 @@ Task<void> Session::run() {
     parser.eager(true);
     record_ = RequestRecord{};
     current_route_ = nullptr;
+    current_parser_ = &parser;
     request_start_ = Clock::now();
     bool keep_alive = co_await handle(parser);
-    finish_request(current_route_, parser);
+    finish_request();
     current_routes_.reset();
     unread = !parser.is_done();
     if (!keep_alive || closing()) break;
@@ -1010,6 +1027,9 @@ Task<bool> Session::handle(RequestParser& parser) {
         (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
         in_time(now) && tried.size() < snapshot->size();
     snapshot->count_request(i, w.index);
+    // Where the request is, for the log (a stop may cut it during the attempt).
+    record_.tries = tries;
+    record_.upstream = snapshot->backend(i).name;
     AttemptResult result;
     const auto attempt_start = now;
     {
@@ -1033,8 +1053,6 @@ Task<bool> Session::handle(RequestParser& parser) {
     {
       // Metrics and the access log: the backend's answer, or why the attempt failed.
       const double seconds = std::chrono::duration<double>(attempt_end - attempt_start).count();
-      record_.tries = tries;
-      record_.upstream = name;
       const std::string& server = route->server_label;
       switch (result.outcome) {
         case Outcome::done:
@@ -1377,14 +1395,15 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
         co_return failed;
       }
       got = n;
-      record_.size += n;
     }
     const bool last = response.is_done();
     std::array<asio::const_buffer, 5> buffers;
     std::size_t count = 0;
+    std::size_t before_body = 0;  // bytes ahead of the body piece: the head, a chunk-size line
     if (head_pending) buffers[count++] = asio::buffer(down_head_.view());
     if (got > 0) {
       if (framing == chunked) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
+      before_body = asio::buffer_size(std::span(buffers.data(), count));
       buffers[count++] = asio::buffer(response.body().data(), got);
       if (framing == chunked) buffers[count++] = asio::buffer("\r\n", 2);
     }
@@ -1393,8 +1412,19 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       arm(pool.send_timeout);
       before_client_write();
       std::span<asio::const_buffer> out(buffers.data(), count);
+      const std::size_t total = asio::buffer_size(out);
       error_code ec = send_now(client, out);
-      if (!ec && !out.empty()) std::tie(ec, std::ignore) = co_await asio::async_write(client, out, use_task);
+      std::size_t written = ec ? 0 : total - asio::buffer_size(out);
+      if (!ec && !out.empty()) {
+        std::size_t n = 0;
+        std::tie(ec, n) = co_await asio::async_write(client, out, use_task);
+        written += n;
+      }
+      // For the log, what reached the client connection, however it ends
+      // (nginx's $status and $body_bytes_sent): the head once whole, the
+      // body bytes written.
+      if (head_pending && written >= down_head_.view().size()) record_.status = status;
+      if (written > before_body) record_.size += std::min(got, written - before_body);
       if (ec) co_return AttemptResult{Outcome::client_gone};
     }
     head_pending = false;
@@ -1490,6 +1520,10 @@ void close_idle_sessions(Worker& worker, uint16_t port) {
   for (Session* s : worker.sessions)
     if (s->idle && s->local_port == port) s->cancel_client();
   worker.parking->close_port(port);
+}
+
+void cut_requests(Worker& worker) {
+  for (Session* s : worker.sessions) s->cut();
 }
 
 void close_idle_sessions(Worker& worker) {

@@ -3,6 +3,7 @@
 // that the access log has lines for, one valid JSON line per request.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -151,6 +152,226 @@ app.test:{} {{
   EXPECT_EQ(by_status[501]["request"]["method"], "CONNECT");
   EXPECT_EQ(by_status[404]["request"]["host"], "other.test");
   EXPECT_EQ(by_status[200]["upstream"], fmt::format("127.0.0.1:{}", a.port));
+}
+
+// The access log's lines once `count` are there (the writer is off the
+// request path: a bounded wait), each parsed.
+std::vector<nlohmann::json> log_lines(const std::string& path, std::size_t count) {
+  std::vector<nlohmann::json> lines;
+  for (int wait = 0; wait < 100 && lines.size() < count; ++wait) {
+    if (wait > 0) std::this_thread::sleep_for(50ms);
+    lines.clear();
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+// The log line of the request for `uri` (null if none or several).
+nlohmann::json line_for(const std::vector<nlohmann::json>& lines, const std::string& uri) {
+  nlohmann::json found;
+  for (const auto& j : lines) {
+    if (j["request"]["uri"] != uri) continue;
+    if (!found.is_null()) return nullptr;
+    found = j;
+  }
+  return found;
+}
+
+// A response cut short is logged and counted like any other, as nginx logs
+// it: with the status whose head the client got and the body bytes written
+// to it, whether the client left mid-body or the backend closed mid-body
+// (sized or chunked); 499 when the client left before any head was sent.
+TEST(MetricsAndAccessLog, ResponsesCutShortAreCountedAndLogged) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, 10s);
+  ASSERT_GE(listener, 0);
+  // Two connections, each answered with a head and 1000 bytes of a longer body, then closed.
+  std::thread origin([listener] {
+    const std::string body(1000, 'x');
+    const std::string replies[] = {"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + body,
+                                   "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" + body + "\r\n"};
+    for (const std::string& reply : replies) {
+      const int c = accept_scripted(listener);
+      if (c < 0) return;
+      std::string in;
+      if (read_until_head(c, in)) ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  });
+  uint16_t port = free_port(), origin_site_port = free_port(), admin_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy 127.0.0.1:{}
+	log {{
+		output file {}
+	}}
+}}
+:{} {{
+	reverse_proxy {{
+		to 127.0.0.1:{}
+		max_fails 0
+	}}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, a.port, log_path, origin_site_port, origin_port, log_path), port);
+  ASSERT_TRUE(wait_for_port(origin_site_port));
+
+  // The client leaves after 64 KiB of 50 MB.
+  {
+    const int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    const std::string request = "GET /bytes/50000000 HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    std::size_t got = 0;
+    char buffer[16384];
+    for (ssize_t n; got < 64 * 1024 && (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) got += static_cast<std::size_t>(n);
+    EXPECT_GE(got, 64u * 1024);
+    ::close(fd);  // with unread bytes: a reset, heft's next write fails
+  }
+  // The backend closes after 1000 bytes, sized and chunked: the client gets
+  // the head, those bytes and the end of the connection.
+  for (const char* path : {"/sized", "/chunked"}) {
+    HttpClient client(origin_site_port);
+    ASSERT_TRUE(client.send_raw(fmt::format("GET {} HTTP/1.1\r\nHost: localhost\r\n\r\n", path)));
+    const std::string got = client.read_all();
+    EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << path << ": " << got.substr(0, 200);
+    const std::size_t body_start = std::min(got.size(), got.find("\r\n\r\n"));
+    EXPECT_EQ(std::count(got.begin() + body_start, got.end(), 'x'), 1000) << path;
+  }
+  origin.join();
+  ::close(listener);
+  // The client leaves while its body is read, before any response.
+  {
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("POST /upload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n0123456789"));
+    client.close();
+  }
+
+  HttpClient admin(admin_port);
+  Response metrics;
+  for (int wait = 0; wait < 100; ++wait) {
+    metrics = admin.request("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(admin_port) + "\r\n\r\n");
+    ASSERT_EQ(metrics.status, 200) << metrics.body;
+    if (metric_sum(metrics.body, "heft_requests_total") >= 4) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total"), 4) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", "code=\"200\""), 3);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", "code=\"499\""), 1);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_request_duration_seconds_count"), 4);
+
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 4);
+  ASSERT_EQ(lines.size(), 4u) << heft.log();
+  const nlohmann::json left = line_for(lines, "/bytes/50000000");
+  EXPECT_EQ(left["status"], 200) << left;
+  EXPECT_GE(left["size"].get<uint64_t>(), 64u * 1024 - 200) << left;  // 64 KiB read, less the head
+  EXPECT_LT(left["size"].get<uint64_t>(), 50000000u) << left;
+  EXPECT_EQ(left["upstream"], fmt::format("127.0.0.1:{}", a.port));
+  for (const char* path : {"/sized", "/chunked"}) {
+    const nlohmann::json cut = line_for(lines, path);
+    EXPECT_EQ(cut["status"], 200) << path << ": " << cut;
+    EXPECT_EQ(cut["size"], 1000) << path << ": " << cut;
+    EXPECT_EQ(cut["tries"], 1) << path << ": " << cut;
+  }
+  const nlohmann::json gone = line_for(lines, "/upload");
+  EXPECT_EQ(gone["status"], 499) << gone;
+  EXPECT_EQ(gone["size"], 0) << gone;
+  EXPECT_EQ(gone["upstream"], "") << gone;
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(15s), 0);
+}
+
+// Requests the end of the grace period cuts are logged as they stand: 499
+// for one whose response head was not sent yet, the status and the body
+// bytes sent for one whose was, both naming the backend they were at.
+TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
+  std::string dir = make_temp_dir();
+  Backend slow = start_backend(dir, "slow", {"--delay", "5s"});
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, 10s);
+  ASSERT_GE(listener, 0);
+  // A head and 1000 of 100000 bytes, then nothing until heft is gone.
+  std::thread origin([listener] {
+    const int c = accept_scripted(listener);
+    if (c < 0) return;
+    std::string in;
+    if (read_until_head(c, in)) {
+      const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + std::string(1000, 'x');
+      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+      char byte;
+      ::recv(c, &byte, 1, 0);  // the end (or the 10 s read timeout)
+    }
+    ::close(c);
+  });
+  uint16_t port = free_port(), origin_site_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	workers 2
+	grace_period 1s
+}}
+:{} {{
+	reverse_proxy 127.0.0.1:{}
+	log {{
+		output file {}
+	}}
+}}
+:{} {{
+	reverse_proxy 127.0.0.1:{}
+	log {{
+		output file {}
+	}}
+}}
+)", port, slow.port, log_path, origin_site_port, origin_port, log_path), port);
+  ASSERT_TRUE(wait_for_port(origin_site_port));
+
+  constexpr int kWaiting = 3;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kWaiting; ++i)
+    clients.emplace_back([port, i] { HttpClient(port, 10s).get("/waiting/" + std::to_string(i)); });
+  HttpClient started(origin_site_port);
+  ASSERT_TRUE(started.send_raw("GET /started HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+  std::string head;
+  ASSERT_TRUE(read_until_head(started.fd(), head));
+  // Every waiting request is at the backend (it counts requests as they
+  // arrive, these looks at its stats included).
+  HttpClient stats(slow.port);
+  for (int looks = 1; looks <= 200; ++looks) {
+    const Response r = stats.get("/_control/stats");
+    ASSERT_EQ(r.status, 200);
+    if (nlohmann::json::parse(r.body).at("requests").get<int>() - looks >= kWaiting) break;
+    std::this_thread::sleep_for(20ms);
+  }
+
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(10s), std::optional<int>(0)) << heft.log();
+  for (std::thread& t : clients) t.join();
+  origin.join();
+  ::close(listener);
+
+  const std::vector<nlohmann::json> lines = log_lines(log_path, kWaiting + 1);
+  ASSERT_EQ(lines.size(), static_cast<std::size_t>(kWaiting + 1)) << heft.log();
+  for (int i = 0; i < kWaiting; ++i) {
+    const nlohmann::json waiting = line_for(lines, "/waiting/" + std::to_string(i));
+    EXPECT_EQ(waiting["status"], 499) << waiting;
+    EXPECT_EQ(waiting["size"], 0) << waiting;
+    EXPECT_EQ(waiting["upstream"], fmt::format("127.0.0.1:{}", slow.port)) << waiting;
+    EXPECT_EQ(waiting["tries"], 1) << waiting;
+    EXPECT_GE(waiting["duration"].get<double>(), 0.9) << waiting;  // cut at the end of the 1 s grace period
+  }
+  const nlohmann::json cut = line_for(lines, "/started");
+  EXPECT_EQ(cut["status"], 200) << cut;
+  EXPECT_EQ(cut["size"], 1000) << cut;
+  EXPECT_EQ(cut["upstream"], fmt::format("127.0.0.1:{}", origin_port)) << cut;
+  EXPECT_NE(heft.log().find("heft: GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
 }
 
 }  // namespace

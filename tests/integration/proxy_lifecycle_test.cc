@@ -273,50 +273,6 @@ TEST(ProxyLifecycle, SecondSigtermStopsAtOnce) {
   client.join();
 }
 
-// A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
-// for origins a test scripts byte by byte; -1 on failure.
-int listen_on_loopback(uint16_t& port, std::chrono::seconds accept_timeout = std::chrono::seconds(0)) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (listener < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 8) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(listener);
-    return -1;
-  }
-  port = ntohs(addr.sin_port);
-  if (accept_timeout.count() > 0) {  // accept() gives up then, if heft never connects (again)
-    timeval limit{static_cast<time_t>(accept_timeout.count()), 0};
-    ::setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  }
-  return listener;
-}
-
-// For scripted origins: the next connection on `listener`, its reads bounded
-// by a 10 s timeout; -1 on failure.
-int accept_scripted(int listener) {
-  const int c = ::accept(listener, nullptr, nullptr);
-  if (c < 0) return -1;
-  timeval tv{10, 0};
-  ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return c;
-}
-
-// Reads from `fd` onto `in` until `in` holds a whole head (up to its blank
-// line); false if the peer closed or the read timed out first.
-bool read_until_head(int fd, std::string& in) {
-  char buf[4096];
-  while (in.find("\r\n\r\n") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) return false;
-    in.append(buf, static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 // A scripted origin on one connection: for each of `replies` in turn, reads
 // a request head (kept in `heads` if given) and sends the reply; `answered`
 // counts the replies sent.
