@@ -106,6 +106,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
       observe::UpstreamGauge g;
       g.server = servers[site];
+      g.site = std::to_string(site);  // as upstreams_json() numbers it
       g.upstream = snapshot->backend(i).name;
       g.active = snapshot->live(i).active.load();
       g.weight = snapshot->backend(i).weight;

@@ -61,9 +61,9 @@ struct alignas(64) Shard {
   std::mutex mu;
   KeyMap<uint64_t> requests;             // server, code
   KeyMap<Histogram> request_durations;   // server
-  KeyMap<uint64_t> upstream_requests;    // server, upstream, code
-  KeyMap<Histogram> upstream_durations;  // server, upstream
-  KeyMap<uint64_t> failures;             // server, upstream, reason
+  KeyMap<uint64_t> upstream_requests;    // server, site, upstream, code
+  KeyMap<Histogram> upstream_durations;  // server, site, upstream
+  KeyMap<uint64_t> failures;             // server, site, upstream, reason
 };
 
 struct Registry {
@@ -210,7 +210,7 @@ void process_metrics(std::string& out) {
 
 namespace {
 
-// The slots a worker's recent (server, upstream, status) series live in, so a
+// The slots a worker's recent (server, site, upstream, status) series live in, so a
 // request finds them by comparing a few short strings instead of building
 // and hashing two keys. Map nodes do not move; reset_metrics() bumps the
 // generation, which empties every cache.
@@ -221,6 +221,7 @@ struct SeriesSlots {
   const Shard* shard = nullptr;
   int status = 0;
   std::string server;
+  std::string site;      // empty for record_request's series
   std::string upstream;  // empty for record_request's series
   uint64_t* count = nullptr;
   Histogram* durations = nullptr;
@@ -228,11 +229,12 @@ struct SeriesSlots {
 
 class SeriesCache {
  public:
-  SeriesSlots* find(const Shard& shard, std::string_view server, std::string_view upstream, int status) {
+  SeriesSlots* find(const Shard& shard, std::string_view server, std::string_view site, std::string_view upstream,
+                    int status) {
     const uint64_t generation = g_generation.load(std::memory_order_relaxed);
     for (SeriesSlots& e : entries_)
       if (e.generation == generation && e.status == status && e.shard == &shard && e.server == server &&
-          e.upstream == upstream)
+          e.upstream == upstream && e.site == site)
         return &e;
     return nullptr;
   }
@@ -251,37 +253,38 @@ thread_local SeriesCache t_upstream_series;
 void record_request(unsigned worker, std::string_view server, int status, double seconds) {
   Shard& s = registry().shards[worker % kMetricShards];
   std::lock_guard lock(s.mu);
-  SeriesSlots* e = t_request_series.find(s, server, {}, status);
+  SeriesSlots* e = t_request_series.find(s, server, {}, {}, status);
   if (!e) {
     e = &t_request_series.replace();
-    *e = SeriesSlots{g_generation.load(std::memory_order_relaxed), &s, status, std::string(server), {},
+    *e = SeriesSlots{g_generation.load(std::memory_order_relaxed), &s, status, std::string(server), {}, {},
                      &slot(s.requests, make_key(server, code_text(status))), &slot(s.request_durations, server)};
   }
   ++*e->count;
   e->durations->observe(seconds);
 }
 
-void record_upstream(unsigned worker, std::string_view server, std::string_view upstream, int status,
-                     double seconds) {
+void record_upstream(unsigned worker, std::string_view server, std::string_view site, std::string_view upstream,
+                     int status, double seconds) {
   Shard& s = registry().shards[worker % kMetricShards];
   std::lock_guard lock(s.mu);
-  SeriesSlots* e = t_upstream_series.find(s, server, upstream, status);
+  SeriesSlots* e = t_upstream_series.find(s, server, site, upstream, status);
   if (!e) {
     e = &t_upstream_series.replace();
-    uint64_t* count = &slot(s.upstream_requests, make_key(server, upstream, code_text(status)));
-    Histogram* durations = &slot(s.upstream_durations, make_key(server, upstream));
+    uint64_t* count = &slot(s.upstream_requests, make_key(server, site, upstream, code_text(status)));
+    Histogram* durations = &slot(s.upstream_durations, make_key(server, site, upstream));
     *e = SeriesSlots{g_generation.load(std::memory_order_relaxed), &s, status, std::string(server),
-                     std::string(upstream), count, durations};
+                     std::string(site), std::string(upstream), count, durations};
   }
   ++*e->count;
   e->durations->observe(seconds);
 }
 
 
-void record_failure(unsigned worker, std::string_view server, std::string_view upstream, std::string_view reason) {
+void record_failure(unsigned worker, std::string_view server, std::string_view site, std::string_view upstream,
+                    std::string_view reason) {
   Shard& s = registry().shards[worker % kMetricShards];
   std::lock_guard lock(s.mu);
-  ++slot(s.failures, make_key(server, upstream, reason));
+  ++slot(s.failures, make_key(server, site, upstream, reason));
 }
 
 void connection_opened() { registry().connections.fetch_add(1, std::memory_order_relaxed); }
@@ -309,17 +312,17 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
   histograms(out, "heft_request_duration_seconds", "Time from a request's head to its response's end.", {"server"},
              request_durations);
   counters(out, "heft_upstream_requests_total", "Attempts answered by a backend, by status code.",
-           {"server", "upstream", "code"}, upstream_requests);
+           {"server", "site", "upstream", "code"}, upstream_requests);
   histograms(out, "heft_upstream_response_duration_seconds", "Time for a backend to answer an attempt.",
-             {"server", "upstream"}, upstream_durations);
+             {"server", "site", "upstream"}, upstream_durations);
   counters(out, "heft_upstream_failures_total", "Failed attempts to a backend, by reason.",
-           {"server", "upstream", "reason"}, failures);
+           {"server", "site", "upstream", "reason"}, failures);
 
   auto gauge = [&](const char* name, const char* help, auto value_of) {
     header(out, name, "gauge", help);
     for (const UpstreamGauge& g : gauges)
-      out += fmt::format("{}{{server=\"{}\",upstream=\"{}\"}} {}\n", name, escape(g.server), escape(g.upstream),
-                         value_of(g));
+      out += fmt::format("{}{{server=\"{}\",site=\"{}\",upstream=\"{}\"}} {}\n", name, escape(g.server),
+                         escape(g.site), escape(g.upstream), value_of(g));
   };
   gauge("heft_upstream_active_requests", "Requests in flight to a backend.", [](const UpstreamGauge& g) { return double(g.active); });
   gauge("heft_upstream_weight", "Configured weight of a backend.", [](const UpstreamGauge& g) { return double(g.weight); });
@@ -331,14 +334,14 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.weight_factor; });
   header(out, "heft_upstream_health_changes_total", "counter", "Active health check state changes of a backend.");
   for (const UpstreamGauge& g : gauges)
-    out += fmt::format("heft_upstream_health_changes_total{{server=\"{}\",upstream=\"{}\"}} {}\n", escape(g.server),
-                       escape(g.upstream), g.health_changes);
+    out += fmt::format("heft_upstream_health_changes_total{{server=\"{}\",site=\"{}\",upstream=\"{}\"}} {}\n",
+                       escape(g.server), escape(g.site), escape(g.upstream), g.health_changes);
   header(out, "heft_upstream_weight_decisions_total", "counter",
          "Slow-start and adaptive weight decisions of a pool, by reason.");
   for (const UpstreamGauge& g : gauges)
     for (const auto& [reason, count] : g.pool_decisions)
-      out += fmt::format("heft_upstream_weight_decisions_total{{server=\"{}\",reason=\"{}\"}} {}\n", escape(g.server),
-                         escape(reason), count);
+      out += fmt::format("heft_upstream_weight_decisions_total{{server=\"{}\",site=\"{}\",reason=\"{}\"}} {}\n",
+                         escape(g.server), escape(g.site), escape(reason), count);
 
   header(out, "heft_connections_active", "gauge", "Client connections open.");
   out += fmt::format("heft_connections_active {}\n", registry().connections.load(std::memory_order_relaxed));

@@ -4,9 +4,11 @@
 // per-worker shard (a cache-line-aligned slot with its own mutex that only
 // that worker and the scraper ever take, so the lock is uncontended in the
 // steady state). render() merges the shards at scrape time. Labels are
-// bounded: `server` is the JSON server name ("srv0"), `upstream` the dial
-// address as configured, `code` the 3-digit status, `reason` a short word
-// from a fixed set the caller uses ("connect", "timeout", "status", ...).
+// bounded: `server` is the JSON server name ("srv0"), `site` the site's
+// index (as /reverse_proxy/upstreams numbers it: sites sharing a server have
+// a pool each), `upstream` the dial address as configured, `code` the
+// 3-digit status, `reason` a short word from a fixed set the caller uses
+// ("connect", "timeout", "status", ...).
 //
 // Gauges that describe pools (weights, health, active requests) are not
 // recorded: the caller passes their current values to render().
@@ -32,10 +34,11 @@ inline constexpr unsigned kMetricShards = 64;  // worker indexes wrap around thi
 // One client request answered by `server` (heft_requests_total, heft_request_duration_seconds).
 void record_request(unsigned worker, std::string_view server, int status, double seconds);
 // One attempt answered by a backend (heft_upstream_requests_total, heft_upstream_response_duration_seconds).
-void record_upstream(unsigned worker, std::string_view server, std::string_view upstream, int status,
-                     double seconds);
+void record_upstream(unsigned worker, std::string_view server, std::string_view site, std::string_view upstream,
+                     int status, double seconds);
 // One failed attempt (heft_upstream_failures_total).
-void record_failure(unsigned worker, std::string_view server, std::string_view upstream, std::string_view reason);
+void record_failure(unsigned worker, std::string_view server, std::string_view site, std::string_view upstream,
+                    std::string_view reason);
 // A client connection opened / closed (heft_connections_active).
 void connection_opened();
 void connection_closed();
@@ -45,6 +48,7 @@ void record_reload(bool success);
 // The current state of one backend, for the gauges.
 struct UpstreamGauge {
   std::string server;
+  std::string site;  // the site's index: its pool
   std::string upstream;
   uint64_t active = 0;
   uint32_t weight = 0;

@@ -351,8 +351,9 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
   const std::vector<std::string> labels = observe::server_labels(next);
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
-    SiteRoute route{i, site, nullptr, {}, nullptr};
+    SiteRoute route{i, site, nullptr, {}, nullptr, {}};
     route.server_label = i < labels.size() ? labels[i] : "srv0";
+    route.site_label = std::to_string(i);
     route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     pool_config.counter_slots = worker_count(next);

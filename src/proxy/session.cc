@@ -1054,19 +1054,20 @@ Task<bool> Session::handle(RequestParser& parser) {
       // Metrics and the access log: the backend's answer, or why the attempt failed.
       const double seconds = std::chrono::duration<double>(attempt_end - attempt_start).count();
       const std::string& server = route->server_label;
+      const std::string& site_label = route->site_label;
       switch (result.outcome) {
         case Outcome::done:
-          observe::record_upstream(w.index, server, name, static_cast<int>(result.status), seconds);
-          if (result.failed) observe::record_failure(w.index, server, name, "status");
+          observe::record_upstream(w.index, server, site_label, name, static_cast<int>(result.status), seconds);
+          if (result.failed) observe::record_failure(w.index, server, site_label, name, "status");
           record_.status = result.status;
           break;
         case Outcome::bad_status:
-          observe::record_upstream(w.index, server, name, static_cast<int>(result.status), seconds);
-          observe::record_failure(w.index, server, name, "status");
+          observe::record_upstream(w.index, server, site_label, name, static_cast<int>(result.status), seconds);
+          observe::record_failure(w.index, server, site_label, name, "status");
           break;
-        case Outcome::broken: observe::record_failure(w.index, server, name, "broken"); break;
-        case Outcome::error: observe::record_failure(w.index, server, name, "error"); break;
-        case Outcome::timeout: observe::record_failure(w.index, server, name, "timeout"); break;
+        case Outcome::broken: observe::record_failure(w.index, server, site_label, name, "broken"); break;
+        case Outcome::error: observe::record_failure(w.index, server, site_label, name, "error"); break;
+        case Outcome::timeout: observe::record_failure(w.index, server, site_label, name, "timeout"); break;
         case Outcome::client_gone:
         case Outcome::bad_request_body:
         case Outcome::local_error: break;

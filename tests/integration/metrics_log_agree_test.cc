@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -372,6 +373,82 @@ TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
   EXPECT_EQ(cut["size"], 1000) << cut;
   EXPECT_EQ(cut["upstream"], fmt::format("127.0.0.1:{}", origin_port)) << cut;
   EXPECT_NE(heft.log().find("heft: GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
+}
+
+// The value of the sample `series` (name and labels as written), or -1 if there is none.
+double sample_value(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ')
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+// Sites sharing a port are one server with a pool each: every per-backend
+// and per-pool series names its site as /reverse_proxy/upstreams does, so
+// none is repeated and each site's traffic is counted apart.
+TEST(MetricsAndAccessLog, SitesSharingAPortHaveTheirOwnSeries) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a"), b = start_backend(dir, "b"), c = start_backend(dir, "c");
+  uint16_t port = free_port(), admin_port = free_port();
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+b.test:{} {{
+	reverse_proxy {{
+		to 127.0.0.1:{} weight 5
+		to 127.0.0.1:{}
+	}}
+}}
+c.test:{} {{
+	reverse_proxy 127.0.0.1:{} 127.0.0.1:{} 127.0.0.1:{}
+}}
+)", admin_port, port, a.port, b.port, port, a.port, b.port, c.port), port);
+  HttpClient client(port);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(client.request("GET / HTTP/1.1\r\nHost: b.test\r\n\r\n").status, 200);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(client.request("GET / HTTP/1.1\r\nHost: c.test\r\n\r\n").status, 200);
+
+  HttpClient admin(admin_port);
+  const auto admin_get = [&](const std::string& path) {
+    return admin.request(fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", path, admin_port));
+  };
+  Response metrics;
+  for (int wait = 0; wait < 100; ++wait) {  // an attempt is counted right after its response is relayed
+    metrics = admin_get("/metrics");
+    ASSERT_EQ(metrics.status, 200) << metrics.body;
+    if (metric_sum(metrics.body, "heft_upstream_requests_total") >= 9) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  std::set<std::string> series;
+  std::istringstream in(metrics.body);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("#")) {
+      EXPECT_TRUE(series.insert(line.substr(0, line.rfind(' '))).second) << "repeated: " << line;
+    }
+  }
+
+  const std::string dial_a = fmt::format("127.0.0.1:{}", a.port);
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"0\",upstream=\"{}\"}}", dial_a)), 5);
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"1\",upstream=\"{}\"}}", dial_a)), 1);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"0\""), 6);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"1\""), 3);
+  for (const char* site : {"0", "1"})
+    EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",site=\"{}\","
+                                                     "reason=\"slow_start\"}}", site)),
+              0)
+        << site;
+  // The labels are the upstreams view's server, site and address.
+  const nlohmann::json upstreams = nlohmann::json::parse(admin_get("/reverse_proxy/upstreams").body);
+  ASSERT_EQ(upstreams.size(), 5u);
+  for (const nlohmann::json& u : upstreams)
+    EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"{}\",site=\"{}\",upstream=\"{}\"}}",
+                                                     u["server"].get<std::string>(), u["site"].get<int>(),
+                                                     u["address"].get<std::string>())),
+              u["weight"].get<double>())
+        << u;
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(15s), 0);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct Exposition {
     const std::regex type_re("# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)");
     const std::regex label_re(R"(([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)\")");
     std::set<std::string> helped;
+    std::set<std::pair<std::string, std::map<std::string, std::string>>> series;
     EXPECT_FALSE(text.empty());
     EXPECT_EQ(text.back(), '\n');
     while (std::getline(in, line)) {
@@ -83,6 +84,7 @@ struct Exposition {
         s.value = std::stod(value, &used);
         EXPECT_EQ(used, value.size()) << line;
       }
+      EXPECT_TRUE(series.emplace(s.name, s.labels).second) << "repeated series: " << line;
       // Every sample belongs to a family declared before it.
       std::string family = s.name;
       for (const char* suffix : {"_bucket", "_sum", "_count"})
@@ -148,16 +150,16 @@ TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
     workers.emplace_back([w] {
       for (int i = 0; i < 1000; ++i) {
         record_request(w, "srv0", i % 10 == 0 ? 503 : 200, 0.003);
-        record_upstream(w, "srv0", i % 2 ? "127.0.0.1:9001" : "127.0.0.1:9002", i % 10 == 0 ? 503 : 200, 0.002);
+        record_upstream(w, "srv0", "0", i % 2 ? "127.0.0.1:9001" : "127.0.0.1:9002", i % 10 == 0 ? 503 : 200, 0.002);
       }
-      record_failure(w, "srv0", "127.0.0.1:9001", "connect");
+      record_failure(w, "srv0", "0", "127.0.0.1:9001", "connect");
     });
   for (auto& t : workers) t.join();
   connection_opened();
   record_reload(true);
   record_reload(false);
-  std::vector<UpstreamGauge> gauges{{"srv0", "127.0.0.1:9001", 3, 95, 95, true, 1, 0, {}},
-                                    {"srv0", "weird\"name\\", 0, 5, 2.5, false, 1, 0, {}}};
+  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 3, 95, 95, true, 1, 0, {}},
+                                    {"srv0", "0", "weird\"name\\", 0, 5, 2.5, false, 1, 0, {}}};
   Exposition e = Exposition::parse(render_metrics(gauges));
 
   EXPECT_EQ(e.value("heft_requests_total", {{"server", "srv0"}, {"code", "200"}}), 3600);
@@ -165,14 +167,18 @@ TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
   EXPECT_EQ(e.value("heft_request_duration_seconds_count", {{"server", "srv0"}}), 4000);
   EXPECT_EQ(e.value("heft_request_duration_seconds_bucket", {{"server", "srv0"}, {"le", "0.0025"}}), 0);
   EXPECT_EQ(e.value("heft_request_duration_seconds_bucket", {{"server", "srv0"}, {"le", "0.005"}}), 4000);
-  EXPECT_EQ(e.value("heft_upstream_requests_total", {{"server", "srv0"}, {"upstream", "127.0.0.1:9001"}, {"code", "200"}}),
+  EXPECT_EQ(e.value("heft_upstream_requests_total",
+                    {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}, {"code", "200"}}),
             2000);
   EXPECT_EQ(e.value("heft_upstream_failures_total",
-                    {{"server", "srv0"}, {"upstream", "127.0.0.1:9001"}, {"reason", "connect"}}),
+                    {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}, {"reason", "connect"}}),
             4);
-  EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"upstream", "127.0.0.1:9001"}}), 95);
-  EXPECT_EQ(e.value("heft_upstream_effective_weight", {{"server", "srv0"}, {"upstream", "weird\\\"name\\\\"}}), 2.5);
-  EXPECT_EQ(e.value("heft_upstream_healthy", {{"server", "srv0"}, {"upstream", "weird\\\"name\\\\"}}), 0);
+  EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}}), 95);
+  EXPECT_EQ(e.value("heft_upstream_effective_weight",
+                    {{"server", "srv0"}, {"site", "0"}, {"upstream", "weird\\\"name\\\\"}}),
+            2.5);
+  EXPECT_EQ(e.value("heft_upstream_healthy", {{"server", "srv0"}, {"site", "0"}, {"upstream", "weird\\\"name\\\\"}}),
+            0);
   EXPECT_EQ(e.value("heft_connections_active", {}), 1);
   EXPECT_EQ(e.value("heft_config_reloads_total", {{"result", "success"}}), 1);
   EXPECT_EQ(e.value("heft_config_reloads_total", {{"result", "failure"}}), 1);
@@ -182,6 +188,36 @@ TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
   EXPECT_GE(e.value("process_cpu_seconds_total", {}), 0);
   EXPECT_EQ(e.types["heft_upstream_response_duration_seconds"], "histogram");
   connection_closed();
+}
+
+// Two sites on one port are one server with a pool each: a backend in both
+// has a series per site, none repeated, each with its own site's numbers.
+TEST(Metrics, PoolsOfSitesSharingAServerAreToldApart) {
+  reset_metrics();
+  for (int i = 0; i < 3; ++i) record_upstream(0, "srv0", "0", "127.0.0.1:9001", 200, 0.002);
+  record_upstream(1, "srv0", "1", "127.0.0.1:9001", 200, 0.002);
+  record_failure(0, "srv0", "1", "127.0.0.1:9001", "error");
+  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 0, 5, 5, true, 1, 0, {{"latency", 0}}},
+                                    {"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1, 0, {}},
+                                    {"srv0", "1", "127.0.0.1:9001", 0, 1, 1, true, 1, 0, {{"latency", 0}}},
+                                    {"srv0", "1", "127.0.0.1:9002", 0, 1, 1, true, 1, 0, {}},
+                                    {"srv0", "1", "127.0.0.1:9003", 0, 1, 1, true, 1, 0, {}}};
+  Exposition e = Exposition::parse(render_metrics(gauges));  // fails on a repeated series
+  EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}}), 5);
+  EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"site", "1"}, {"upstream", "127.0.0.1:9001"}}), 1);
+  EXPECT_EQ(e.value("heft_upstream_requests_total",
+                    {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}, {"code", "200"}}),
+            3);
+  EXPECT_EQ(e.value("heft_upstream_requests_total",
+                    {{"server", "srv0"}, {"site", "1"}, {"upstream", "127.0.0.1:9001"}, {"code", "200"}}),
+            1);
+  EXPECT_EQ(e.value("heft_upstream_failures_total",
+                    {{"server", "srv0"}, {"site", "1"}, {"upstream", "127.0.0.1:9001"}, {"reason", "error"}}),
+            1);
+  for (const char* site : {"0", "1"})
+    EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", {{"server", "srv0"}, {"site", site}, {"reason", "latency"}}),
+              0)
+        << site;
 }
 
 TEST(Metrics, EmptyRegistryIsStillValid) {
