@@ -9,37 +9,37 @@ namespace heft::admin {
 using json = nlohmann::json;
 
 void ShareTracker::sample(proxy::Proxy& proxy) {
-  config::Config running = proxy.snapshot_config();
-  rings_.resize(running.sites.size());
-  for (size_t site = 0; site < running.sites.size(); ++site) {
+  const size_t sites = proxy.snapshot_config().sites.size();
+  std::vector<std::shared_ptr<const upstream::PoolSnapshot>> snapshots;
+  std::unordered_map<const upstream::BackendState*, Ring> next;
+  for (size_t site = 0; site < sites; ++site) {
     auto pool = proxy.pool(site);
     if (!pool) continue;
-    auto snapshot = pool->snapshot();
-    std::vector<std::pair<std::string, Ring>> next;
-    for (uint32_t i = 0; i < snapshot->size(); ++i) {
-      const std::string& name = snapshot->backend(i).name;
-      Ring ring;
-      for (auto& [old_name, old_ring] : rings_[site])
-        if (old_name == name) ring = old_ring;
-      ring.values[ring.next] = snapshot->state(i).requests_total();
+    snapshots.push_back(pool->snapshot());
+    const upstream::PoolSnapshot& snapshot = *snapshots.back();
+    for (uint32_t i = 0; i < snapshot.size(); ++i) {
+      const upstream::BackendState* state = &snapshot.state(i);
+      auto [at, added] = next.try_emplace(state);
+      if (!added) continue;  // the same backend twice in a pool: one state, one ring
+      Ring& ring = at->second;
+      if (auto old = rings_.find(state); old != rings_.end()) ring = old->second;
+      ring.values[ring.next] = state->requests_total();
       ring.next = (ring.next + 1) % kSamples;
       if (ring.filled < kSamples) ++ring.filled;
-      next.emplace_back(name, ring);
     }
-    rings_[site] = std::move(next);
   }
+  rings_ = std::move(next);
+  sampled_ = std::move(snapshots);  // the old ones go only now: their states' addresses were keys until here
 }
 
-uint64_t ShareTracker::recent(size_t site, const std::string& backend, uint64_t total_now) const {
-  if (site >= rings_.size()) return total_now;
-  for (const auto& [name, ring] : rings_[site]) {
-    if (name != backend || ring.filled == 0) continue;
-    // Until the ring spans the whole window, every request so far falls in
-    // it (counts start at 0 with the backend); the first sample is no baseline.
-    uint64_t then = ring.filled < kSamples ? 0 : ring.values[ring.next];
-    return total_now >= then ? total_now - then : 0;
-  }
-  return total_now;  // not sampled yet: everything so far is recent
+uint64_t ShareTracker::recent(const upstream::BackendState& state, uint64_t total_now) const {
+  auto it = rings_.find(&state);
+  if (it == rings_.end() || it->second.filled == 0) return total_now;  // not sampled yet: everything so far is recent
+  const Ring& ring = it->second;
+  // Until the ring spans the whole window, every request so far falls in
+  // it (counts start at 0 with the state); the first sample is no baseline.
+  uint64_t then = ring.filled < kSamples ? 0 : ring.values[ring.next];
+  return total_now >= then ? total_now - then : 0;
 }
 
 json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
@@ -53,8 +53,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
     std::vector<uint64_t> recent(snapshot->size());
     uint64_t recent_sum = 0;
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
-      recent[i] = shares.recent(site, snapshot->backend(i).name,
-                                snapshot->state(i).requests_total());
+      recent[i] = shares.recent(snapshot->state(i), snapshot->state(i).requests_total());
       recent_sum += recent[i];
     }
     for (uint32_t i = 0; i < snapshot->size(); ++i) {

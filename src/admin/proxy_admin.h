@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,17 +24,26 @@
 namespace heft::proxy {
 class Proxy;
 }
+namespace heft::upstream {
+struct BackendState;
+class PoolSnapshot;
+}  // namespace heft::upstream
 
 namespace heft::admin {
 
 // Per-backend request counts over the last minute, sampled once a second.
+// The samples of a backend are those of its counters: its BackendState,
+// which a pool keeps while the backend stays (a reload that moves its site
+// to another index included) and starts afresh, at 0, when the backend is
+// added again or its site gets a new pool. A backend state new since the
+// last sample has all of its requests in the window.
 class ShareTracker {
  public:
   // Records the counters now (call about once a second).
   void sample(proxy::Proxy& proxy);
-  // Requests to `backend` of site `site` in the last minute (since the
-  // oldest kept sample); `total_now` is its counter now.
-  uint64_t recent(size_t site, const std::string& backend, uint64_t total_now) const;
+  // Requests to the backend with counters `state` in the last minute (since
+  // the oldest kept sample); `total_now` is its counter now.
+  uint64_t recent(const upstream::BackendState& state, uint64_t total_now) const;
 
  private:
   static constexpr size_t kSamples = 61;  // one a second: a minute of deltas
@@ -41,7 +51,11 @@ class ShareTracker {
     uint64_t values[kSamples] = {};
     size_t next = 0, filled = 0;
   };
-  std::vector<std::vector<std::pair<std::string, Ring>>> rings_;  // [site] → (backend, ring)
+  // By the counters' address. The snapshots sampled last keep those states
+  // alive, so no other state can take an address here until the next sample
+  // drops the rings of states gone by then.
+  std::unordered_map<const upstream::BackendState*, Ring> rings_;
+  std::vector<std::shared_ptr<const upstream::PoolSnapshot>> sampled_;
 };
 
 // GET /reverse_proxy/upstreams: one object per backend of every site.

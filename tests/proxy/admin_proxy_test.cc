@@ -279,6 +279,30 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
             5);
 }
 
+// `share` compares samples of one backend's own counters: a backend removed
+// and added again starts with new ones, which the old ones' samples must not
+// be taken from (its share read 0 for a minute while it served a quarter,
+// and the other backend's 100 %).
+TEST(AdminProxy, ShareOfABackendAddedAgainCountsItsNewRequests) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  ShareTracker shares;
+  stack.measure(400);
+  for (int i = 0; i < 61; ++i) shares.sample(*stack.proxy);  // a minute of samples after those requests
+  ASSERT_EQ(stack.admin_call("DELETE", std::string(kUpstreams) + "/1").status, 200);
+  ASSERT_EQ(stack.admin_call("POST", kUpstreams, fmt::format(R"({{"dial":"{}","weight":1}})", stack.dial(1))).status,
+            200);
+  auto counts = stack.measure(400);
+  EXPECT_EQ(counts["v1"], 300);
+  EXPECT_EQ(counts["v2"], 100);
+  shares.sample(*stack.proxy);
+  json list = upstreams_json(*stack.proxy, shares);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1]["requests_total"], 100);  // its new counters
+  EXPECT_NEAR(list[0]["share"].get<double>(), 0.75, 1e-9);
+  EXPECT_NEAR(list[1]["share"].get<double>(), 0.25, 1e-9);
+}
+
 // Each worker counts responses in its own slot; the API adds the slots up.
 TEST(AdminProxy, UpstreamCountersAddUpBothWorkers) {
   Stack stack("weight 3|weight 1");
