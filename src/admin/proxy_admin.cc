@@ -112,12 +112,6 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
       g.effective_weight = snapshot->display_effective_weight(i);
       g.healthy = snapshot->healthy(i);
       g.weight_factor = snapshot->factor(i);
-      g.health_changes = snapshot->state(i).health_changes_total.load(std::memory_order_relaxed);
-      if (i == 0)
-        for (int r = 0; r < upstream::kWeightReasons; ++r) {
-          auto reason = static_cast<upstream::WeightReason>(r);
-          g.pool_decisions.emplace_back(std::string(upstream::reason_name(reason)), pool->decisions(reason));
-        }
       gauges.push_back(std::move(g));
     }
   }

@@ -20,6 +20,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "observe/metrics.h"
+
 namespace heft::health {
 
 namespace asio = boost::asio;
@@ -140,6 +142,7 @@ void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
       for (uint32_t k = 0; k < snap->size(); ++k) {
         if (snap->state(k).healthy.load(std::memory_order_relaxed)) continue;
         snap->set_healthy(k, true, now);
+        observe::record_health_change(target->server, target->site, snap->backend(k).name);
         log(fmt::format("heft: health: pool {} backend {} is now healthy (active checks are off)", target->label,
                         snap->backend(k).name));
       }
@@ -184,7 +187,10 @@ awaitable<void> HealthChecker::Impl::tick_loop() {
     const auto now = Clock::now();
     for (const auto& target : pools) {
       if (!target->pool) continue;
-      for (const upstream::WeightEvent& e : target->pool->tick(now)) log("heft: " + e.to_string());
+      for (const upstream::WeightEvent& e : target->pool->tick(now)) {
+        observe::record_weight_decision(target->server, target->site, upstream::reason_name(e.reason));
+        log("heft: " + e.to_string());
+      }
     }
   }
 }
@@ -274,6 +280,7 @@ void HealthChecker::Impl::judge(Probe& p, bool pass, const std::string& why) {
   auto change = counter.record(pass, healthy, p.settings.passes, p.settings.fails);
   if (change) {
     snap->set_healthy(i, *change, now);
+    observe::record_health_change(target.server, target.site, p.name);
     log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {})", target.label, p.name,
                     *change ? "healthy" : "unhealthy", why, *change ? counter.passes : counter.fails,
                     *change ? "passes" : "failures"));

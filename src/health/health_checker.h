@@ -12,11 +12,12 @@
 // health_fails consecutive failures make a healthy one unhealthy (defaults 1
 // and 1). A passing probe also ends a passive 'out' state (the active check
 // brings a backend back). Transitions are logged and counted
-// (BackendState::health_changes_total).
+// (BackendState::health_changes_total, and heft_upstream_health_changes_total,
+// which a reload never resets).
 //
 // With `tick_pools`, every 250 ms the same thread also calls Pool::tick(now)
-// on every pool (slow start and adaptive weights) and logs the decisions; off
-// when the proxy ticks its pools itself.
+// on every pool (slow start and adaptive weights) and logs and counts the
+// decisions; off when the proxy ticks its pools itself.
 //
 // Thread safety: the constructor, set_pools() and stop() are for one
 // controlling thread; the log sink is called from the checker's thread.
@@ -52,6 +53,10 @@ struct PoolTarget {
   std::string label;  // for logs, e.g. "site0"
   std::shared_ptr<upstream::Pool> pool;
   config::PoolConfig config;  // health_* options
+  // The pool's labels in /metrics (observe/metrics.h), where its health
+  // changes and weight decisions are counted.
+  std::string server;
+  std::string site;
 };
 
 class HealthChecker {

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "observe/access_log.h"
+#include "upstream/weights.h"
 
 namespace heft::observe {
 namespace {
@@ -68,6 +69,10 @@ struct alignas(64) Shard {
 
 struct Registry {
   std::array<Shard, kMetricShards> shards;
+  // Rare events (a few a second at most), off the request path: one lock.
+  std::mutex rare_mu;
+  std::map<std::string, uint64_t> health_changes;    // server, site, upstream
+  std::map<std::string, uint64_t> weight_decisions;  // server, site, reason
   std::atomic<int64_t> connections{0};
   std::atomic<uint64_t> reloads_ok{0};
   std::atomic<uint64_t> reloads_failed{0};
@@ -287,6 +292,18 @@ void record_failure(unsigned worker, std::string_view server, std::string_view s
   ++slot(s.failures, make_key(server, site, upstream, reason));
 }
 
+void record_health_change(std::string_view server, std::string_view site, std::string_view upstream) {
+  Registry& r = registry();
+  std::lock_guard lock(r.rare_mu);
+  ++r.health_changes[std::string(make_key(server, site, upstream))];
+}
+
+void record_weight_decision(std::string_view server, std::string_view site, std::string_view reason) {
+  Registry& r = registry();
+  std::lock_guard lock(r.rare_mu);
+  ++r.weight_decisions[std::string(make_key(server, site, reason))];
+}
+
 void connection_opened() { registry().connections.fetch_add(1, std::memory_order_relaxed); }
 void connection_closed() { registry().connections.fetch_sub(1, std::memory_order_relaxed); }
 
@@ -332,16 +349,24 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.healthy ? 1.0 : 0.0; });
   gauge("heft_upstream_weight_factor", "Slow-start x adaptive factor of a backend's weight (0..1).",
         [](const UpstreamGauge& g) { return g.weight_factor; });
-  header(out, "heft_upstream_health_changes_total", "counter", "Active health check state changes of a backend.");
-  for (const UpstreamGauge& g : gauges)
-    out += fmt::format("heft_upstream_health_changes_total{{server=\"{}\",site=\"{}\",upstream=\"{}\"}} {}\n",
-                       escape(g.server), escape(g.site), escape(g.upstream), g.health_changes);
-  header(out, "heft_upstream_weight_decisions_total", "counter",
-         "Slow-start and adaptive weight decisions of a pool, by reason.");
-  for (const UpstreamGauge& g : gauges)
-    for (const auto& [reason, count] : g.pool_decisions)
-      out += fmt::format("heft_upstream_weight_decisions_total{{server=\"{}\",site=\"{}\",reason=\"{}\"}} {}\n",
-                         escape(g.server), escape(g.site), escape(reason), count);
+  std::map<std::string, uint64_t> health_changes, weight_decisions;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.rare_mu);
+    health_changes = r.health_changes;
+    weight_decisions = r.weight_decisions;
+  }
+  for (const UpstreamGauge& g : gauges) {
+    health_changes.try_emplace(std::string(make_key(g.server, g.site, g.upstream)), 0);
+    for (int reason = 0; reason < upstream::kWeightReasons; ++reason)
+      weight_decisions.try_emplace(
+          std::string(make_key(g.server, g.site, upstream::reason_name(static_cast<upstream::WeightReason>(reason)))),
+          0);
+  }
+  counters(out, "heft_upstream_health_changes_total", "Active health check state changes of a backend.",
+           {"server", "site", "upstream"}, health_changes);
+  counters(out, "heft_upstream_weight_decisions_total", "Slow-start and adaptive weight decisions of a pool, by reason.",
+           {"server", "site", "reason"}, weight_decisions);
 
   header(out, "heft_connections_active", "gauge", "Client connections open.");
   out += fmt::format("heft_connections_active {}\n", registry().connections.load(std::memory_order_relaxed));
@@ -374,6 +399,11 @@ void reset_metrics() {
     s.failures.clear();
     s.request_durations.clear();
     s.upstream_durations.clear();
+  }
+  {
+    std::lock_guard lock(registry().rare_mu);
+    registry().health_changes.clear();
+    registry().weight_decisions.clear();
   }
   registry().connections = 0;
   registry().reloads_ok = 0;

@@ -11,7 +11,9 @@
 // ("connect", "timeout", "status", ...).
 //
 // Gauges that describe pools (weights, health, active requests) are not
-// recorded: the caller passes their current values to render().
+// recorded: the caller passes their current values to render(). Counters
+// are all recorded here, never in pool state, which a reload may replace:
+// they only go up while the process runs.
 //
 // Threads: every function may be called from any thread.
 #pragma once
@@ -39,6 +41,12 @@ void record_upstream(unsigned worker, std::string_view server, std::string_view 
 // One failed attempt (heft_upstream_failures_total).
 void record_failure(unsigned worker, std::string_view server, std::string_view site, std::string_view upstream,
                     std::string_view reason);
+// An active health check moved a backend of site `site` between healthy and
+// unhealthy (heft_upstream_health_changes_total).
+void record_health_change(std::string_view server, std::string_view site, std::string_view upstream);
+// A slow-start or adaptive weight decision in the pool of site `site`, by
+// WeightReason name (heft_upstream_weight_decisions_total).
+void record_weight_decision(std::string_view server, std::string_view site, std::string_view reason);
 // A client connection opened / closed (heft_connections_active).
 void connection_opened();
 void connection_closed();
@@ -54,16 +62,14 @@ struct UpstreamGauge {
   uint32_t weight = 0;
   double effective_weight = 0;
   bool healthy = true;
-  // Dynamic weights and active health checks (health.md).
-  double weight_factor = 1;        // slow start x adaptive, 0..1
-  uint64_t health_changes = 0;     // active-check transitions so far
-  // Weight decisions of the backend's pool by reason (only on the pool's
-  // first backend, so the counters are not repeated): reason -> count.
-  std::vector<std::pair<std::string, uint64_t>> pool_decisions;
+  // Dynamic weights (health.md).
+  double weight_factor = 1;  // slow start x adaptive, 0..1
 };
 
 // The whole exposition (text format 0.0.4): recorded metrics, `gauges`, the
-// access log's drop counter and process metrics.
+// access log's drop counter and process metrics. The backends and pools of
+// `gauges` have their health-change and weight-decision counters shown from
+// 0 before anything is recorded for them.
 std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
 
 // The `server` label of each site (by index into config.sites): "srvN" as in

@@ -107,8 +107,10 @@ Task<void> sweep_loop(Worker& worker) {
     if (worker.index == 0 && ++sweeps % 5 == 0) {
       auto table = worker.proxy.current();
       for (const SiteRoute& site : table->sites)
-        for (const upstream::WeightEvent& event : site.pool->tick(now))
+        for (const upstream::WeightEvent& event : site.pool->tick(now)) {
+          observe::record_weight_decision(site.server_label, site.site_label, upstream::reason_name(event.reason));
           fmt::print(stderr, "heft: {}\n", event.to_string());
+        }
     }
     if (worker.draining && worker.sessions.empty() && worker.parking->size() == 0) {
       worker.grace_timer.cancel();
@@ -133,7 +135,8 @@ unsigned worker_count(const config::Config& config) {
 // health_uri are probed).
 std::vector<health::PoolTarget> health_targets(const RouteTable& table) {
   std::vector<health::PoolTarget> out;
-  for (const SiteRoute& s : table.sites) out.push_back({fmt::format("site{}", s.index), s.pool, s.site.proxy});
+  for (const SiteRoute& s : table.sites)
+    out.push_back({fmt::format("site{}", s.index), s.pool, s.site.proxy, s.server_label, s.site_label});
   return out;
 }
 

@@ -2,6 +2,9 @@
 // `heft demo-backend` processes (docs/health.md).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "health_load_util.h"
@@ -173,6 +176,75 @@ TEST(SlowStart, ReturningBackendShareRisesOverTheWindowToItsWeight) {
   ASSERT_GT(after.size(), 200u);
   EXPECT_NEAR(share_of(after, "b"), 0.5, 0.03) << shown;
   EXPECT_EQ(failures(load.all()), 0u);
+}
+
+// The value of the sample `series` (name and labels as written) in a /metrics text, or -1 if there is none.
+double series_value(const std::string& metrics, const std::string& series) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ')
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
+// heft_upstream_health_changes_total and heft_upstream_weight_decisions_total
+// only go up: a reload that takes a backend out and brings it back (its
+// state, and the pool's counts in it, start afresh), or one that gives the
+// site a new pool (another host), does not take them back.
+TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
+  Fleet f;
+  for (const char* n : {"a", "b"}) f.add(n);
+  f.run("", "\t\thealth_uri /healthz\n\t\thealth_interval 100ms\n\t\thealth_timeout 500ms\n\t\tslow_start 1s\n");
+  HttpClient admin(f.admin);
+  const auto admin_call = [&](const std::string& method, const std::string& path, const std::string& type = "",
+                              const std::string& body = "") {
+    std::string head = fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n", method, path, f.admin);
+    if (!type.empty()) head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type, body.size());
+    return admin.request(head + "\r\n" + body);
+  };
+  const std::string b_changes = fmt::format(
+      "heft_upstream_health_changes_total{{server=\"srv0\",site=\"0\",upstream=\"127.0.0.1:{}\"}}", f.backends[1].port);
+  const std::string slow_starts = "heft_upstream_weight_decisions_total{server=\"srv0\",site=\"0\",reason=\"slow_start\"}";
+  std::string metrics;
+  const auto wait_until = [&](const std::function<bool()>& done) {
+    for (int look = 0; look < 200; ++look) {
+      metrics = admin_call("GET", "/metrics").body;
+      if (done()) return true;
+      std::this_thread::sleep_for(25ms);
+    }
+    return false;
+  };
+  ASSERT_EQ(control(f.backends[1].port, "/_control/health?status=500"), 200);
+  ASSERT_TRUE(wait_until([&] { return series_value(metrics, b_changes) == 1; })) << metrics;
+  ASSERT_EQ(control(f.backends[1].port, "/_control/health?status=200"), 200);
+  // Back in service: a slow start.
+  ASSERT_TRUE(wait_until([&] { return series_value(metrics, b_changes) == 2 && series_value(metrics, slow_starts) >= 1; }))
+      << metrics;
+  double decisions = series_value(metrics, slow_starts);
+
+  const std::string upstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+  ASSERT_EQ(admin_call("DELETE", upstreams + "/1").status, 200);
+  ASSERT_EQ(admin_call("POST", upstreams, "application/json",
+                       fmt::format(R"({{"dial":"127.0.0.1:{}"}})", f.backends[1].port))
+                .status,
+            200);
+  metrics = admin_call("GET", "/metrics").body;
+  EXPECT_EQ(series_value(metrics, b_changes), 2) << metrics;
+  EXPECT_GE(series_value(metrics, slow_starts), decisions) << metrics;
+  decisions = series_value(metrics, slow_starts);
+
+  const std::string new_host = fmt::format(
+      "{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\napp.test:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{}\n"
+      "\t\tto 127.0.0.1:{}\n\t\thealth_uri /healthz\n\t\thealth_interval 100ms\n\t\thealth_timeout 500ms\n"
+      "\t\tslow_start 1s\n\t}}\n}}\n",
+      f.admin, f.port, f.backends[0].port, f.backends[1].port);
+  const Response loaded = admin_call("POST", "/load", "text/heftfile", new_host);
+  ASSERT_EQ(loaded.status, 200) << loaded.body;
+  metrics = admin_call("GET", "/metrics").body;
+  EXPECT_EQ(series_value(metrics, b_changes), 2) << metrics;
+  EXPECT_GE(series_value(metrics, slow_starts), decisions) << metrics;
+  f.heft.signal(SIGTERM);
+  EXPECT_EQ(f.heft.wait(15s), std::optional<int>(0));
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
       std::lock_guard lock(mu);
       lines.push_back(l);
     });
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     std::this_thread::sleep_for(250ms);
     EXPECT_TRUE(pool->snapshot()->available(1));
     control(b_.port(), "/_control/health?status=500");
@@ -161,20 +161,20 @@ TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
   cfg.health_interval = 100ms;
   {
     HealthChecker checker([](const std::string&) {});
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     control(b_.port(), "/_control/health?status=503");
     pc.backends.push_back(backend(b_.port()));
     pool->update(pc);  // a reload that keeps the site: same Pool, one more backend
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     EXPECT_TRUE(eventually([&] { return !pool->snapshot()->available(1); }, 500ms));
     EXPECT_TRUE(pool->snapshot()->available(0));
     // The options follow the reload too: expecting 503 makes b healthy and a unhealthy.
     cfg.health_status = "503";
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(1) && !pool->snapshot()->available(0); }, 500ms));
     // A reload that turns the checks off: nothing would bring a back, so it is healthy at once.
     cfg.health_uri.clear();
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     EXPECT_TRUE(eventually([&] { return pool->snapshot()->available(0) && pool->snapshot()->available(1); }, 500ms));
   }
 }
@@ -193,12 +193,12 @@ TEST_F(HealthChecking, FrequentReloadsKeepTheProbeSchedule) {
   cfg.health_fails = 2;
   {
     HealthChecker checker([](const std::string&) {});
-    checker.set_pools({{"site0", pool, cfg}});
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     control(b_.port(), "/_control/health?status=500");
     const auto broken = std::chrono::steady_clock::now();
     std::optional<std::chrono::steady_clock::duration> out_after;
     while (!out_after && std::chrono::steady_clock::now() - broken < 2s) {
-      checker.set_pools({{"site0", pool, cfg}});  // a reload that changes nothing for the checks
+      checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});  // a reload that changes nothing for the checks
       std::this_thread::sleep_for(50ms);
       if (!pool->snapshot()->available(1)) out_after = std::chrono::steady_clock::now() - broken;
     }

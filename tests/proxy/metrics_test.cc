@@ -158,8 +158,8 @@ TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
   connection_opened();
   record_reload(true);
   record_reload(false);
-  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 3, 95, 95, true, 1, 0, {}},
-                                    {"srv0", "0", "weird\"name\\", 0, 5, 2.5, false, 1, 0, {}}};
+  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 3, 95, 95, true, 1},
+                                    {"srv0", "0", "weird\"name\\", 0, 5, 2.5, false, 1}};
   Exposition e = Exposition::parse(render_metrics(gauges));
 
   EXPECT_EQ(e.value("heft_requests_total", {{"server", "srv0"}, {"code", "200"}}), 3600);
@@ -197,11 +197,11 @@ TEST(Metrics, PoolsOfSitesSharingAServerAreToldApart) {
   for (int i = 0; i < 3; ++i) record_upstream(0, "srv0", "0", "127.0.0.1:9001", 200, 0.002);
   record_upstream(1, "srv0", "1", "127.0.0.1:9001", 200, 0.002);
   record_failure(0, "srv0", "1", "127.0.0.1:9001", "error");
-  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 0, 5, 5, true, 1, 0, {{"latency", 0}}},
-                                    {"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1, 0, {}},
-                                    {"srv0", "1", "127.0.0.1:9001", 0, 1, 1, true, 1, 0, {{"latency", 0}}},
-                                    {"srv0", "1", "127.0.0.1:9002", 0, 1, 1, true, 1, 0, {}},
-                                    {"srv0", "1", "127.0.0.1:9003", 0, 1, 1, true, 1, 0, {}}};
+  std::vector<UpstreamGauge> gauges{{"srv0", "0", "127.0.0.1:9001", 0, 5, 5, true, 1},
+                                    {"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1},
+                                    {"srv0", "1", "127.0.0.1:9001", 0, 1, 1, true, 1},
+                                    {"srv0", "1", "127.0.0.1:9002", 0, 1, 1, true, 1},
+                                    {"srv0", "1", "127.0.0.1:9003", 0, 1, 1, true, 1}};
   Exposition e = Exposition::parse(render_metrics(gauges));  // fails on a repeated series
   EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}}), 5);
   EXPECT_EQ(e.value("heft_upstream_weight", {{"server", "srv0"}, {"site", "1"}, {"upstream", "127.0.0.1:9001"}}), 1);
@@ -218,6 +218,34 @@ TEST(Metrics, PoolsOfSitesSharingAServerAreToldApart) {
     EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", {{"server", "srv0"}, {"site", site}, {"reason", "latency"}}),
               0)
         << site;
+}
+
+// Health changes and weight decisions are recorded here, not read from pool
+// state a reload may replace: they stay when their backend or pool is gone
+// from the gauges, and a backend or pool without any shows 0.
+TEST(Metrics, HealthChangesAndWeightDecisionsOnlyGoUp) {
+  reset_metrics();
+  record_health_change("srv0", "0", "127.0.0.1:9001");
+  record_health_change("srv0", "0", "127.0.0.1:9001");
+  record_weight_decision("srv0", "0", "slow_start");
+  const std::vector<UpstreamGauge> both{{"srv0", "0", "127.0.0.1:9001", 0, 1, 1, true, 1},
+                                       {"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1}};
+  Exposition e = Exposition::parse(render_metrics(both));
+  const std::map<std::string, std::string> first{{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9001"}};
+  const std::map<std::string, std::string> second{{"server", "srv0"}, {"site", "0"}, {"upstream", "127.0.0.1:9002"}};
+  const std::map<std::string, std::string> slow_start{{"server", "srv0"}, {"site", "0"}, {"reason", "slow_start"}};
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", second), 0);
+  EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", slow_start), 1);
+  EXPECT_EQ(e.value("heft_upstream_weight_decisions_total",
+                    {{"server", "srv0"}, {"site", "0"}, {"reason", "slow_start_done"}}),
+            0);
+  // The first backend gone (a reload without it), then back.
+  e = Exposition::parse(render_metrics({{"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1}}));
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
+  e = Exposition::parse(render_metrics(both));
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
+  EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", slow_start), 1);
 }
 
 TEST(Metrics, EmptyRegistryIsStillValid) {
