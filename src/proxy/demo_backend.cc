@@ -45,6 +45,11 @@ constexpr auto as_tuple_awaitable = asio::as_tuple(use_awaitable);
 // Size of every streamed piece: request-body reads, echo chunks, /bytes chunks.
 // A multiple of the 64-byte body line, so consecutive chunks continue the pattern.
 constexpr std::size_t kChunkBytes = 64 * 1024;
+// Request heads up to this size are served: heft passes heads of up to
+// 32 KiB (proxy/request_head.h) plus its forwarding fields, so whatever heft
+// accepts reaches the demo whole (Beast's default limit is 8 KiB). A longer
+// one is answered 431.
+constexpr std::size_t kMaxRequestHead = 64 * 1024;
 constexpr uint32_t kPartsPerMillion = 1'000'000;
 
 const std::string& pattern_chunk() {
@@ -400,12 +405,58 @@ awaitable<bool> serve_request(State& s, Connection& c, RequestParser& parser) {
   co_return keep_alive;
 }
 
+// Reads a request head into `parser`, as http::async_read_header() would,
+// but holds the whole head to kMaxRequestHead: Beast's header_limit bounds
+// what one parse call looks at, so fields parsed by earlier calls (a second
+// request on a connection whose buffer has grown) were not counted.
+awaitable<boost::system::error_code> read_head(Connection& c, RequestParser& parser) {
+  parser.header_limit(kMaxRequestHead);  // one line that long: Beast stops it
+  std::size_t head_bytes = 0;
+  for (;;) {
+    if (c.buffer.size() > 0) {
+      boost::system::error_code ec;
+      const std::size_t used = parser.put(c.buffer.data(), ec);
+      c.buffer.consume(used);
+      head_bytes += used;
+      if (head_bytes > kMaxRequestHead) co_return http::error::header_limit;
+      if (!ec && parser.is_header_done()) co_return ec;
+      if (ec && ec != http::error::need_more) co_return ec;
+      if (!ec && used > 0) continue;
+    }
+    const auto [ec, n] = co_await c.socket.async_read_some(c.buffer.prepare(kChunkBytes), as_tuple_awaitable);
+    c.buffer.commit(n);
+    if (ec) co_return ec;  // closed (between requests or not), or stopped
+  }
+}
+
+// 431 for a head over kMaxRequestHead, then the end of the connection. The
+// rest of the head (and any body) is read and dropped until the client
+// closes, at most 1 MiB of it: closing with unread input would reset the
+// connection, which can destroy the answer before the client reads it.
+awaitable<void> refuse_long_head(State& s, Connection& c) {
+  const uint64_t count = s.requests.fetch_add(1, std::memory_order_relaxed) + 1;
+  co_await write_text(s, c, 431, count, false, 11, "request header fields too large\n");
+  boost::system::error_code ec;
+  c.socket.shutdown(tcp::socket::shutdown_send, ec);
+  for (std::size_t dropped = 0; !ec && dropped < (1u << 20);) {
+    std::size_t n = 0;
+    std::tie(ec, n) = co_await c.socket.async_read_some(asio::buffer(c.scratch_buffer(), kChunkBytes), as_tuple_awaitable);
+    dropped += n;
+  }
+}
+
 awaitable<void> serve_connection(std::shared_ptr<State> s, std::shared_ptr<Connection> c) {
   try {
     for (;;) {
       RequestParser parser;
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // bodies are streamed, never held
-      const auto [ec, bytes] = co_await http::async_read_header(c->socket, c->buffer, parser, as_tuple_awaitable);
+      const boost::system::error_code ec = co_await read_head(*c, parser);
+      if (ec == http::error::header_limit) {
+        // Answered, not just closed: a proxy takes a silent close for a
+        // broken backend (and marks it failed), an answer for the client's.
+        co_await refuse_long_head(*s, *c);
+        break;
+      }
       if (ec) break;  // closed, or not HTTP: either way nothing to answer
       if (!co_await serve_request(*s, *c, parser)) break;
     }

@@ -155,6 +155,23 @@ TEST(ProxySafety, UpstreamErrors502_503_504) {
             std::string::npos) << log;
 }
 
+// A long head heft accepts (a 20 KB User-Agent, under its 32 KiB limit)
+// reaches the demo backends whole and is answered. The demo closed the
+// connection at 8 KiB: heft answered 502 after three tries and marked
+// every backend failed.
+TEST(ProxySafety, LongHeadsHeftAcceptsAreAnsweredByTheDemoBackends) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  for (const char* name : {"a", "b", "c"}) backends.push_back(start_backend(dir, name));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, ""), port);
+  HttpClient client(port);
+  const Response r = client.get("/", "User-Agent: " + std::string(20000, 'a') + "\r\n");
+  EXPECT_EQ(r.status, 200) << heft.log();
+  EXPECT_FALSE(r.header("x-backend").empty());
+  EXPECT_EQ(heft.log().find("failed"), std::string::npos) << heft.log();
+}
+
 TEST(ProxySafety, KilledBackendUnderLoadCausesNoClientErrors) {
   std::string dir = make_temp_dir();
   std::vector<Backend> backends;

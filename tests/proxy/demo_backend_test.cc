@@ -155,6 +155,31 @@ TEST(DemoBackendTest, ConnectionCloseIsHonoured) {
   EXPECT_FALSE(res.keep_alive());
 }
 
+// Heads up to what heft forwards (32 KiB and its own fields) are served; a
+// longer one is answered 431, then the connection ends (it was closed
+// without a word at Beast's 8 KiB default).
+TEST(DemoBackendTest, LongHeadsAreServedUpTo64KiBThenAnswered431) {
+  RunningBackend backend(options_named("long"));
+  Client client(backend.port());
+  http::request<http::string_body> req{http::verb::get, "/", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::user_agent, std::string(40 * 1024, 'a'));
+  EXPECT_EQ(client.request(req).result_int(), 200);
+  req.set("X-More", std::string(30 * 1024, 'b'));  // 70 KiB in all (a field value must stay under 64 KiB)
+  const auto refused = client.request(req);
+  EXPECT_EQ(refused.result_int(), 431);
+  EXPECT_EQ(refused["X-Backend"], "long");
+  EXPECT_FALSE(refused.keep_alive());
+  char byte;
+  boost::system::error_code end;
+  try {
+    client.stream().async_read_some(asio::buffer(&byte, 1), asio::use_future).get();
+  } catch (const boost::system::system_error& e) {
+    end = e.code();
+  }
+  EXPECT_EQ(end, asio::error::eof);
+}
+
 TEST(DemoBackendTest, FailRateIsExactOverTime) {
   DemoBackendOptions options = options_named("flaky");
   options.fail_rate = 0.25;
