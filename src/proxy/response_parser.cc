@@ -139,6 +139,13 @@ std::size_t ResponseParser::put_simple_body(boost::asio::const_buffer buffer, er
 }
 
 void ResponseParser::put_eof(error_code& ec) {
+  // An end before the head is whole is a truncated message. Beast alone
+  // would call it complete when no byte had reached it yet (a head heft's own
+  // path was still waiting to finish): a response with status 0.
+  if (!is_header_done()) {
+    ec = http::error::partial_message;
+    return;
+  }
   if (!simple_) return base::put_eof(ec);
   // The length was known: an end before it is a truncated message.
   ec = remaining_ == 0 ? error_code{} : error_code(http::error::partial_message);

@@ -327,6 +327,34 @@ std::string head_at_backend(const std::string& request, const std::string& pool_
   return head;
 }
 
+// A backend that closes partway through its response head has failed: a 502
+// (nginx: "upstream prematurely closed connection while reading response
+// header"), counted against it. The parser called the cut head complete when
+// heft's own head parser had not handed Beast a byte yet: the client got an
+// empty reply (status 0) and nothing was counted.
+TEST(ProxyLifecycle, BackendClosingInItsResponseHeadIsA502) {
+  for (const std::string cut : {"HTTP/1.1 200 OK\r\nContent-Le", "HTTP/1.", "HTTP/1.1 200 OK\r\n"}) {
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port, std::chrono::seconds(10));
+    ASSERT_GE(listener, 0);
+    std::thread origin([&] {
+      const int c = accept_scripted(listener);
+      if (c < 0) return;
+      std::string head;
+      read_until_head(c, head);
+      ::send(c, cut.data(), cut.size(), MSG_NOSIGNAL);
+      ::close(c);
+    });
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port, "\t\tmax_fails 1\n\t\tfail_timeout 30s\n");
+    Response r = HttpClient(port).get("/");
+    origin.join();
+    ::close(listener);
+    EXPECT_EQ(r.status, 502) << cut;
+    EXPECT_NE(heft.log().find("failed (reading the response head"), std::string::npos) << heft.log();
+  }
+}
+
 // What the backend receives. X-Forwarded-For is appended to with the client
 // address (several lines of it are one list), X-Real-IP set, and hop-by-hop
 // fields (Connection, the fields it names, Keep-Alive, TE, Proxy-Connection)
