@@ -49,6 +49,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
     if (!pool) continue;
+    const std::string site_label = observe::site_label(running.sites[site]);  // the metrics' site label
     auto snapshot = pool->snapshot();
     std::vector<uint64_t> recent(snapshot->size());
     uint64_t recent_sum = 0;
@@ -66,6 +67,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
       uint32_t active = snapshot->live(i).active.load(std::memory_order_relaxed);
       out.push_back({{"server", servers[site]},
                      {"site", site},
+                     {"site_address", site_label},
                      {"address", snapshot->backend(i).name},
                      {"num_requests", active},
                      {"fails", fails},
@@ -105,7 +107,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
       observe::UpstreamGauge g;
       g.server = servers[site];
-      g.site = std::to_string(site);  // as upstreams_json() numbers it
+      g.site = observe::site_label(running.sites[site]);  // as upstreams_json()'s site_address
       g.upstream = snapshot->backend(i).name;
       g.active = snapshot->live(i).active.load();
       g.weight = snapshot->backend(i).weight;

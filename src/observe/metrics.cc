@@ -390,6 +390,13 @@ std::vector<std::string> server_labels(const config::Config& config) {
   return labels;
 }
 
+std::string site_label(const config::SiteConfig& site) {
+  std::string hosts;
+  for (const std::string& h : site.hosts)
+    hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h);  // an IPv6 literal
+  return fmt::format("{}:{}", hosts, site.port);
+}
+
 void reset_metrics() {
   g_generation.fetch_add(1, std::memory_order_relaxed);
   for (Shard& s : registry().shards) {

@@ -5,8 +5,8 @@
 // that worker and the scraper ever take, so the lock is uncontended in the
 // steady state). render() merges the shards at scrape time. Labels are
 // bounded: `server` is the JSON server name ("srv0"), `site` the site's
-// index (as /reverse_proxy/upstreams numbers it: sites sharing a server have
-// a pool each), `upstream` the dial address as configured, `code` the
+// address (site_label(): sites sharing a server have a pool each),
+// `upstream` the dial address as configured, `code` the
 // 3-digit status, `reason` a short word from a fixed set the caller uses
 // ("connect", "timeout", "status", ...).
 //
@@ -56,7 +56,7 @@ void record_reload(bool success);
 // The current state of one backend, for the gauges.
 struct UpstreamGauge {
   std::string server;
-  std::string site;  // the site's index: its pool
+  std::string site;  // site_label() of its site: its pool
   std::string upstream;
   uint64_t active = 0;
   uint32_t weight = 0;
@@ -75,6 +75,12 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
 // The `server` label of each site (by index into config.sites): "srvN" as in
 // the JSON form, one server per listening port in order of first appearance.
 std::vector<std::string> server_labels(const config::Config& config);
+
+// The `site` label of a site: its addresses as written, "b.test:8080",
+// "a.test,b.test:8080" or ":8080" for any host. Not its index: a reload that
+// removes an earlier site shifts the indexes, and a series would then carry
+// another site's counts on from where the removed one stopped.
+std::string site_label(const config::SiteConfig& site);
 
 // Forgets everything recorded (tests).
 void reset_metrics();

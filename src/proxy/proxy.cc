@@ -32,13 +32,6 @@ namespace {
 constexpr std::chrono::milliseconds kSweepInterval{50};
 
 
-std::string site_label(const config::SiteConfig& site) {
-  std::string hosts;
-  for (const auto& h : site.hosts)
-    hosts += (hosts.empty() ? "" : ",") + (h.find(':') != std::string::npos ? "[" + h + "]" : h);  // an IPv6 literal
-  return fmt::format("{}:{}", hosts, site.port);
-}
-
 // The client address as text. IPv4 by hand: Asio's to_string goes through
 // inet_ntop, which formats with sprintf, once per new connection.
 std::string address_text(const asio::ip::address& address) {
@@ -186,7 +179,7 @@ std::string describe(const config::Config& config) {
                                 workers == 1 ? "" : "s", config.sites.size(), config.sites.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < config.sites.size(); ++i) {
     const auto& site = config.sites[i];
-    out += fmt::format("  site {}{} -> pool site{} ({}):", site_label(site), site.is_default ? " (default)" : "", i,
+    out += fmt::format("  site {}{} -> pool site{} ({}):", observe::site_label(site), site.is_default ? " (default)" : "", i,
                        balance::policy_name(site.proxy.policy));
     for (const auto& u : site.proxy.upstreams) {
       out += fmt::format(" {}", u.dial);
@@ -329,7 +322,7 @@ std::optional<std::vector<std::shared_ptr<observe::AccessLog>>> open_access_logs
     std::string why;
     logs[i] = observe::open_access_log(config.sites[i].log, why);
     if (!logs[i]) {
-      error = fmt::format("access log of site {}: {}", site_label(config.sites[i]), why);
+      error = fmt::format("access log of site {}: {}", observe::site_label(config.sites[i]), why);
       return std::nullopt;
     }
   }
@@ -356,7 +349,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
     const config::SiteConfig& site = next.sites[i];
     SiteRoute route{i, site, nullptr, {}, nullptr, {}};
     route.server_label = i < labels.size() ? labels[i] : "srv0";
-    route.site_label = std::to_string(i);
+    route.site_label = observe::site_label(site);
     route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     pool_config.counter_slots = worker_count(next);

@@ -57,7 +57,7 @@ struct SiteRoute {
   std::shared_ptr<upstream::Pool> pool;
   std::string server_label;                 // "srvN": the metrics' server label
   std::shared_ptr<observe::AccessLog> log;  // null when the site logs nothing
-  std::string site_label;                   // `index` as text: the metrics' site label
+  std::string site_label;                   // observe::site_label(site): the metrics' site label
 };
 
 // Which site answers a request: by listening port, then Host.

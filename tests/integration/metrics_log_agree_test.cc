@@ -429,24 +429,49 @@ c.test:{} {{
   }
 
   const std::string dial_a = fmt::format("127.0.0.1:{}", a.port);
-  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"0\",upstream=\"{}\"}}", dial_a)), 5);
-  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"1\",upstream=\"{}\"}}", dial_a)), 1);
-  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"0\""), 6);
-  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"1\""), 3);
-  for (const char* site : {"0", "1"})
+  const std::string site_b = fmt::format("b.test:{}", port), site_c = fmt::format("c.test:{}", port);
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"{}\",upstream=\"{}\"}}",
+                                                   site_b, dial_a)),
+            5);
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"{}\",upstream=\"{}\"}}",
+                                                   site_c, dial_a)),
+            1);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_b + "\""), 6);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_c + "\""), 3);
+  for (const std::string& site : {site_b, site_c})
     EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",site=\"{}\","
                                                      "reason=\"slow_start\"}}", site)),
               0)
         << site;
-  // The labels are the upstreams view's server, site and address.
+  // The labels are the upstreams view's server, site address and address.
   const nlohmann::json upstreams = nlohmann::json::parse(admin_get("/reverse_proxy/upstreams").body);
   ASSERT_EQ(upstreams.size(), 5u);
   for (const nlohmann::json& u : upstreams)
     EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"{}\",site=\"{}\",upstream=\"{}\"}}",
-                                                     u["server"].get<std::string>(), u["site"].get<int>(),
+                                                     u["server"].get<std::string>(), u["site_address"].get<std::string>(),
                                                      u["address"].get<std::string>())),
               u["weight"].get<double>())
         << u;
+
+  // A reload without b.test makes c.test the first site: its series keep
+  // their label and carry on, b.test's stay where they stopped (with the
+  // index as the label, c.test's requests were added to b.test's series).
+  const std::string without_b = fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\nc.test:{} {{\n\treverse_proxy "
+                                            "127.0.0.1:{} 127.0.0.1:{} 127.0.0.1:{}\n}}\n",
+                                            admin_port, port, a.port, b.port, c.port);
+  Response loaded = admin.request(fmt::format("POST /load HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: text/heftfile\r\n"
+                                              "Content-Length: {}\r\n\r\n{}",
+                                              admin_port, without_b.size(), without_b));
+  ASSERT_EQ(loaded.status, 200) << loaded.body;
+  HttpClient again(port);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(again.request("GET / HTTP/1.1\r\nHost: c.test\r\n\r\n").status, 200);
+  for (int wait = 0; wait < 100; ++wait) {
+    metrics = admin_get("/metrics");
+    if (metric_sum(metrics.body, "heft_upstream_requests_total") >= 13) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_b + "\""), 6);
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_c + "\""), 7);
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(15s), 0);
 }
