@@ -52,9 +52,9 @@ AdminRequest to_admin_request(const http::request<http::string_body>& req) {
   // tags all count, not the last line's; a repeated singleton (Host,
   // Authorization) becomes a value that no check accepts.
   for (const auto& field : req) {
-    std::string& value = out.headers[config::lowercase(field.name_string())];
-    if (!value.empty()) value += ", ";
-    value += std::string(field.value());
+    auto [line, first] = out.headers.try_emplace(config::lowercase(field.name_string()));
+    if (!first) line->second += ", ";  // also after an empty first line: "Host:" then "Host: x" is ", x"
+    line->second += std::string(field.value());
   }
   out.body = req.body();
   return out;

@@ -132,7 +132,7 @@ int run_pick(const PickOptions& o) {
     ctx.random = rng();
     // Without keys, hash places each pick as the proxy places a request
     // without its key: at random in proportion to the weights (docs/hashing.md).
-    ctx.key_hash = keys.empty() ? rng() : hash_key(keys[step % keys.size()]);
+    if (*kind == PolicyKind::hash) ctx.key_hash = keys.empty() ? rng() : hash_key(keys[step % keys.size()]);
     std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
     auto choice = balancer.pick(ctx);
     std::string chosen = choice ? names[*choice] : "-";

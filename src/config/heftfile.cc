@@ -222,6 +222,7 @@ class Parser {
     if (!block.args.empty()) error(block.args[0], "the global options block takes no arguments");
     std::map<std::string, Token> seen;
     std::optional<Token> admin_at;  // the admin address, when one is set
+    bool token_given = false;       // a bad one is reported by itself, not as missing
     for (const Directive& d : block.block) {
       if (d.is_comment) continue;
       const std::string& name = d.name.text;
@@ -250,6 +251,7 @@ class Parser {
           }
         }
       } else if (name == "admin_token") {
+        token_given = true;
         if (std::string problem = admin_token_problem(arg->text); !problem.empty())
           error(*arg, "admin_token " + problem);
         else
@@ -267,7 +269,7 @@ class Parser {
       }
     }
     // heft run would start without its admin API (and /load refuse the file).
-    if (admin_at && config.admin.enabled && config.admin.token.empty() &&
+    if (admin_at && config.admin.enabled && !token_given &&
         !is_loopback_host(split_host_port(admin_at->text, 0).value->host))
       error(*admin_at, fmt::format("admin address \"{}\" is not loopback: it needs an admin_token", admin_at->text));
   }
@@ -296,6 +298,7 @@ class Parser {
     std::vector<Token> words{d.name};
     words.insert(words.end(), d.args.begin(), d.args.end());
     for (const Token& word : words) {
+      const size_t before = addresses.size();
       size_t start = 0;
       while (start <= word.text.size()) {
         size_t comma = word.text.find(',', start);
@@ -308,8 +311,9 @@ class Parser {
         }
         start = comma + 1;
       }
+      // "" or ",": nothing there ("a.com," is fine: a list's trailing comma).
+      if (addresses.size() == before) error(word, "empty site address (write e.g. :8080 or example.com)");
     }
-    if (addresses.empty()) error(d.name, "empty site address (write e.g. :8080 or example.com)");
     std::optional<Token> first_port_at;
     bool any_host = false;
     for (const Token& address : addresses) {
@@ -354,6 +358,10 @@ class Parser {
         continue;
       }
       std::string host = site_host(split.value->host);
+      if (host.front() == '.' || host.back() == '.' || host.find("..") != std::string::npos) {
+        error(address, fmt::format("invalid site address \"{}\": a host name has no empty label", address.text));
+        continue;
+      }
       if (std::find(site.hosts.begin(), site.hosts.end(), host) != site.hosts.end()) {
         error(address, fmt::format("duplicate address \"{}\" in this site", address.text));
         continue;

@@ -460,7 +460,12 @@ class Reader {
               error(element(host_path, h), "must be a host name");
               continue;
             }
-            site.hosts.push_back(site_host(host.get<std::string>()));
+            const std::string name = site_host(host.get<std::string>());
+            if (name.front() == '.' || name.back() == '.' || name.find("..") != std::string::npos) {
+              error(element(host_path, h), "must be a host name (no empty label)");
+              continue;
+            }
+            site.hosts.push_back(name);
           }
         }
       }

@@ -398,6 +398,10 @@ TEST(HeftfileErrors, AdminAddressAndTokenAndHashKeyNames) {
   parse_ok("{\n\tadmin 0.0.0.0:2019\n\tadmin_token s3cret\n}\n:80 {\n\treverse_proxy a:1\n}\n");
   EXPECT_EQ(only_error("{\n\tadmin_token \"\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:2:14: admin_token must not be empty (leave it out for none)");
+  // A bad token beside a non-loopback address is one error, not also "needs an admin_token".
+  EXPECT_EQ(only_error("{\n\tadmin 0.0.0.0:2019\n\tadmin_token \" x\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:3:14: admin_token must not start or end with a space (a header value's edge spaces are not "
+            "part of it)");
   EXPECT_EQ(only_error("{\n\tadmin_token \"a\nb\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:2:14: admin_token must not contain control characters");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy hash header \"\"\n\t}\n}\n"),

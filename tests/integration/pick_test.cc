@@ -122,6 +122,14 @@ TEST(HeftPick, HashWithoutKeysSplitsByWeight) {
     EXPECT_NEAR(counts["b"], 3000, 300) << strategy;
     EXPECT_NEAR(counts["c"], 2000, 300) << strategy;
   }
+  // Only hash draws a key: random's sequence for a seed is what it was (a key
+  // drawn for every policy had shifted it).
+  PickRun random = heft("pick --policy random --weights 5,3,2,1 --count 30 --json");
+  ASSERT_EQ(random.exit_code, 0) << random.out;
+  const auto random_out = nlohmann::json::parse(random.out);
+  std::string sequence;
+  for (const auto& s : random_out["sequence"]) sequence += s.get<std::string>();
+  EXPECT_EQ(sequence, "AAAAABAACCACDAAAABBBBCABBAAACC");
   // All weights 0: one pick, of nothing, rather than an empty sequence.
   PickRun none = heft("pick --weights 0,0 --json");
   ASSERT_EQ(none.exit_code, 0) << none.out;

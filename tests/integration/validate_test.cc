@@ -126,6 +126,14 @@ TEST_F(ConfigCommands, ValidateRefusesEmptyAndDeadSiteAddresses) {
   CommandResult run = heft("validate");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("Heftfile:1:1: empty site address"), std::string::npos) << run.err;
+  for (const char* empty : {"\"\" a.test {", ", {", "a.test.. {", ". {"}) {
+    write("Heftfile", std::string(empty) + "\n\treverse_proxy a:1\n}\n");
+    run = heft("validate");
+    EXPECT_EQ(run.exit_code, 1) << empty;
+    EXPECT_TRUE(run.err.find("empty site address") != std::string::npos ||
+                run.err.find("no empty label") != std::string::npos)
+        << empty << ": " << run.err;
+  }
   // example.com. is example.com, as a Host header is matched: a duplicate site, not a dead one.
   write("Heftfile", "example.com.:8080 {\n\treverse_proxy a:1\n}\nexample.com:8080 {\n\treverse_proxy b:1\n}\n");
   run = heft("validate");
