@@ -178,15 +178,6 @@ TEST(SlowStart, ReturningBackendShareRisesOverTheWindowToItsWeight) {
   EXPECT_EQ(failures(load.all()), 0u);
 }
 
-// The value of the sample `series` (name and labels as written) in a /metrics text, or -1 if there is none.
-double series_value(const std::string& metrics, const std::string& series) {
-  std::istringstream in(metrics);
-  for (std::string line; std::getline(in, line);)
-    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ')
-      return std::stod(line.substr(series.size() + 1));
-  return -1;
-}
-
 // heft_upstream_health_changes_total and heft_upstream_weight_decisions_total
 // only go up: a reload that takes a backend out and brings it back (its
 // state, and the pool's counts in it, start afresh), or one that gives the
@@ -217,12 +208,12 @@ TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
     return false;
   };
   ASSERT_EQ(control(f.backends[1].port, "/_control/health?status=500"), 200);
-  ASSERT_TRUE(wait_until([&] { return series_value(metrics, b_changes) == 1; })) << metrics;
+  ASSERT_TRUE(wait_until([&] { return sample_value(metrics, b_changes) == 1; })) << metrics;
   ASSERT_EQ(control(f.backends[1].port, "/_control/health?status=200"), 200);
   // Back in service: a slow start.
-  ASSERT_TRUE(wait_until([&] { return series_value(metrics, b_changes) == 2 && series_value(metrics, slow_starts) >= 1; }))
+  ASSERT_TRUE(wait_until([&] { return sample_value(metrics, b_changes) == 2 && sample_value(metrics, slow_starts) >= 1; }))
       << metrics;
-  double decisions = series_value(metrics, slow_starts);
+  double decisions = sample_value(metrics, slow_starts);
 
   const std::string upstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
   ASSERT_EQ(admin_call("DELETE", upstreams + "/1").status, 200);
@@ -231,9 +222,9 @@ TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
                 .status,
             200);
   metrics = admin_call("GET", "/metrics").body;
-  EXPECT_EQ(series_value(metrics, b_changes), 2) << metrics;
-  EXPECT_GE(series_value(metrics, slow_starts), decisions) << metrics;
-  decisions = series_value(metrics, slow_starts);
+  EXPECT_EQ(sample_value(metrics, b_changes), 2) << metrics;
+  EXPECT_GE(sample_value(metrics, slow_starts), decisions) << metrics;
+  decisions = sample_value(metrics, slow_starts);
 
   const std::string new_host = fmt::format(
       "{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\napp.test:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{}\n"
@@ -243,8 +234,8 @@ TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
   const Response loaded = admin_call("POST", "/load", "text/heftfile", new_host);
   ASSERT_EQ(loaded.status, 200) << loaded.body;
   metrics = admin_call("GET", "/metrics").body;
-  EXPECT_EQ(series_value(metrics, b_changes), 2) << metrics;
-  EXPECT_GE(series_value(metrics, slow_starts), decisions) << metrics;
+  EXPECT_EQ(sample_value(metrics, b_changes), 2) << metrics;
+  EXPECT_GE(sample_value(metrics, slow_starts), decisions) << metrics;
   f.heft.signal(SIGTERM);
   EXPECT_EQ(f.heft.wait(15s), std::optional<int>(0));
 }

@@ -375,15 +375,6 @@ TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
   EXPECT_NE(heft.log().find("heft: GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
 }
 
-// The value of the sample `series` (name and labels as written), or -1 if there is none.
-double sample_value(const std::string& text, const std::string& series) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ')
-      return std::stod(line.substr(series.size() + 1));
-  return -1;
-}
-
 // Sites sharing a port are one server with a pool each: every per-backend
 // and per-pool series names its site as /reverse_proxy/upstreams does, so
 // none is repeated and each site's traffic is counted apart.

@@ -414,6 +414,16 @@ inline bool read_until_head(int fd, std::string& in) {
   return true;
 }
 
+// The value of the sample `series` (metric name and labels as written) in a
+// /metrics text, or -1 if there is none.
+inline double sample_value(const std::string& metrics, const std::string& series) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 && line[series.size()] == ' ')
+      return std::stod(line.substr(series.size() + 1));
+  return -1;
+}
+
 // A demo-backend process on an ephemeral port.
 struct Backend {
   Process process;
