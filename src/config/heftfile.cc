@@ -564,7 +564,7 @@ class Parser {
     for (PendingUpstream& p : pending) {
       if (pool_max_fails && !p.explicit_max_fails) p.upstream.max_fails = *pool_max_fails;
       if (pool_fail_timeout && !p.explicit_fail_timeout) p.upstream.fail_timeout = *pool_fail_timeout;
-      auto [it, inserted] = dials.emplace(p.upstream.dial, p.at);
+      auto [it, inserted] = dials.emplace(lowercase(p.upstream.dial), p.at);  // host names ignore case
       if (!inserted) {
         error(p.at, fmt::format("duplicate backend \"{}\" in this pool (first at {}:{})", p.upstream.dial,
                                 it->second.line, it->second.column));

@@ -526,7 +526,7 @@ class Reader {
         std::string upstream_path = element(list_path, i);
         UpstreamConfig upstream;
         if (!this->upstream((*upstreams)[i], upstream_path, upstream)) continue;
-        auto [it, inserted] = dials.emplace(upstream.dial, upstream_path);
+        auto [it, inserted] = dials.emplace(lowercase(upstream.dial), upstream_path);  // host names ignore case
         if (!inserted) {
           error(member(upstream_path, "dial"), fmt::format("duplicate backend \"{}\" (also at {})", upstream.dial, it->second));
           continue;

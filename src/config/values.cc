@@ -186,6 +186,10 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
       return result;
     }
     host = text.substr(1, close - 1);
+    if (host.find(':') == std::string_view::npos) {  // "[foo.com]:80", "[]:80"
+      result.error = "brackets hold an IPv6 address, e.g. [::1]:8080";
+      return result;
+    }
     std::string_view rest = text.substr(close + 1);
     if (!rest.empty()) {
       if (rest.front() != ':') {

@@ -422,6 +422,19 @@ TEST(HeftfileErrors, ToLineReportsEveryError) {
   EXPECT_EQ(config.sites[0].proxy.upstreams[0].max_fails, 2u);
 }
 
+// Host names ignore case, so these are one backend twice; brackets hold only
+// IPv6 addresses ("[foo.com]:80" and "[]:8080" were taken as host names).
+TEST(HeftfileErrors, DuplicateBackendsIgnoreCaseAndBracketsHoldIPv6) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy Localhost:81 localhost:81\n}\n"),
+            "Heftfile:2:29: duplicate backend \"localhost:81\" in this pool (first at 2:16)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy [::FFFF:127.0.0.1]:81 [::ffff:127.0.0.1]:81\n}\n"),
+            "Heftfile:2:38: duplicate backend \"[::ffff:127.0.0.1]:81\" in this pool (first at 2:16)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy [foo.com]:81\n}\n"),
+            "Heftfile:2:16: invalid backend address \"[foo.com]:81\": brackets hold an IPv6 address, e.g. [::1]:8080");
+  EXPECT_EQ(only_error("[]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"[]:8080\": brackets hold an IPv6 address, e.g. [::1]:8080");
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
