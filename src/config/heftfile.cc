@@ -357,11 +357,12 @@ class Parser {
         error(address, fmt::format("\"{}\" answers every host: write it alone", first_port_at->text));
         continue;
       }
-      std::string host = site_host(split.value->host);
-      if (host.front() == '.' || host.back() == '.' || host.find("..") != std::string::npos) {
+      std::optional<std::string> matched = site_host(split.value->host);
+      if (!matched) {
         error(address, fmt::format("invalid site address \"{}\": a host name has no empty label", address.text));
         continue;
       }
+      std::string host = std::move(*matched);
       if (std::find(site.hosts.begin(), site.hosts.end(), host) != site.hosts.end()) {
         error(address, fmt::format("duplicate address \"{}\" in this site", address.text));
         continue;

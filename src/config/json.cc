@@ -460,12 +460,12 @@ class Reader {
               error(element(host_path, h), "must be a host name");
               continue;
             }
-            const std::string name = site_host(host.get<std::string>());
-            if (name.front() == '.' || name.back() == '.' || name.find("..") != std::string::npos) {
+            std::optional<std::string> name = site_host(host.get<std::string>());
+            if (!name) {
               error(element(host_path, h), "must be a host name (no empty label)");
               continue;
             }
-            site.hosts.push_back(name);
+            site.hosts.push_back(std::move(*name));
           }
         }
       }

@@ -264,9 +264,10 @@ bool is_header_name(std::string_view text) {
   return true;
 }
 
-std::string site_host(std::string_view host) {
+std::optional<std::string> site_host(std::string_view host) {
   std::string out = lowercase(host);
   if (out.size() > 1 && out.back() == '.') out.pop_back();
+  if (out.empty() || out.front() == '.' || out.back() == '.' || out.find("..") != std::string::npos) return std::nullopt;
   return out;
 }
 

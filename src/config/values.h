@@ -77,8 +77,10 @@ std::string join_host_port(std::string_view host, uint16_t port);
 bool is_header_name(std::string_view text);
 
 // A site's host as requests are matched against it: lower case, without a
-// trailing dot ("Example.COM." is example.com, as a Host header is matched).
-std::string site_host(std::string_view host);
+// trailing dot ("Example.COM." is example.com, as a Host header is matched);
+// nullopt for a name with an empty label ("a..b", ".", "a.b.."), which no
+// request could reach.
+std::optional<std::string> site_host(std::string_view host);
 
 // "localhost", "::1" or 127.x.x.x: an admin API there needs no token.
 bool is_loopback_host(std::string_view host);
