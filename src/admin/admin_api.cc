@@ -68,9 +68,7 @@ std::string admin_config_error(const config::AdminConfig& admin) {
   if (!admin.enabled) return "";
   auto split = config::split_host_port(admin.address, 0);
   if (!split.value) return "admin.listen: " + split.error;
-  if (!config::is_loopback_host(split.value->host) && admin.token.empty())
-    return fmt::format("admin.token: required when the admin API listens on a non-loopback address ({})",
-                       admin.address);
+  if (std::string missing = config::admin_token_missing(admin); !missing.empty()) return "admin.token: " + missing;
   return "";
 }
 

@@ -269,8 +269,7 @@ class Parser {
       }
     }
     // heft run would start without its admin API (and /load refuse the file).
-    if (admin_at && config.admin.enabled && !token_given &&
-        !is_loopback_host(split_host_port(admin_at->text, 0).value->host))
+    if (admin_at && !token_given && !admin_token_missing(config.admin).empty())
       error(*admin_at, fmt::format("admin address \"{}\" is not loopback: it needs an admin_token", admin_at->text));
   }
 

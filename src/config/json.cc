@@ -278,12 +278,8 @@ class Reader {
         else
           config.admin.token = token;
       }
-      if (config.admin.enabled && config.admin.token.empty() && field(*admin, "listen")) {
-        auto split = split_host_port(config.admin.address, 0);
-        if (split.value && !is_loopback_host(split.value->host))
-          error("admin.token", fmt::format("required when the admin API listens on a non-loopback address ({})",
-                                           config.admin.address));
-      }
+      if (std::string missing = admin_token_missing(config.admin); !missing.empty() && field(*admin, "listen"))
+        error("admin.token", missing);
     }
     const json* apps = field(doc, "apps");
     if (!apps) {

@@ -154,6 +154,11 @@ struct AdminConfig {
   bool operator==(const AdminConfig&) const = default;
 };
 
+// "required when the admin API listens on a non-loopback address (ADDR)" when
+// `admin` is on, has no token and listens beyond loopback; "" otherwise (an
+// address that does not parse is another error's).
+std::string admin_token_missing(const AdminConfig& admin);
+
 struct Config {
   AdminConfig admin;
   unsigned workers = 0;  // 0 = one per hardware core

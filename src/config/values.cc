@@ -276,6 +276,13 @@ bool is_loopback_host(std::string_view host) {
   return h == "localhost" || h == "::1" || h.starts_with("127.");
 }
 
+std::string admin_token_missing(const AdminConfig& admin) {
+  if (!admin.enabled || !admin.token.empty()) return "";
+  auto split = split_host_port(admin.address, 0);
+  if (!split.value || is_loopback_host(split.value->host)) return "";
+  return fmt::format("required when the admin API listens on a non-loopback address ({})", admin.address);
+}
+
 std::string admin_token_problem(std::string_view token) {
   if (token.empty()) return "must not be empty (leave it out for none)";
   if (token.front() == ' ' || token.back() == ' ')
