@@ -208,7 +208,8 @@ void print(const std::vector<Directive>& directives, int depth, std::string& out
     if (d.is_comment) {
       out += d.name.text;
     } else {
-      std::string line = d.name.text.empty() && d.has_block ? "" : quote_if_needed(d.name.text);
+      // Only an unquoted empty name is the bare `{` of an options block; `"" {` keeps its quotes.
+      std::string line = d.name.text.empty() && !d.name.quoted && d.has_block ? "" : quote_if_needed(d.name.text);
       for (const Token& arg : d.args) {
         if (!line.empty()) line += ' ';
         line += quote_if_needed(arg.text);

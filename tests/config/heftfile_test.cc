@@ -747,6 +747,14 @@ TEST(Format, SeedExamplesFormatToTheSameConfig) {
   }
 }
 
+TEST(Format, QuotedEmptyNameBeforeBlockKeepsItsQuotes) {
+  // `"" {` was printed as a bare `{`: a directive the reader rejects became an options block.
+  std::string text = ":80 {\n\treverse_proxy a:1\n\t\"\" {\n\t\tfoo\n\t}\n}\n";
+  Result<std::string> formatted = format_heftfile(text);
+  ASSERT_TRUE(formatted.ok());
+  EXPECT_EQ(*formatted, text);
+}
+
 TEST(Format, ReportsSyntaxErrors) {
   Result<std::string> formatted = format_heftfile(":80 {\n\treverse_proxy a:1\n");
   ASSERT_FALSE(formatted.ok());
