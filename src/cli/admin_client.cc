@@ -29,7 +29,16 @@ std::string AdminReply::error_message() const {
   auto parsed = nlohmann::json::parse(body, nullptr, false);
   if (parsed.is_object() && parsed.contains("error") && parsed["error"].is_string())
     return parsed["error"].get<std::string>();
-  return body.empty() ? "HTTP " + std::to_string(status) : body;
+  return "HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + body_excerpt());
+}
+
+std::string AdminReply::body_excerpt() const {
+  // Whatever answered may not be heft (a web server's HTML page): one line, escaped, short.
+  constexpr size_t kMax = 200;
+  std::string_view line = std::string_view(body).substr(0, body.find('\n'));
+  std::string out = config::printable(line.substr(0, kMax));
+  if (line.size() > kMax || line.size() < body.size()) out += " ...";
+  return out;
 }
 
 AdminReply admin_request(const AdminClientOptions& options, const std::string& method, const std::string& target,

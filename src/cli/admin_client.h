@@ -21,8 +21,10 @@ struct AdminReply {
   std::string body;
   std::string etag;
   std::string transport_error;
-  // The API's {"error": ...} message, else the body, else the transport error.
+  // The API's {"error": ...} message, else the status and body_excerpt(), else the transport error.
   std::string error_message() const;
+  // The body's first line, control bytes escaped, at most 200 bytes (for answers that are not the API's).
+  std::string body_excerpt() const;
 };
 
 // One request (10 s timeout). `content_type` is sent when `body` is not empty.

@@ -4,6 +4,7 @@
 // does not yet start the admin API (it needs --resume / ProxyAdmin wiring).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -107,6 +108,17 @@ TEST_F(AdminProcessTest, ControlCommands) {
   // Nobody there now: the system's reason, without Boost's source location.
   EXPECT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 1) << out;
   EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
+}
+
+TEST_F(AdminProcessTest, AnswerFromSomethingElseIsShownAsOneShortLine) {
+  // A demo backend answers any path with a body of several lines: the command says
+  // it may not be heft and quotes one escaped line, not the whole body.
+  std::string out;
+  std::string other = fmt::format("127.0.0.1:{}", backends[0].port);
+  EXPECT_EQ(heft(dir, {"upstreams", "--address", other}, out), 1) << out;
+  EXPECT_EQ(out.rfind("heft: unexpected answer (not a heft admin API?): ", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_LT(out.size(), 300u) << out;
 }
 
 }  // namespace
