@@ -37,7 +37,7 @@ int run_reload(const ReloadOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<ReloadOptions>();
   CLI::App* command = root.add_subcommand("reload", "Load a configuration file into a running heft (POST /load)");
-  command->add_option("-c,--config", options->config, "Heftfile, or a .json configuration (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration (default ./Heftfile)");
   add_admin_options(command, options->admin);
   command->callback([options] { set_exit_code(run_reload(*options)); });
 }

@@ -182,4 +182,19 @@ TEST_F(ConfigCommands, FmtPrintsCanonicalForm) {
   EXPECT_EQ(run.out, "a.com {\n\treverse_proxy b:1\n}\n");
 }
 
+TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
+  // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
+  write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
+  write("other", "a.com {\n\treverse_proxy b:1\n\tlb_polcy first\n}\n");
+  CommandResult validate = heft("validate other");
+  EXPECT_EQ(validate.exit_code, 1);
+  EXPECT_NE(validate.err.find("other:3:2:"), std::string::npos) << validate.err;
+  EXPECT_EQ(heft("fmt other").out, "a.com {\n\treverse_proxy b:1\n\tlb_polcy first\n}\n");
+  write("good", "b.com   {\n  reverse_proxy   c:1\n}\n");
+  EXPECT_EQ(heft("fmt good").out, "b.com {\n\treverse_proxy c:1\n}\n");
+  EXPECT_NE(heft("adapt good").out.find("\"c:1\""), std::string::npos);
+  // Both at once is an error, not a silent choice.
+  EXPECT_EQ(heft("validate good --config other").exit_code, 2);
+}
+
 }  // namespace
