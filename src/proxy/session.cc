@@ -362,27 +362,48 @@ void prepare_response(ResponseParser& response, bool head_request) {
   if (head_request) response.skip(true);
 }
 
-// A 1xx other than 101 is an interim response (RFC 9110 15.2): drop it and
-// parse the next head (of the same request: a HEAD's body is still skipped).
-// Returns true when it reset the parser for that.
-bool reset_if_interim(ResponseParser& response) {
+// A 1xx other than 101 is an interim response (RFC 9110 15.2).
+bool is_interim(const ResponseParser& response) {
   const unsigned status = response.status();
-  if (status < 100 || status >= 200 || status == 101) return false;
+  return status >= 100 && status < 200 && status != 101;
+}
+
+// After an interim response: parse the next head (of the same request: a
+// HEAD's body is still skipped).
+void reset_after_interim(ResponseParser& response) {
   FieldArena& arena = response.arena();
   const bool head_request = response.skip();
   response.~ResponseParser();
   new (&response) ResponseParser(arena);
   prepare_response(response, head_request);
-  return true;
+}
+
+// The response's Connection field: several lines are one list (RFC 9110
+// 5.3), joined into `joined` only then.
+std::string_view connection_list(const ResponseParser& response, std::string& joined) {
+  std::string_view first;
+  bool several = false;
+  for (const ResponseParser::Field& field : response.fields()) {
+    if (field.name != http::field::connection) continue;
+    const std::string_view value = response.value(field);
+    if (first.empty()) {
+      first = value;
+    } else if (!value.empty()) {
+      if (!std::exchange(several, true)) joined.assign(first);
+      joined.append(", ").append(value);
+    }
+  }
+  return several ? std::string_view(joined) : first;
 }
 
 // A final response head heft must not forward (nothing of it was sent yet):
-// a transfer coding other than chunked, which would reach the client
+// a status below 100, a transfer coding other than chunked, which would reach the client
 // unlabelled once heft re-frames the body (nginx: "upstream sent unknown
 // Transfer-Encoding", 502), or a 101 the client did not ask for (RFC 9110
 // 15.2.2). An error for the attempt's log, or none.
 error_code unusable_head(const ResponseParser& response, bool upgrade_asked) {
-  if (response.status() == 101 && !upgrade_asked) return http::error::bad_status;
+  // A status below 100 has no meaning (RFC 9110 15) and no three-digit form once relayed.
+  if (response.status() < 100 || (response.status() == 101 && !upgrade_asked)) return http::error::bad_status;
   for (const ResponseParser::Field& field : response.fields()) {
     if (field.name != http::field::transfer_encoding) continue;
     if (!lower_equals(trim_ows(response.value(field)), "chunked")) return http::error::bad_transfer_encoding;
@@ -555,6 +576,7 @@ class Session {
   };
   RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
   std::string origin_form_;  // an absolute-form target's origin-form (plan_request)
+  std::string connection_lines_;  // several Connection lines joined (plan_request, then forward_response)
   // The host the current request was routed by (plan_request), for the access
   // log: an absolute-form target's authority, else the Host field. A view into
   // the request head, which lives until finish_request().
@@ -566,6 +588,7 @@ class Session {
   Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
                                      bool& client_failed, const config::PoolConfig& pool);
   Task<void> splice(UpstreamConnection& conn);
+  Task<bool> relay_interim(ResponseParser& response, bool client_http11, const config::PoolConfig& pool);
 
   BlockBuffer in_{w.blocks, FieldArena::kBytes};
   FieldArena arena_;  // the fields of the current request and response, in in_'s reserved tail
@@ -792,10 +815,20 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   // The fields decided on, in one walk over the list (the first of each, as
   // basic_fields' operator[] would give, without its four lookups).
   std::string_view host, connection, upgrade_value, expect;
+  bool joined_connection = false;
   for (const auto& field : req) {
     switch (field.name()) {
       case http::field::host: if (host.empty()) host = field.value(); break;
-      case http::field::connection: if (connection.empty()) connection = field.value(); break;
+      case http::field::connection:
+        if (connection.empty()) {
+          connection = field.value();
+        } else if (!field.value().empty()) {  // several lines are one list (RFC 9110 5.3): rare
+          if (!joined_connection) connection_lines_.assign(connection);
+          joined_connection = true;
+          connection_lines_.append(", ").append(field.value());
+          connection = connection_lines_;
+        }
+        break;
       case http::field::upgrade: if (upgrade_value.empty()) upgrade_value = field.value(); break;
       case http::field::expect: if (expect.empty()) expect = field.value(); break;
       default: break;
@@ -831,7 +864,8 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   if (!plan.route) return plan;
   const config::PoolConfig& pool = plan.route->site.proxy;
   const std::string_view extras = connection_extras(connection);
-  plan.upgrade = !upgrade_value.empty() && has_token(connection, "upgrade");
+  // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8).
+  plan.upgrade = !upgrade_value.empty() && req.version() >= 11 && has_token(connection, "upgrade");
   plan.expect_continue = iequals(expect, "100-continue");
   plan.expectation_failed = !expect.empty() && !plan.expect_continue;
   if (pool.policy == balance::PolicyKind::hash) {
@@ -1128,7 +1162,12 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
   w.prepare_site(site, snapshot);
   IdleList& idle_list = *site.idle[backend];
   const tcp::endpoint endpoint = site.endpoints[backend];  // a copy: others may re-prepare the site meanwhile
-  const bool replayable = parser.is_done();
+  // A stale pooled connection may have taken the request before it closed:
+  // replayed only if it may run twice (nginx, RFC 9112 9.3.1.1: a
+  // non-idempotent request is not retried once sent, unless next_upstream
+  // says non_idempotent).
+  const bool replayable =
+      parser.is_done() && (idempotent(parser.get().method()) || pool.next_upstream.non_idempotent);
   for (int fresh = 0; fresh < 2; ++fresh) {
     std::unique_ptr<UpstreamConnection> conn;
     if (fresh == 0) conn = take_idle_connection(w, idle_list);
@@ -1240,7 +1279,9 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
           break;  // stale pooled connection
         co_return failure("reading the response head", ec);
       }
-      if (reset_if_interim(response)) {
+      if (is_interim(response)) {
+        if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
+          co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
         continue;
       }
@@ -1305,7 +1346,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     for (;;) {
       error_code ec = co_await read_header(conn, response, received, nullptr);
       if (ec) co_return failure("reading the response head", ec);
-      if (reset_if_interim(response)) {
+      if (is_interim(response)) {
+        if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
+          co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
         continue;
       }
@@ -1334,7 +1377,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   down_head_.append("HTTP/1.1 "sv);
   down_head_.number(status);
   down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
-  const std::string_view extras = connection_extras(response.value(http::field::connection));
+  const std::string_view extras = connection_extras(connection_list(response, connection_lines_));
   bool length_sent = false;
   for (const ResponseParser::Field& field : response.fields()) {
     std::string_view name = response.name(field);
@@ -1433,6 +1476,35 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   }
   disarm();
   co_return AttemptResult{Outcome::done, status, keep_alive};
+}
+
+// An interim response reaches an HTTP/1.1 client as the backend sent it,
+// less hop-by-hop fields (RFC 9110 15.2: a proxy forwards 1xx it did not ask
+// for; 103 Early Hints lets a browser preload while the backend works), then
+// the parser is reset for the next head. A 100 is dropped: heft answers a
+// client's Expect itself and does not pass it on. HTTP/1.0 clients get none
+// (RFC 9110 15.2). header_down is for final responses only. False when the
+// client is gone.
+Task<bool> Session::relay_interim(ResponseParser& response, bool client_http11, const config::PoolConfig& pool) {
+  if (response.status() != 100 && client_http11) {
+    down_head_.clear();
+    down_head_.append("HTTP/1.1 "sv);
+    down_head_.number(response.status());
+    down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
+    const std::string_view extras = connection_extras(connection_list(response, connection_lines_));
+    for (const ResponseParser::Field& field : response.fields()) {
+      const std::string_view name = response.name(field);
+      if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;
+      down_head_.field(name, response.value(field));
+    }
+    down_head_.append("\r\n"sv);
+    arm(pool.send_timeout);
+    before_client_write();
+    auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
+    if (ec) co_return false;
+  }
+  reset_after_interim(response);
+  co_return true;
 }
 
 Task<void> Session::splice(UpstreamConnection& conn) {

@@ -242,6 +242,7 @@ struct Response {
   int status = 0;  // 0: no (complete) response
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
+  std::vector<int> interim;  // statuses of 1xx responses before this one (request() skips them, as clients do)
   std::string header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? "" : it->second;
@@ -290,6 +291,12 @@ class HttpClient {
       return {};
     }
     Response r = read_response(head);
+    std::vector<int> interim;
+    while (r.status >= 100 && r.status < 200 && r.status != 101) {
+      interim.push_back(r.status);
+      r = read_response(head);
+    }
+    r.interim = std::move(interim);
     if (r.status == 0 || r.header("connection") == "close") close();
     return r;
   }

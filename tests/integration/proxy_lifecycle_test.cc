@@ -374,6 +374,17 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
   for (const char* gone : {"X-Secret", "Keep-Alive", "TE:", "Proxy-Connection", "Connection: keep-alive, X-Secret"})
     EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+  // Several Connection lines are one list (RFC 9110 5.3): the second line's names go too.
+  const std::string two_lines = head_at_backend(
+      "GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nConnection: X-Secret, X-Other\r\n"
+      "X-Secret: 1\r\nX-Other: 2\r\nX-Kept: yes\r\n\r\n");
+  EXPECT_NE(two_lines.find("\r\nX-Kept: yes\r\n"), std::string::npos) << two_lines;
+  for (const char* gone : {"X-Secret", "X-Other"})
+    EXPECT_EQ(two_lines.find(gone), std::string::npos) << gone << " reached the backend:\n" << two_lines;
+  // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8): a plain request, no Upgrade passed on.
+  const std::string old_upgrade =
+      head_at_backend("GET /ws HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  EXPECT_EQ(old_upgrade.find("pgrade"), std::string::npos) << old_upgrade;
   // (Host stays though Connection names it.) An empty Host is replaced, not sent beside another.
   const std::string empty_host = head_at_backend("GET /x HTTP/1.1\r\nHost:\r\n\r\n");
   EXPECT_NE(empty_host.find("\r\nHost: localhost\r\n"), std::string::npos) << empty_host;
@@ -470,7 +481,8 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   EXPECT_NE(first_line.find("\"uri\":\"http://" + authority + "/where?x=1\""), std::string::npos) << first_line;
 }
 
-// The response side of the same: an interim 103 is dropped, every field of
+// The response side of the same: an interim 103 is relayed (RFC 9110 15.2; less
+// the fields its Connection names), every field of
 // the final head reaches the client in order (repeated ones too, a long one
 // whole), hop-by-hop fields and those Connection names do not, a chunked body
 // arrives intact, and the pooled upstream connection serves the next request.
@@ -481,7 +493,7 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   const std::string long_value(3000, 'v');
   int requests_on_one_connection = 0;
   const std::vector<std::string> replies = {
-      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: X-Hint\r\nX-Hint: no\r\n\r\n"
       "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
       "Set-Cookie: b=2\r\nX-Long: " + long_value + "\r\nTransfer-Encoding: chunked\r\n\r\n"
       "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
@@ -500,6 +512,9 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   origin.join();
   ::close(listener);
 
+  const std::string hints = "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n";
+  ASSERT_EQ(raw.rfind(hints, 0), 0u) << raw.substr(0, 200);
+  raw.erase(0, hints.size());
   EXPECT_EQ(raw.rfind("HTTP/1.1 201 Made\r\n", 0), 0u) << raw.substr(0, 200);
   const std::size_t a = raw.find("\r\nSet-Cookie: a=1\r\n"), b = raw.find("\r\nSet-Cookie: b=2\r\n");
   EXPECT_NE(a, std::string::npos);
@@ -507,7 +522,7 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_LT(a, b);
   EXPECT_NE(raw.find("\r\nX-Long: " + long_value + "\r\n"), std::string::npos);
   EXPECT_NE(raw.find("\r\nTransfer-Encoding: chunked\r\n"), std::string::npos);
-  for (const char* gone : {"103", "Link:", "X-Hop", "Keep-Alive"})
+  for (const char* gone : {"103", "Link:", "X-Hint", "X-Hop", "Keep-Alive"})
     EXPECT_EQ(raw.find(gone), std::string::npos) << gone << " reached the client:\n" << raw.substr(0, 400);
   const std::size_t body = raw.find("\r\n\r\n");
   ASSERT_NE(body, std::string::npos);
@@ -515,6 +530,37 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");
   EXPECT_EQ(requests_on_one_connection, 2);
+}
+
+// Interim responses reach HTTP/1.1 clients but not HTTP/1.0 ones (RFC 9110
+// 15.2), and a backend's 100 never does (heft answers Expect itself and does
+// not pass it on). A second Connection line in the response names fields too.
+TEST(ProxyLifecycle, InterimResponsesReachHttp11ClientsOnly) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
+  ASSERT_GE(listener, 0);
+  int answered = 0;
+  const std::string reply =
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: X-B\r\nX-B: 2\r\nContent-Length: 2\r\n\r\nok";
+  std::thread origin([&] { answer_in_turn(listener, {reply, reply}, answered); });
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin_port, port);
+  Response r = HttpClient(port).get("/");
+  std::string old;
+  {
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("GET / HTTP/1.0\r\nHost: x\r\n\r\n"));
+    old = client.read_all();
+  }
+  origin.join();
+  ::close(listener);
+  EXPECT_EQ(r.interim, std::vector<int>{103});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(r.header("x-b"), "");
+  EXPECT_EQ(old.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << old;
+  EXPECT_EQ(answered, 2);
 }
 
 // A HEAD request whose answer starts with an interim 103: the final head's
@@ -540,12 +586,64 @@ TEST(ProxyLifecycle, HeadAnswerAfterAnInterimResponseHasNoBody) {
   Response second = client.get("/two");
   origin.join();
   ::close(listener);
+  EXPECT_EQ(head.interim, std::vector<int>{103});
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.header("content-length"), "5");
   EXPECT_EQ(head.body, "");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");
   EXPECT_EQ(requests_on_one_connection, 2);
+}
+
+// A pooled connection the backend closes after taking a request without
+// answering it: a GET goes out again on a fresh connection (not counted as a
+// failure), a POST is not sent twice (nginx, RFC 9112 9.3.1.1: the backend
+// may have acted on it) and gets a 502 — unless next_upstream says
+// non_idempotent.
+TEST(ProxyLifecycle, StalePooledConnectionReplaysOnlyWhatMayRunTwice) {
+  struct Case {
+    const char* method;
+    const char* pool_options;
+    int status;
+    int posts_seen;
+  };
+  for (const Case c : {Case{"GET", "", 200, 0}, Case{"POST", "", 502, 1},
+                       Case{"POST", "\t\tnext_upstream error non_idempotent\n", 200, 2}}) {
+    SCOPED_TRACE(std::string(c.method) + " " + c.pool_options);
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port, 2s);
+    ASSERT_GE(listener, 0);
+    std::atomic<int> posts{0};
+    std::thread origin([&] {
+      const int first = accept_scripted(listener);
+      if (first < 0) return;
+      std::string in;
+      read_until_head(first, in);  // the warm-up: answered, pooled
+      const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+      ::send(first, ok.data(), ok.size(), MSG_NOSIGNAL);
+      in.clear();
+      read_until_head(first, in);  // the request under test: taken, never answered
+      if (in.find("POST") == 0) ++posts;
+      ::close(first);
+      const int second = accept_scripted(listener);  // a replay, if any (none: times out)
+      if (second < 0) return;
+      in.clear();
+      read_until_head(second, in);
+      if (in.find("POST") == 0) ++posts;
+      ::send(second, ok.data(), ok.size(), MSG_NOSIGNAL);
+      ::close(second);
+    });
+    uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port, c.pool_options);
+    EXPECT_EQ(HttpClient(port).get("/warm").status, 200);
+    std::this_thread::sleep_for(100ms);
+    Response r = HttpClient(port, 8s).request(fmt::format("{} /order HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nbuy",
+                                                          c.method));
+    origin.join();
+    ::close(listener);
+    EXPECT_EQ(r.status, c.status) << heft.log();
+    EXPECT_EQ(posts.load(), c.posts_seen);
+  }
 }
 
 // A backend that closes a keep-alive connection right after answering on it
@@ -722,6 +820,12 @@ TEST(ProxyLifecycle, UnusableHeadsEndsAfterAChunkAndInterimResponses) {
       "\t\tread_timeout 400ms\n", log);
   EXPECT_EQ(slow.status, 200) << log;
   EXPECT_EQ(slow.body, "done");
+  EXPECT_EQ(slow.interim, std::vector<int>(4, 102));  // relayed, each as it came
+
+  // A status below 100 has no three-digit form to relay (heft sent "HTTP/1.1 99 Weird").
+  Response low = through_heft(sends("HTTP/1.1 099 Weird\r\nContent-Length: 2\r\n\r\nok"), "", log);
+  EXPECT_EQ(low.status, 502);
+  EXPECT_NE(log.find("failed (reading the response head: bad status"), std::string::npos) << log;
 }
 
 // Heads of responses without a body keep their meaning: a 204 has no
