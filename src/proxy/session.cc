@@ -94,6 +94,14 @@ bool named_by_connection(std::string_view extras, std::string_view name) {
   return !extras.empty() && has_token(extras, name);
 }
 
+// Whether a backend not yet tried could take the request (a pick may still
+// refuse it; this only says whether one is worth asking for).
+bool untried_available(const upstream::PoolSnapshot& snapshot, const balance::TriedSet& tried) {
+  for (uint32_t j = 0; j < snapshot.size(); ++j)
+    if (!tried.contains(j) && snapshot.available(j)) return true;
+  return false;
+}
+
 bool idempotent(http::verb method) {
   switch (method) {
     case http::verb::post:
@@ -509,6 +517,7 @@ class Session {
   // the system's reason). Members, not part of AttemptResult: they are read
   // only on failure and would otherwise grow handle()'s coroutine frame.
   const char* failure_stage_ = "";
+  static constexpr const char* kConnecting = "connecting";  // the stage at which nothing was sent
   error_code failure_ec_;
   // An error or timeout (whichever the deadline says) at `stage`.
   AttemptResult failure(const char* stage, error_code ec) {
@@ -582,7 +591,8 @@ class Session {
   // the request head, which lives until finish_request().
   std::string_view routed_host_;
   Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
-                              uint32_t backend, RequestParser& parser, bool last_chance, bool upgrade);
+                              uint32_t backend, const balance::TriedSet& tried, RequestParser& parser,
+                              bool last_chance, bool upgrade);
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
                                        const SiteRoute& route, RequestParser& parser, bool upgrade);
   Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
@@ -983,7 +993,8 @@ Task<bool> Session::handle(RequestParser& parser) {
   // Buffer the start of the body: small bodies are then complete (retryable and
   // fully validated before any byte reaches a backend).
   body_prefix_.clear();
-  if (!parser.is_done()) {
+  const bool body_to_read = !parser.is_done();
+  if (body_to_read) {
     client_drained_ = false;  // the body is read through Asio
     if (plan.expect_continue && req.version() >= 11) {
       arm(config_->idle_timeout);
@@ -1033,7 +1044,11 @@ Task<bool> Session::handle(RequestParser& parser) {
   ctx.tried = &tried;
   const config::NextUpstream& next = pool.next_upstream;
   const bool method_retryable = idempotent(req.method()) || next.non_idempotent;
-  const auto started = request_start_;
+  // The first attempt starts once the buffered body is in: a slow client's
+  // upload is not the backend's latency (nginx's $upstream_response_time and
+  // next_upstream_timeout start at the upstream too). A streamed body's
+  // upload overlaps the attempt and counts.
+  const auto started = body_to_read ? Clock::now() : request_start_;
   // nginx's next_upstream_timeout: no attempt starts once it has passed.
   const auto in_time = [&](Clock::time_point at) {
     return pool.next_upstream_timeout.count() == 0 || at - started < pool.next_upstream_timeout;
@@ -1056,10 +1071,9 @@ Task<bool> Session::handle(RequestParser& parser) {
     const uint32_t i = *pick;
     tried.add(i);
     ++tries;
-    const bool more_allowed =
-        !next.off && method_retryable && body_complete &&
-        (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
-        in_time(now) && tried.size() < snapshot->size();
+    const bool more_possible = !next.off && (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
+                               in_time(now) && tried.size() < snapshot->size();
+    const bool more_allowed = more_possible && method_retryable && body_complete;
     snapshot->count_request(i, w.index);
     // Where the request is, for the log (a stop may cut it during the attempt).
     record_.tries = tries;
@@ -1068,7 +1082,7 @@ Task<bool> Session::handle(RequestParser& parser) {
     const auto attempt_start = now;
     {
       ActiveGuard active(snapshot->balancer(), i);
-      result = co_await attempt(*route, site, *snapshot, i, parser, !more_allowed, plan.upgrade);
+      result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
     }
     const auto attempt_end = Clock::now();
     {
@@ -1145,7 +1159,13 @@ Task<bool> Session::handle(RequestParser& parser) {
         last_status = timeout ? 504 : 502;
         fmt::print(stderr, "heft: {} {}: backend {} {} ({})\n", req.method_string(), req.target(), name,
                    timeout ? "timed out" : "failed", failure_reason());
-        if (more_allowed && in_time(attempt_end) && (timeout ? next.timeout : next.error)) continue;
+        // A failed connect sent nothing: any method, any body (the streamed
+        // rest is still unread) may go on to the next backend (nginx retries
+        // a POST then too; once sent, it does not).
+        const bool unsent = failure_stage_ == kConnecting;
+        if ((more_allowed || (more_possible && unsent)) && in_time(attempt_end) &&
+            (timeout ? next.timeout : next.error))
+          continue;
         co_await send_status(last_status, client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !closing();
       }
@@ -1155,7 +1175,8 @@ Task<bool> Session::handle(RequestParser& parser) {
 
 Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite& site,
                                               const upstream::PoolSnapshot& snapshot, uint32_t backend,
-                                              RequestParser& parser, bool last_chance, bool upgrade) {
+                                              const balance::TriedSet& tried, RequestParser& parser,
+                                              bool last_chance, bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
   // `backend` indexes this request's snapshot; the site's endpoints may follow
   // another request's since (a change published while this one read its body).
@@ -1185,7 +1206,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       upstream = &conn->socket;
       arm(pool.connect_timeout);
       auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);
-      if (ec) co_return failure("connecting", ec);
+      if (ec) co_return failure(kConnecting, ec);
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
       conn->socket.non_blocking(true, ignored);  // for send_now() and read_header()'s read
@@ -1293,7 +1314,10 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     const config::NextUpstream& next = pool.next_upstream;
     const bool failure_status = (status == 500 && next.http_500) || (status == 502 && next.http_502) ||
                                 (status == 503 && next.http_503) || (status == 504 && next.http_504);
-    if (failure_status && !last_chance) co_return AttemptResult{Outcome::bad_status, status};
+    // A listed status goes to the next backend only if there is one to try
+    // (down, drained, out members are not): else the client gets this answer, body and all.
+    if (failure_status && !last_chance && untried_available(snapshot, tried))
+      co_return AttemptResult{Outcome::bad_status, status};
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
     if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
         conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)

@@ -467,5 +467,39 @@ c.test:{} {{
   EXPECT_EQ(heft.wait(15s), 0);
 }
 
+// A backend's latency starts when heft has the (buffered) body and turns to
+// the backend, not at the request head: a slow client's upload is the
+// request's time, not the backend's (nginx's $upstream_response_time). It
+// was counted as the backend's, and adaptive weights cut a healthy backend
+// for slow uploads.
+TEST(MetricsAndAccessLog, BackendLatencyLeavesOutTheClientsUpload) {
+  std::string dir = make_temp_dir();
+  Backend backend = start_backend(dir, "a");
+  uint16_t port = free_port(), admin_port = free_port();
+  Process heft = start_heft(dir, fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n:{} {{\n"
+                                             "\treverse_proxy 127.0.0.1:{}\n}}\n",
+                                             admin_port, port, backend.port),
+                            port);
+  HttpClient client(port);
+  ASSERT_TRUE(client.send_raw("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n"));
+  for (int piece = 0; piece < 3; ++piece) {
+    std::this_thread::sleep_for(200ms);
+    ASSERT_TRUE(client.send_raw(std::string(100, 'u')));
+  }
+  Response r = client.read_response();
+  ASSERT_EQ(r.status, 200);
+  ASSERT_EQ(r.body.size(), 300u);
+  HttpClient admin(admin_port);
+  Response metrics;
+  for (int wait = 0; wait < 100; ++wait) {
+    metrics = admin.request(fmt::format("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port));
+    if (metric_sum(metrics.body, "heft_request_duration_seconds_count") >= 1) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GE(metric_sum(metrics.body, "heft_request_duration_seconds_sum"), 0.55) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_response_duration_seconds_count"), 1) << metrics.body;
+  EXPECT_LT(metric_sum(metrics.body, "heft_upstream_response_duration_seconds_sum"), 0.3) << metrics.body;
+}
+
 }  // namespace
 }  // namespace heft::test

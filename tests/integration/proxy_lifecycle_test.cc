@@ -532,6 +532,28 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_EQ(requests_on_one_connection, 2);
 }
 
+// A listed 5xx (next_upstream http_503) from the only backend that can take
+// the request reaches the client as the backend sent it, body and fields:
+// the pool's down member is no next backend. heft sent its own bare 503.
+TEST(ProxyLifecycle, ListedStatusWithNoOtherBackendIsPassedOn) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port);
+  ASSERT_GE(listener, 0);
+  int answered = 0;
+  std::thread origin([&] {
+    answer_in_turn(listener, {"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nmine"}, answered);
+  });
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin_port, port, "\t\tto 127.0.0.1:1 down\n\t\tnext_upstream error timeout http_503\n");
+  Response r = HttpClient(port).get("/");
+  origin.join();
+  ::close(listener);
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.header("retry-after"), "7");
+  EXPECT_EQ(r.body, "mine");
+  EXPECT_EQ(answered, 1);
+}
+
 // Interim responses reach HTTP/1.1 clients but not HTTP/1.0 ones (RFC 9110
 // 15.2), and a backend's 100 never does (heft answers Expect itself and does
 // not pass it on). A second Connection line in the response names fields too.
