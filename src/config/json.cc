@@ -451,12 +451,17 @@ class Reader {
           if (hosts->empty()) error(host_path, "must hold at least one host");
           for (size_t h = 0; h < hosts->size(); ++h) {
             const json& host = (*hosts)[h];
-            auto split = host.is_string() ? split_host_port(host.get<std::string>(), 1) : HostPortResult{};
-            if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1) {
+            // A matcher host has no port, so an IPv6 literal may come without
+            // brackets, as `heft adapt` writes it ("::1"); "[::1]" is the same host.
+            std::string text = host.is_string() ? host.get<std::string>() : "";
+            if (text.find(':') != text.rfind(':') && !text.starts_with('[')) text = "[" + text + "]";
+            auto split = host.is_string() ? split_host_port(text, 1) : HostPortResult{};
+            if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1 ||
+                (text.starts_with('[') && !text.ends_with(']'))) {
               error(element(host_path, h), "must be a host name");
               continue;
             }
-            std::optional<std::string> name = site_host(host.get<std::string>());
+            std::optional<std::string> name = site_host(split.value->host);
             if (!name) {
               error(element(host_path, h), "must be a host name (no empty label)");
               continue;

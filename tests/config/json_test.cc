@@ -97,6 +97,28 @@ TEST(Json, RoundTripOfDefaults) {
   EXPECT_EQ(*from_json(to_json(config)), config);
 }
 
+// An IPv6 literal as a site address: `heft adapt` writes it unbracketed, as
+// a host matcher has no port, and reading that back gives the same config
+// (it was "must be a host name", so every admin write on such a config failed).
+TEST(Json, RoundTripOfAnIPv6SiteAddress) {
+  Config config = parse_ok("[::1]:8080, a.test:8080 {\n\treverse_proxy a:1\n}\n");
+  json document = to_json(config);
+  const json& hosts = document["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"];
+  EXPECT_EQ(hosts, json::array({"::1", "a.test"}));
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  EXPECT_EQ(*back, config);
+  // Bracketed, it is the same host; with a port, no host name.
+  document["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"] = json::array({"[::1]", "a.test"});
+  Result<Config> bracketed = from_json(document);
+  ASSERT_TRUE(bracketed.ok()) << bracketed.errors[0].to_string();
+  EXPECT_EQ(*bracketed, config);
+  for (const char* bad : {"[::1]:8080", "[::1", "::1]"}) {
+    document["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"] = json::array({bad});
+    EXPECT_FALSE(from_json(document).ok()) << bad;
+  }
+}
+
 TEST(Json, DefaultBindIsEachServersListenAddresses) {
   Config config = parse_ok("{\n\tdefault_bind 127.0.0.1 ::1\n}\n:80 {\n\treverse_proxy a:1\n}\n"
                            ":8080 {\n\treverse_proxy b:1\n}\n");
