@@ -17,6 +17,7 @@
 #include "admin/state_file.h"
 #include "cli/command.h"
 #include "config/heftfile.h"
+#include "config/json.h"
 #include "proxy/demo_backend.h"
 #include "observe/access_log.h"
 #include "observe/metrics.h"
@@ -104,7 +105,8 @@ int run(const RunOptions& options) {
   // Every change accepted by the admin API is saved here (Caddy's autosave);
   // --resume starts from it instead of the file.
   const std::string state_path = options.state.empty() ? admin::default_state_path() : options.state;
-  if (options.resume && std::filesystem::exists(state_path)) {
+  const bool resumed = options.resume && std::filesystem::exists(state_path);
+  if (resumed) {
     config::Result<config::Config> saved = admin::load_state_file(state_path);
     std::vector<config::Diagnostic> problems = saved.errors;
     if (saved.ok()) problems = config::resolve(*saved);
@@ -131,6 +133,16 @@ int run(const RunOptions& options) {
     return 1;
   }
   proxy::Proxy& proxy = *proxy_owner;
+  // The configuration served from the start is saved too (Caddy's autosave
+  // does so): else a crash before the first change would --resume whatever
+  // an earlier run saved. Not the embedded demo's, which nobody wrote. Before
+  // the API listens, so no change it accepts can be overwritten by this.
+  if (config.admin.enabled && !resumed && !demo) {
+    std::string error;
+    if (!admin::write_state_file(state_path, config::to_json(config).dump(2) + "\n", error))
+      fmt::print(stderr, "heft: cannot save the configuration to {}: {} (admin API changes are refused until it can be)\n",
+                 state_path, error);
+  }
   // The admin API beside the data plane. A start failure (its port taken) is
   // reported and the proxy keeps serving: losing control beats losing traffic.
   std::unique_ptr<admin::ProxyAdmin> admin_api;

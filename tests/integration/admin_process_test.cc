@@ -64,6 +64,32 @@ struct AdminProcessTest : ::testing::Test {
   std::string address() const { return fmt::format("127.0.0.1:{}", admin_port); }
 };
 
+// The configuration a run starts with is saved, so --resume after a crash
+// brings back what was serving, not what an earlier run saved (a change made
+// in the first run came back, with every request going to a backend the
+// second run's file no longer had). Not saved when resuming or without an API.
+TEST_F(AdminProcessTest, ConfigurationServedFromTheStartIsWhatResumeBringsBack) {
+  write_file(dir + "/Heftfile", heftfile(1, 1));
+  {
+    Process first({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", state}, dir + "/first.log");
+    ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << first.log();
+    Response r = admin("PATCH", std::string(kUpstreams) + "/1/weight", "0");  // saved: b drained
+    ASSERT_EQ(r.status, 200) << r.body;
+    first.kill_now();
+  }
+  write_file(dir + "/Heftfile", heftfile(0, 1));  // another file: only b
+  {
+    Process second({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", state}, dir + "/second.log");
+    ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << second.log();
+    EXPECT_EQ(measure(20)["b"], 20);
+    second.kill_now();  // a crash before any change
+  }
+  write_file(dir + "/Heftfile", heftfile(1, 0));  // what --resume must not read
+  Process third = run("third.log");
+  EXPECT_NE(third.log().find("resuming from"), std::string::npos) << third.log();
+  EXPECT_EQ(measure(20)["b"], 20);
+}
+
 TEST_F(AdminProcessTest, KillNineAfterA200ThenResumeKeepsTheChange) {
   write_file(dir + "/Heftfile", heftfile(1, 1));
   {

@@ -163,6 +163,8 @@ TEST_F(LiveChanges, AChangeThatCannotBeSavedLeavesThePoolAsItWas) {
   const json before = upstream_entry(b);
   ASSERT_TRUE(before.is_object()) << admin("GET", "/reverse_proxy/upstreams").body;
   ASSERT_EQ(before["requests_total"], 5);
+  ASSERT_TRUE(std::filesystem::is_regular_file(state));  // saved at start
+  std::filesystem::remove(state);
   std::filesystem::create_directories(state + "/x");
 
   Response r = admin("DELETE", std::string(kUpstreams) + "/1");

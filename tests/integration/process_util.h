@@ -463,7 +463,8 @@ inline Process start_heft(const std::string& dir, std::string heftfile, uint16_t
   }
   std::string path = dir + "/Heftfile";
   write_file(path, heftfile);
-  Process p({HEFT_BINARY, "run", "--config", path}, dir + "/" + log_name);
+  // The state file in `dir`: a heft with an admin API saves its configuration there at start.
+  Process p({HEFT_BINARY, "run", "--config", path, "--state", dir + "/autosave.json"}, dir + "/" + log_name);
   if (!wait_for_port(port, 10s)) throw std::runtime_error("heft did not listen; log:\n" + p.log());
   return p;
 }
