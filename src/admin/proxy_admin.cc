@@ -44,7 +44,6 @@ uint64_t ShareTracker::recent(const upstream::BackendState& state, uint64_t tota
 
 json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
   config::Config running = proxy.snapshot_config();
-  std::vector<std::string> servers = observe::server_labels(running);
   json out = json::array();
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
@@ -65,7 +64,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
         fails = state.fails;
       }
       uint32_t active = snapshot->live(i).active.load(std::memory_order_relaxed);
-      out.push_back({{"server", servers[site]},
+      out.push_back({{"server", observe::server_label(running.sites[site])},
                      {"site", site},
                      {"site_address", site_label},
                      {"address", snapshot->backend(i).name},
@@ -98,7 +97,6 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
 
 std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
   config::Config running = proxy.snapshot_config();
-  std::vector<std::string> servers = observe::server_labels(running);
   std::vector<observe::UpstreamGauge> gauges;
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
@@ -106,7 +104,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
     auto snapshot = pool->snapshot();
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
       observe::UpstreamGauge g;
-      g.server = servers[site];
+      g.server = observe::server_label(running.sites[site]);
       g.site = observe::site_label(running.sites[site]);  // as upstreams_json()'s site_address
       g.upstream = snapshot->backend(i).name;
       g.active = snapshot->live(i).active.load();

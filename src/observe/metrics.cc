@@ -379,16 +379,7 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
   return out;
 }
 
-std::vector<std::string> server_labels(const config::Config& config) {
-  std::vector<uint16_t> ports;
-  std::vector<std::string> labels;
-  for (const config::SiteConfig& site : config.sites) {
-    auto it = std::find(ports.begin(), ports.end(), site.port);
-    if (it == ports.end()) it = ports.insert(ports.end(), site.port);
-    labels.push_back(fmt::format("srv{}", it - ports.begin()));
-  }
-  return labels;
-}
+std::string server_label(const config::SiteConfig& site) { return fmt::format(":{}", site.port); }
 
 std::string site_label(const config::SiteConfig& site) {
   std::string hosts;

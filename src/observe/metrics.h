@@ -72,9 +72,11 @@ struct UpstreamGauge {
 // 0 before anything is recorded for them.
 std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
 
-// The `server` label of each site (by index into config.sites): "srvN" as in
-// the JSON form, one server per listening port in order of first appearance.
-std::vector<std::string> server_labels(const config::Config& config);
+// The `server` label of a site (metrics, the upstreams view): its port,
+// ":8080". Not the JSON form's "srvN": a reload that removes an earlier port
+// renumbers those, and a series would then carry another port's counts on
+// (as for site_label()).
+std::string server_label(const config::SiteConfig& site);
 
 // The `site` label of a site: its addresses as written, "b.test:8080",
 // "a.test,b.test:8080" or ":8080" for any host. Not its index: a reload that

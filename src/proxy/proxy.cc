@@ -344,11 +344,10 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
                                                      std::vector<std::shared_ptr<observe::AccessLog>> logs) const {
   auto table = std::make_shared<RouteTable>();
   table->version = previous ? previous->version + 1 : 1;
-  const std::vector<std::string> labels = observe::server_labels(next);
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
     SiteRoute route{i, site, nullptr, {}, nullptr, {}};
-    route.server_label = i < labels.size() ? labels[i] : "srv0";
+    route.server_label = observe::server_label(site);
     route.site_label = observe::site_label(site);
     route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);

@@ -91,8 +91,8 @@ TEST(AdaptiveWeights, ProportionallySlowerBackendIsNotPunished) {
   Response m = c.request(fmt::format("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin));
   ASSERT_EQ(m.status, 200);
   for (const char* reason : {"latency", "errors"})
-    EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",site=\":{}\",reason=\"{}\"}} 0",
-                                      port, reason)),
+    EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight_decisions_total{{server=\":{}\",site=\":{}\",reason=\"{}\"}} 0",
+                                      port, port, reason)),
               std::string::npos)
         << m.body;
   EXPECT_EQ(heft.log().find("weight factor"), std::string::npos) << heft.log();

@@ -194,10 +194,11 @@ TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
     return admin.request(head + "\r\n" + body);
   };
   const std::string b_changes = fmt::format(
-      "heft_upstream_health_changes_total{{server=\"srv0\",site=\":{}\",upstream=\"127.0.0.1:{}\"}}", f.port,
+      "heft_upstream_health_changes_total{{server=\":{}\",site=\":{}\",upstream=\"127.0.0.1:{}\"}}", f.port, f.port,
       f.backends[1].port);
   const std::string slow_starts =
-      fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",site=\":{}\",reason=\"slow_start\"}}", f.port);
+      fmt::format("heft_upstream_weight_decisions_total{{server=\":{}\",site=\":{}\",reason=\"slow_start\"}}", f.port,
+                  f.port);
   std::string metrics;
   const auto wait_until = [&](const std::function<bool()>& done) {
     for (int look = 0; look < 200; ++look) {

@@ -3,6 +3,8 @@
 // Real heft processes, real demo backends, real sockets on 127.0.0.1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -34,6 +36,10 @@ struct LiveChanges : ::testing::Test {
     write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\t{}\n}}\n{}", admin_port, global, body));
     std::vector<std::string> args{HEFT_BINARY, "run", "--config", dir + "/Heftfile"};
     args.insert(args.end(), run_args.begin(), run_args.end());
+    if (std::find(args.begin(), args.end(), "--state") == args.end()) {
+      args.push_back("--state");  // saved at start: in the test's directory, not $HOME
+      args.push_back(dir + "/autosave.json");
+    }
     Process p(args, dir + "/heft.log");
     if (!wait_for_port(port) || !wait_for_port(admin_port)) ADD_FAILURE() << "heft did not start:\n" << p.log();
     return p;

@@ -378,6 +378,42 @@ TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
 // Sites sharing a port are one server with a pool each: every per-backend
 // and per-pool series names its site as /reverse_proxy/upstreams does, so
 // none is repeated and each site's traffic is counted apart.
+// The `server` label is the port, not the server's position: a reload that
+// removed an earlier port renumbered the servers, and the remaining port's
+// requests carried on the removed one's srv0 series (5 + 7 = 12).
+TEST(MetricsAndAccessLog, ServerSeriesFollowTheirPortAcrossAReload) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t first = free_port(), second = free_port(), admin_port = free_port();
+  const auto file = [&](bool with_first) {
+    std::string text = fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n", admin_port);
+    if (with_first) text += fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", first, a.port);
+    return text + fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", second, a.port);
+  };
+  Process heft = start_heft(dir, file(true), first);
+  ASSERT_TRUE(wait_for_port(second));
+  const auto requests = [](uint16_t port, int n) {
+    HttpClient client(port);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(client.get("/").status, 200);
+  };
+  requests(first, 5);
+  requests(second, 10);
+  write_file(dir + "/Heftfile", file(false));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
+  requests(second, 7);
+  HttpClient admin(admin_port);
+  Response metrics;
+  for (int wait = 0; wait < 100; ++wait) {  // a request is counted once its response is sent
+    metrics = admin.request(fmt::format("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port));
+    if (metric_sum(metrics.body, "heft_requests_total") >= 22) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", fmt::format("server=\":{}\"", first)), 5) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", fmt::format("server=\":{}\"", second)), 17) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", fmt::format("server=\":{}\"", second)), 17);
+}
+
 TEST(MetricsAndAccessLog, SitesSharingAPortHaveTheirOwnSeries) {
   std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a"), b = start_backend(dir, "b"), c = start_backend(dir, "c");
@@ -421,17 +457,17 @@ c.test:{} {{
 
   const std::string dial_a = fmt::format("127.0.0.1:{}", a.port);
   const std::string site_b = fmt::format("b.test:{}", port), site_c = fmt::format("c.test:{}", port);
-  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"{}\",upstream=\"{}\"}}",
-                                                   site_b, dial_a)),
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\":{}\",site=\"{}\",upstream=\"{}\"}}",
+                                                   port, site_b, dial_a)),
             5);
-  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\"srv0\",site=\"{}\",upstream=\"{}\"}}",
-                                                   site_c, dial_a)),
+  EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight{{server=\":{}\",site=\"{}\",upstream=\"{}\"}}",
+                                                   port, site_c, dial_a)),
             1);
   EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_b + "\""), 6);
   EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_requests_total", "site=\"" + site_c + "\""), 3);
   for (const std::string& site : {site_b, site_c})
-    EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight_decisions_total{{server=\"srv0\",site=\"{}\","
-                                                     "reason=\"slow_start\"}}", site)),
+    EXPECT_EQ(sample_value(metrics.body, fmt::format("heft_upstream_weight_decisions_total{{server=\":{}\",site=\"{}\","
+                                                     "reason=\"slow_start\"}}", port, site)),
               0)
         << site;
   // The labels are the upstreams view's server, site address and address.

@@ -347,9 +347,13 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
   write_file(dir + "/Heftfile", one_pool(port, backends, "weight 1", "\t\tfail_timeout 30s\n",
                                          fmt::format("workers 1\n\tadmin 127.0.0.1:{}", admin_port)));
   // About 20 descriptors are heft's own; 48 leaves room for ~28 connections.
-  Process heft({"/bin/sh", "-c", std::string("ulimit -n 48 && exec ") + HEFT_BINARY + " run --config " + dir + "/Heftfile"},
+  Process heft({"/bin/sh", "-c",
+                std::string("ulimit -n 48 && exec ") + HEFT_BINARY + " run --config " + dir + "/Heftfile --state " + dir +
+                    "/autosave.json"},
                dir + "/heft.log");
-  ASSERT_TRUE(wait_for_port(port)) << heft.log();
+  // The admin API starts after the proxy (once the configuration is saved):
+  // up before the clients below take every descriptor.
+  ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << heft.log();
   EXPECT_NE(heft.log().find("warning: the descriptor limit (48) is below max_connections 10000"),
             std::string::npos)
       << heft.log();

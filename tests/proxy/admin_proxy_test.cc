@@ -258,7 +258,8 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "5").status, 200);
   Response m = stack.admin_call("GET", "/metrics");
   ASSERT_EQ(m.status, 200);
-  EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight{{server=\"srv0\",site=\":{}\",upstream=\"{}\"}} 5", stack.port, stack.dial(1))),
+  EXPECT_NE(m.body.find(fmt::format("heft_upstream_weight{{server=\":{}\",site=\":{}\",upstream=\"{}\"}} 5", stack.port, stack.port,
+                                    stack.dial(1))),
             std::string::npos)
       << m.body;
   EXPECT_NE(m.body.find("heft_config_reloads_total{result=\"success\"}"), std::string::npos);
@@ -269,7 +270,8 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   EXPECT_EQ(drained[1]["state"], "drained");
   EXPECT_EQ(drained[1]["healthy"], true);
   EXPECT_NE(stack.admin_call("GET", "/metrics").body.find(
-                fmt::format("heft_upstream_healthy{{server=\"srv0\",site=\":{}\",upstream=\"{}\"}} 1", stack.port, stack.dial(1))),
+                fmt::format("heft_upstream_healthy{{server=\":{}\",site=\":{}\",upstream=\"{}\"}} 1", stack.port, stack.port,
+                            stack.dial(1))),
             std::string::npos);
   ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "5").status, 200);
   // The change was saved before the 200.
