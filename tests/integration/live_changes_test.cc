@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <atomic>
 #include <filesystem>
 #include <map>
