@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <fmt/format.h>
 
 namespace heft::upstream {
@@ -37,6 +38,19 @@ std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::
   return specs;
 }
 }  // namespace
+
+uint32_t RecentFailures::add(TimePoint now, milliseconds window, uint32_t limit) {
+  times_.push_back(now);
+  // Older than the window, or beyond the latest `limit`: no longer counted.
+  while (first_ < times_.size() && (now - times_[first_] > window || times_.size() - first_ > limit)) ++first_;
+  // Dropped entries are erased once they are the larger part: amortised O(1)
+  // per failure, and at most twice the counted ones kept.
+  if (first_ * 2 >= times_.size()) {
+    times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(first_));
+    first_ = 0;
+  }
+  return static_cast<uint32_t>(times_.size() - first_);
+}
 
 PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previous)
     : config_(config) {
@@ -138,11 +152,7 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   bool taken_out = false;
   {
     std::lock_guard lock(s.mu);
-    if (s.fails == 0 || now - s.window_start > b.fail_timeout) {
-      s.fails = 0;
-      s.window_start = now;
-    }
-    ++s.fails;
+    s.fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
     if (!s.out && (s.trial || s.fails >= b.max_fails)) {
       s.out = true;
       s.trial = false;
@@ -166,6 +176,7 @@ void PoolSnapshot::report_success(uint32_t i) const {
   if (s.trial) {
     s.trial = false;
     s.fails = 0;
+    s.recent_failures.clear();
   }
 }
 
@@ -194,6 +205,7 @@ bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
     s.out = false;
     s.trial = false;
     s.fails = 0;
+    s.recent_failures.clear();
   }
   if (!defers_return(config_.backends[i], s, now)) refresh_availability(i);
   return true;

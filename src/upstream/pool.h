@@ -11,9 +11,11 @@
 // Time: nothing here reads a clock. Callers pass `now` (steady time), so the
 // simulator can drive the same code on virtual time.
 //
-// Failure semantics (nginx's max_fails / fail_timeout): a failed attempt counts
-// towards max_fails within a fail_timeout window; at max_fails the backend is
-// out for fail_timeout, then gets one trial request: another failure puts it
+// Failure semantics (max_fails / fail_timeout, a sliding window): the backend
+// is out for fail_timeout as soon as max_fails failed attempts fall within the
+// last fail_timeout (nginx's own count only restarts after a success, so
+// spaced-out failures add up there; here a failure older than fail_timeout no
+// longer counts). Then it gets one trial request: another failure puts it
 // out again at once, a success clears its failures. A pool with a single
 // backend never takes it out. max_fails 0 disables the accounting.
 //
@@ -90,6 +92,25 @@ struct alignas(64) ResponseCounters {
   std::atomic<uint64_t> interval_latency_us{0};
 };
 
+// The times of a backend's recent failed attempts, oldest first: those within
+// fail_timeout of the latest, at most max_fails of them (the window max_fails
+// is judged on). Memory grows with the failures actually in the window, not
+// with max_fails (which may be up to 1000000).
+class RecentFailures {
+ public:
+  // Records a failure at `now` and returns how many fall within `window`
+  // before it (inclusive), counting at most `limit` (>= 1).
+  uint32_t add(TimePoint now, milliseconds window, uint32_t limit);
+  void clear() {
+    times_.clear();
+    first_ = 0;
+  }
+
+ private:
+  std::vector<TimePoint> times_;  // [first_, end) are in the window
+  size_t first_ = 0;
+};
+
 // Run-time state of one backend that outlives snapshots.
 struct BackendState {
   explicit BackendState(unsigned counter_slots = 1)
@@ -126,8 +147,8 @@ struct BackendState {
 
   // Passive failure accounting, guarded by mu.
   std::mutex mu;
-  uint32_t fails = 0;
-  TimePoint window_start{};
+  RecentFailures recent_failures;
+  uint32_t fails = 0;  // failures within fail_timeout, as of the latest one (for display)
   TimePoint out_until{};
   bool out = false;        // taken out by passive failures
   // Back after fail_timeout, on trial. Written under mu; atomic so that

@@ -1,0 +1,103 @@
+// Passive failure accounting (max_fails / fail_timeout) on virtual time:
+// the sliding window and trials.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "upstream/pool.h"
+
+namespace heft::upstream {
+namespace {
+
+using namespace std::chrono_literals;
+
+const TimePoint t0 = TimePoint(std::chrono::hours(1000));
+
+PoolConfig pool_of(size_t backends, uint32_t max_fails, milliseconds fail_timeout, milliseconds slow_start = 0ms,
+                   uint32_t weight = 1) {
+  PoolConfig c;
+  c.name = std::string("p");
+  for (size_t i = 0; i < backends; ++i) {
+    BackendConfig b;
+    b.name = b.address = std::string(1, char('A' + i));
+    b.weight = weight;
+    b.max_fails = max_fails;
+    b.fail_timeout = fail_timeout;
+    b.slow_start = slow_start;
+    c.backends.push_back(b);
+  }
+  return c;
+}
+
+TEST(RecentFailures, CountsTheWindowInclusiveAndAtMostTheLimit) {
+  RecentFailures f;
+  EXPECT_EQ(f.add(t0, 2000ms, 3), 1u);
+  EXPECT_EQ(f.add(t0 + 1000ms, 2000ms, 3), 2u);
+  EXPECT_EQ(f.add(t0 + 2000ms, 2000ms, 3), 3u);  // t0 is exactly fail_timeout ago: still counted
+  EXPECT_EQ(f.add(t0 + 2001ms, 2000ms, 3), 3u);  // t0 drops out
+  EXPECT_EQ(f.add(t0 + 2002ms, 2000ms, 3), 3u);  // never above the limit
+  EXPECT_EQ(f.add(t0 + 9000ms, 2000ms, 3), 1u);  // all others too old
+  f.clear();
+  EXPECT_EQ(f.add(t0 + 9001ms, 2000ms, 3), 1u);
+  // Many failures, each alone in its window: the count stays 1.
+  for (int k = 0; k < 10000; ++k) ASSERT_EQ(f.add(t0 + 12s + k * 3s, 2000ms, 1000000), 1u);
+}
+
+// The probe's case: max_fails 3, fail_timeout 2s, failures at 0, 1.52, 2.11 and
+// 2.27 s. The last three fall within 0.75 s: out at the fourth (the window used
+// to run from the first failure, restart at 2.11 s and never count to 3).
+TEST(PassiveFailures, MaxFailsWithinTheLastFailTimeoutTakeTheBackendOut) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  for (milliseconds at : {0ms, 1520ms, 2110ms}) {
+    snap->report_failure(1, t0 + at);
+    EXPECT_TRUE(snap->available(1)) << at.count();
+  }
+  snap->report_failure(1, t0 + 2270ms);
+  EXPECT_FALSE(snap->available(1));
+  EXPECT_STREQ(snap->state_name(1), "out");
+  // Out for fail_timeout from the failure that took it out.
+  EXPECT_EQ(snap->pick({}, t0 + 4269ms), std::optional<uint32_t>(0));
+  EXPECT_FALSE(snap->available(1));
+  snap->pick({}, t0 + 4270ms);
+  EXPECT_TRUE(snap->available(1));
+}
+
+TEST(PassiveFailures, FailuresFartherApartThanTheWindowNeverAddUp) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  // Two failures in every window of 2 s, never three.
+  for (int k = 0; k < 20; ++k) {
+    snap->report_failure(1, t0 + k * 1100ms);
+    ASSERT_TRUE(snap->available(1)) << "failure " << k;
+  }
+}
+
+TEST(PassiveFailures, TrialFailurePutsItOutAgainTrialSuccessClearsTheWindow) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  for (milliseconds at : {0ms, 100ms, 200ms}) snap->report_failure(1, t0 + at);
+  ASSERT_FALSE(snap->available(1));  // out until 2.2 s
+  snap->report_failure(1, t0 + 1000ms);  // an attempt started before it went out
+  // Back on trial at 2.2 s; its first attempt fails: out again at once.
+  snap->pick({}, t0 + 2200ms);
+  ASSERT_TRUE(snap->available(1));
+  snap->report_failure(1, t0 + 2300ms);
+  EXPECT_FALSE(snap->available(1));
+  snap->report_failure(1, t0 + 3000ms);  // attempts started before, as above
+  snap->report_failure(1, t0 + 3500ms);
+  // Back at 4.3 s; the trial succeeds and clears the window (the failures at
+  // 3 and 3.5 s no longer count): two more failures leave it in.
+  snap->pick({}, t0 + 4300ms);
+  ASSERT_TRUE(snap->available(1));
+  snap->report_success(1);
+  snap->report_failure(1, t0 + 4310ms);
+  snap->report_failure(1, t0 + 4320ms);
+  EXPECT_TRUE(snap->available(1));
+  snap->report_failure(1, t0 + 4330ms);
+  EXPECT_FALSE(snap->available(1));
+}
+
+}  // namespace
+}  // namespace heft::upstream
