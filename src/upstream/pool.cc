@@ -9,18 +9,20 @@ namespace heft::upstream {
 namespace {
 int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
 
-// With slow start, a returning backend is made available by the next
-// Pool::tick, in a snapshot that already balances it at the ramp's floor (the
-// current snapshot was built with its old factor and would flood it).
-bool defers_return(const BackendConfig& b, BackendState& s, TimePoint now) {
+// Records that a backend came back at `now`: the next Pool::tick starts its
+// slow-start ramp from then and publishes a snapshot at the ramp's floor.
+void note_return(const BackendConfig& b, BackendState& s, TimePoint now) {
   s.returned_at.store(ticks(now), std::memory_order_relaxed);
-  if (b.slow_start.count() <= 0) {
-    s.returned.store(true, std::memory_order_release);
-    return false;
-  }
-  s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
+  if (b.slow_start.count() > 0) s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
   s.returned.store(true, std::memory_order_release);
-  return true;
+}
+
+// The same for a backend an active check brings back; with slow start it is
+// made available by that tick, in the snapshot that already balances it at
+// the floor (the current one was built with its old factor and would flood it).
+bool defers_return(const BackendConfig& b, BackendState& s, TimePoint now) {
+  note_return(b, s, now);
+  return b.slow_start.count() > 0;
 }
 
 // Balance weights: plain weights while every factor is 1, else every backend
@@ -126,9 +128,12 @@ void PoolSnapshot::return_expired(TimePoint now) const {
       std::lock_guard lock(s.mu);
       if (!s.out) continue;
       if (s.out_until <= now) {
+        // Available at once, slow start or not: this may be the pick that
+        // finds every backend out (see the contract in pool.h).
         s.out = false;
         s.trial = true;
-        returned = !defers_return(config_.backends[i], s, now);
+        note_return(config_.backends[i], s, now);
+        returned = true;
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
       }
@@ -364,7 +369,8 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   }
 
   // Publish when a balance weight changed (or a returning backend waits for
-  // the snapshot that makes it available; see defers_return).
+  // the snapshot that makes it available, or balances it at the floor; see
+  // defers_return).
   bool changed = ramp_started;
   for (uint32_t i = 0; i < n; ++i) {
     BackendState& s = snap->state(i);

@@ -15,7 +15,8 @@
 // is out for fail_timeout as soon as max_fails failed attempts fall within the
 // last fail_timeout (nginx's own count only restarts after a success, so
 // spaced-out failures add up there; here a failure older than fail_timeout no
-// longer counts). Then it gets one trial request: another failure puts it
+// longer counts). When the out period has passed, the backend is available
+// again on trial, to the first pick that sees the time: a failure puts it
 // out again at once, a success clears its failures. A pool with a single
 // backend never takes it out. max_fails 0 disables the accounting.
 //
@@ -25,10 +26,14 @@
 // from one thread, advances ramps and adaptive evaluations and publishes a new
 // snapshot only when some balance weight changed. The data plane feeds
 // adaptive weights with PoolSnapshot::record_response (lock-free).
-// Contract: with slow_start set, a backend that comes back (passive return,
-// set_healthy(i, true, now), clear_passive) becomes available in the snapshot
+// Contract: with slow_start set, a backend that an active check brings back
+// (set_healthy(i, true, now), clear_passive) becomes available in the snapshot
 // the next tick() publishes, already at the ramp's floor; so a Pool with
-// slow start must be ticked (the proxy does every 250 ms).
+// slow start must be ticked (the proxy does every 250 ms). One whose passive
+// out period has passed is available at once instead (its trial must not wait
+// for a tick: with every backend out, the pool would answer 503 meanwhile), its
+// ramp starting then; until that tick it is balanced by its old factor, damped
+// by the effective-weight dip of its failures (weighted_round_robin, least_conn).
 #pragma once
 
 #include <algorithm>
@@ -196,7 +201,8 @@ class PoolSnapshot {
   uint64_t version() const { return version_; }
 
   // Chooses a backend for one attempt, first returning backends whose
-  // fail_timeout has passed (as of `now`) to service on trial.
+  // fail_timeout has passed (as of `now`) to service on trial: such a backend
+  // may be the one this pick chooses, slow start or not.
   std::optional<uint32_t> pick(const balance::PickContext& ctx, TimePoint now) const;
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).

@@ -1,5 +1,6 @@
 // Passive failure accounting (max_fails / fail_timeout) on virtual time:
-// the sliding window and trials.
+// the sliding window, trials, returns after fail_timeout (with and without
+// slow start, by a pick or by Pool::tick).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -97,6 +98,30 @@ TEST(PassiveFailures, TrialFailurePutsItOutAgainTrialSuccessClearsTheWindow) {
   EXPECT_TRUE(snap->available(1));
   snap->report_failure(1, t0 + 4330ms);
   EXPECT_FALSE(snap->available(1));
+}
+
+// With slow start and every backend out, the pick that finds fail_timeout
+// passed gets a backend (it used to return none until the next tick made the
+// returned backends available: 503 for up to 250 ms). The ramp starts then.
+TEST(PassiveFailures, WithSlowStartTheFirstPickAfterFailTimeoutGetsABackend) {
+  Pool pool(pool_of(2, 1, 1000ms, 5000ms));
+  pool.tick(t0);
+  auto snap = pool.snapshot();
+  snap->report_failure(0, t0);
+  snap->report_failure(1, t0);
+  EXPECT_FALSE(snap->pick({}, t0 + 999ms));
+  EXPECT_TRUE(snap->pick({}, t0 + 1000ms));
+  EXPECT_TRUE(snap->available(0));
+  EXPECT_TRUE(snap->available(1));
+  // The next tick balances both by the ramp's floor, ramping from the pick.
+  auto events = pool.tick(t0 + 1200ms);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].reason, WeightReason::slow_start);
+  EXPECT_EQ(events[1].reason, WeightReason::slow_start);
+  EXPECT_NE(pool.snapshot().get(), snap.get());
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(0), slow_start_factor(200ms, std::chrono::nanoseconds(5s)));
+  EXPECT_TRUE(pool.snapshot()->available(0));
+  EXPECT_TRUE(pool.snapshot()->available(1));
 }
 
 }  // namespace
