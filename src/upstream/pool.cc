@@ -118,7 +118,6 @@ void PoolSnapshot::refresh_availability(uint32_t i) const {
 }
 
 void PoolSnapshot::return_expired(TimePoint now) const {
-  if (ticks(now) < next_return_.load(std::memory_order_relaxed)) return;
   std::lock_guard guard(return_mu_);
   int64_t next_return = INT64_MAX;
   for (uint32_t i = 0; i < states_.size(); ++i) {
@@ -144,7 +143,7 @@ void PoolSnapshot::return_expired(TimePoint now) const {
 }
 
 std::optional<uint32_t> PoolSnapshot::pick(const balance::PickContext& ctx, TimePoint now) const {
-  return_expired(now);
+  if (ticks(now) >= next_return_.load(std::memory_order_relaxed)) return_expired(now);
   return balancer_->pick(ctx);
 }
 
@@ -273,6 +272,12 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   std::lock_guard tick_lock(tick_mu_);
   std::vector<WeightEvent> events;
   auto snap = snapshot();
+  // Out periods that have passed end here too, not only at the next pick: an
+  // idle pool would report the backend out for good, and with slow start its
+  // ramp starts in this tick. The scan skips no snapshot's next_return_ hint:
+  // a failure reported through an older snapshot (a request that began before
+  // a rebuild) lowered only that one's, and this repairs the current one's.
+  snap->return_expired(now);
   const PoolConfig& config = snap->config();
   const size_t n = snap->size();
   std::vector<double> before(n);

@@ -16,9 +16,9 @@
 // last fail_timeout (nginx's own count only restarts after a success, so
 // spaced-out failures add up there; here a failure older than fail_timeout no
 // longer counts). When the out period has passed, the backend is available
-// again on trial, to the first pick that sees the time: a failure puts it
-// out again at once, a success clears its failures. A pool with a single
-// backend never takes it out. max_fails 0 disables the accounting.
+// again on trial, to the first pick or tick() that sees the time: a failure
+// puts it out again at once, a success clears its failures. A pool with a
+// single backend never takes it out. max_fails 0 disables the accounting.
 //
 // Dynamic weights (slow start, adaptive; rules in upstream/weights.h): each
 // backend's factor lives in its BackendState; a snapshot balances by the
@@ -34,6 +34,8 @@
 // for a tick: with every backend out, the pool would answer 503 meanwhile), its
 // ramp starting then; until that tick it is balanced by its old factor, damped
 // by the effective-weight dip of its failures (weighted_round_robin, least_conn).
+// Every Pool should be ticked: tick() also ends passed out periods, so that
+// an idle pool does not report a backend out for good.
 #pragma once
 
 #include <algorithm>
@@ -204,6 +206,10 @@ class PoolSnapshot {
   // fail_timeout has passed (as of `now`) to service on trial: such a backend
   // may be the one this pick chooses, slow start or not.
   std::optional<uint32_t> pick(const balance::PickContext& ctx, TimePoint now) const;
+  // Returns backends whose out period has passed (as of `now`) to service on
+  // trial, scanning them all (pick() calls it only when next_return_ says one
+  // may be due; Pool::tick() always).
+  void return_expired(TimePoint now) const;
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).
   void report_failure(uint32_t i, TimePoint now) const;
@@ -251,7 +257,6 @@ class PoolSnapshot {
 
  private:
   void refresh_availability(uint32_t i) const;
-  void return_expired(TimePoint now) const;
 
   PoolConfig config_;
   std::unique_ptr<balance::Balancer> balancer_;
@@ -276,10 +281,10 @@ class Pool {
   // added to the pool start a slow start (when configured).
   void update(const PoolConfig& config);
 
-  // Advances slow-start ramps and, every adaptive interval, the adaptive
-  // factors, as of `now`; publishes a new snapshot when a balance weight
-  // changed. Returns the decisions made (for the log). Call from one thread,
-  // a few times a second (e.g. every 250 ms).
+  // Returns backends whose out period has passed, advances slow-start ramps
+  // and, every adaptive interval, the adaptive factors, as of `now`; publishes
+  // a new snapshot when a balance weight changed. Returns the decisions made
+  // (for the log). Call from one thread, a few times a second (e.g. every 250 ms).
   std::vector<WeightEvent> tick(TimePoint now);
 
   // Decisions made so far, by reason (for metrics).

@@ -124,5 +124,62 @@ TEST(PassiveFailures, WithSlowStartTheFirstPickAfterFailTimeoutGetsABackend) {
   EXPECT_TRUE(pool.snapshot()->available(1));
 }
 
+// Pool::tick ends passed out periods itself, with or without slow start: no
+// pick needs to come first.
+TEST(PassiveFailures, TickReturnsBackendsWhoseOutPeriodPassed) {
+  for (milliseconds slow_start : {0ms, 5000ms}) {
+    SCOPED_TRACE(slow_start.count());
+    Pool pool(pool_of(2, 1, 1000ms, slow_start));
+    pool.tick(t0);
+    pool.snapshot()->report_failure(0, t0);
+    pool.snapshot()->report_failure(1, t0);
+    pool.tick(t0 + 999ms);
+    EXPECT_FALSE(pool.snapshot()->available(0));
+    pool.tick(t0 + 1000ms);
+    auto snap = pool.snapshot();
+    EXPECT_TRUE(snap->available(0));
+    EXPECT_TRUE(snap->available(1));
+    EXPECT_TRUE(snap->pick({}, t0 + 1000ms));
+  }
+}
+
+// A failure reported through an older snapshot (its request began before the
+// pool was rebuilt) marks the backend out for the current one too, whose hint
+// of the next return did not know of it: the next tick corrects the hint, so
+// the backend still comes back when its out period has passed (it stayed out
+// until another rebuild).
+TEST(PassiveFailures, OutThroughAnOlderSnapshotStillEnds) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto older = pool.snapshot();
+  pool.update(pool_of(2, 1, 1000ms));
+  auto current = pool.snapshot();
+  ASSERT_NE(older.get(), current.get());
+  older->report_failure(1, t0);
+  EXPECT_FALSE(current->available(1));
+  pool.tick(t0 + 250ms);
+  EXPECT_EQ(current->pick({}, t0 + 999ms), std::optional<uint32_t>(0));
+  EXPECT_FALSE(current->available(1));
+  current->pick({}, t0 + 1000ms);
+  EXPECT_TRUE(current->available(1));
+}
+
+// An idle pool: nothing picks after the failure, but the backend is reported
+// available once fail_timeout has passed (the admin API's state, `healthy`,
+// heft_upstream_healthy), as the proxy ticks every pool.
+TEST(PassiveFailures, IdlePoolReportsTheBackendUpOnceItsOutPeriodPassed) {
+  Pool pool(pool_of(2, 1, 10000ms));
+  pool.snapshot()->report_failure(1, t0);
+  pool.tick(t0 + 1s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "out");
+  EXPECT_FALSE(pool.snapshot()->healthy(1));
+  pool.tick(t0 + 10s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "up");
+  EXPECT_TRUE(pool.snapshot()->healthy(1));
+  EXPECT_FALSE(pool.snapshot()->passive_out(1));
+  // On trial: its next failure puts it out again at once.
+  pool.snapshot()->report_failure(1, t0 + 20s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "out");
+}
+
 }  // namespace
 }  // namespace heft::upstream
