@@ -151,8 +151,12 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   const BackendConfig& b = config_.backends[i];
   BackendState& s = *states_[i];
   s.failures_total.fetch_add(1, std::memory_order_relaxed);
+  // A lone backend is never out (nginx); neither is its effective weight
+  // lowered: it gets every request whatever its weight, so the dip would be
+  // shown but mean nothing.
+  if (config_.backends.size() == 1) return;
   balancer_->report_failure(i);
-  if (b.max_fails == 0 || config_.backends.size() == 1) return;
+  if (b.max_fails == 0) return;
   bool taken_out = false;
   {
     std::lock_guard lock(s.mu);

@@ -18,7 +18,9 @@
 // longer counts). When the out period has passed, the backend is available
 // again on trial, to the first pick or tick() that sees the time: a failure
 // puts it out again at once, a success clears its failures. A pool with a
-// single backend never takes it out. max_fails 0 disables the accounting.
+// single backend never takes it out and its failures change nothing but
+// failures_total (nginx: a lone peer is never unavailable; its effective
+// weight would only mislead). max_fails 0 disables the accounting.
 //
 // Dynamic weights (slow start, adaptive; rules in upstream/weights.h): each
 // backend's factor lives in its BackendState; a snapshot balances by the

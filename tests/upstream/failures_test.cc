@@ -1,6 +1,6 @@
 // Passive failure accounting (max_fails / fail_timeout) on virtual time:
 // the sliding window, trials, returns after fail_timeout (with and without
-// slow start, by a pick or by Pool::tick).
+// slow start, by a pick or by Pool::tick) and the lone-backend rule.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -179,6 +179,26 @@ TEST(PassiveFailures, IdlePoolReportsTheBackendUpOnceItsOutPeriodPassed) {
   // On trial: its next failure puts it out again at once.
   pool.snapshot()->report_failure(1, t0 + 20s);
   EXPECT_STREQ(pool.snapshot()->state_name(1), "out");
+}
+
+// nginx: a lone backend is never unavailable. Its failures do not lower its
+// effective weight either (heft upstreams showed EFFECTIVE 0.00 with STATE up);
+// they are still counted.
+TEST(PassiveFailures, LoneBackendStaysUpAtItsFullWeight) {
+  Pool pool(pool_of(1, 2, 1000ms, 0ms, 4));
+  auto snap = pool.snapshot();
+  for (int k = 0; k < 5; ++k) snap->report_failure(0, t0 + k * 1ms);
+  EXPECT_TRUE(snap->available(0));
+  EXPECT_STREQ(snap->state_name(0), "up");
+  EXPECT_DOUBLE_EQ(snap->display_effective_weight(0), 4.0);
+  EXPECT_EQ(snap->state(0).failures_total.load(), 5u);
+  EXPECT_EQ(snap->pick({}, t0 + 5ms), std::optional<uint32_t>(0));
+  // With a second backend the same failures count and dip (nginx's rule).
+  Pool two(pool_of(2, 2, 1000ms, 0ms, 4));
+  two.snapshot()->report_failure(0, t0);
+  EXPECT_DOUBLE_EQ(two.snapshot()->display_effective_weight(0), 2.0);
+  two.snapshot()->report_failure(0, t0 + 1ms);
+  EXPECT_FALSE(two.snapshot()->available(0));
 }
 
 }  // namespace
