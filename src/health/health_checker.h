@@ -16,7 +16,7 @@
 // which a reload never resets).
 //
 // With `tick_pools`, every 250 ms the same thread also calls Pool::tick(now)
-// on every pool (slow start and adaptive weights) and logs and counts the
+// on every pool (slow start, adaptive weights, passed out periods) and logs and counts the
 // decisions; off when the proxy ticks its pools itself.
 //
 // Thread safety: the constructor, set_pools() and stop() are for one

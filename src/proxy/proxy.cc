@@ -96,7 +96,8 @@ Task<void> sweep_loop(Worker& worker) {
     const auto now = Clock::now();
     sweep_timeouts(worker, now);
     if (++idle_sweeps % 20 == 0) sweep_idle_upstream_connections(worker);  // every second
-    // Worker 0 drives the pools' slow-start and adaptive weights (every 250 ms).
+    // Worker 0 ticks every pool (every 250 ms): slow-start and adaptive weights,
+    // and passed out periods (an idle pool would report a backend out for good).
     if (worker.index == 0 && ++sweeps % 5 == 0) {
       auto table = worker.proxy.current();
       for (const SiteRoute& site : table->sites)

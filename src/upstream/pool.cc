@@ -2,24 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <fmt/format.h>
 
 namespace heft::upstream {
 namespace {
 int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
 
-// With slow start, a returning backend is made available by the next
-// Pool::tick, in a snapshot that already balances it at the ramp's floor (the
-// current snapshot was built with its old factor and would flood it).
-bool defers_return(const BackendConfig& b, BackendState& s, TimePoint now) {
+// Records that a backend came back at `now`: the next Pool::tick starts its
+// slow-start ramp from then and publishes a snapshot at the ramp's floor.
+void note_return(const BackendConfig& b, BackendState& s, TimePoint now) {
   s.returned_at.store(ticks(now), std::memory_order_relaxed);
-  if (b.slow_start.count() <= 0) {
-    s.returned.store(true, std::memory_order_release);
-    return false;
-  }
-  s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
+  if (b.slow_start.count() > 0) s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
   s.returned.store(true, std::memory_order_release);
-  return true;
+}
+
+// The same for a backend an active check brings back; with slow start it is
+// made available by that tick, in the snapshot that already balances it at
+// the floor (the current one was built with its old factor and would flood it).
+bool defers_return(const BackendConfig& b, BackendState& s, TimePoint now) {
+  note_return(b, s, now);
+  return b.slow_start.count() > 0;
 }
 
 // Balance weights: plain weights while every factor is 1, else every backend
@@ -37,6 +40,19 @@ std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::
   return specs;
 }
 }  // namespace
+
+uint32_t RecentFailures::add(TimePoint now, milliseconds window, uint32_t limit) {
+  times_.push_back(now);
+  // Older than the window, or beyond the latest `limit`: no longer counted.
+  while (first_ < times_.size() && (now - times_[first_] > window || times_.size() - first_ > limit)) ++first_;
+  // Dropped entries are erased once they are the larger part: amortised O(1)
+  // per failure, and at most twice the counted ones kept.
+  if (first_ * 2 >= times_.size()) {
+    times_.erase(times_.begin(), times_.begin() + static_cast<std::ptrdiff_t>(first_));
+    first_ = 0;
+  }
+  return static_cast<uint32_t>(times_.size() - first_);
+}
 
 PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previous)
     : config_(config) {
@@ -102,7 +118,6 @@ void PoolSnapshot::refresh_availability(uint32_t i) const {
 }
 
 void PoolSnapshot::return_expired(TimePoint now) const {
-  if (ticks(now) < next_return_.load(std::memory_order_relaxed)) return;
   std::lock_guard guard(return_mu_);
   int64_t next_return = INT64_MAX;
   for (uint32_t i = 0; i < states_.size(); ++i) {
@@ -112,9 +127,12 @@ void PoolSnapshot::return_expired(TimePoint now) const {
       std::lock_guard lock(s.mu);
       if (!s.out) continue;
       if (s.out_until <= now) {
+        // Available at once, slow start or not: this may be the pick that
+        // finds every backend out (see the contract in pool.h).
         s.out = false;
         s.trial = true;
-        returned = !defers_return(config_.backends[i], s, now);
+        note_return(config_.backends[i], s, now);
+        returned = true;
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
       }
@@ -125,7 +143,7 @@ void PoolSnapshot::return_expired(TimePoint now) const {
 }
 
 std::optional<uint32_t> PoolSnapshot::pick(const balance::PickContext& ctx, TimePoint now) const {
-  return_expired(now);
+  if (ticks(now) >= next_return_.load(std::memory_order_relaxed)) return_expired(now);
   return balancer_->pick(ctx);
 }
 
@@ -133,16 +151,16 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   const BackendConfig& b = config_.backends[i];
   BackendState& s = *states_[i];
   s.failures_total.fetch_add(1, std::memory_order_relaxed);
+  // A lone backend is never out (nginx); neither is its effective weight
+  // lowered: it gets every request whatever its weight, so the dip would be
+  // shown but mean nothing.
+  if (config_.backends.size() == 1) return;
   balancer_->report_failure(i);
-  if (b.max_fails == 0 || config_.backends.size() == 1) return;
+  if (b.max_fails == 0) return;
   bool taken_out = false;
   {
     std::lock_guard lock(s.mu);
-    if (s.fails == 0 || now - s.window_start > b.fail_timeout) {
-      s.fails = 0;
-      s.window_start = now;
-    }
-    ++s.fails;
+    s.fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
     if (!s.out && (s.trial || s.fails >= b.max_fails)) {
       s.out = true;
       s.trial = false;
@@ -166,6 +184,7 @@ void PoolSnapshot::report_success(uint32_t i) const {
   if (s.trial) {
     s.trial = false;
     s.fails = 0;
+    s.recent_failures.clear();
   }
 }
 
@@ -194,6 +213,7 @@ bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
     s.out = false;
     s.trial = false;
     s.fails = 0;
+    s.recent_failures.clear();
   }
   if (!defers_return(config_.backends[i], s, now)) refresh_availability(i);
   return true;
@@ -256,6 +276,12 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   std::lock_guard tick_lock(tick_mu_);
   std::vector<WeightEvent> events;
   auto snap = snapshot();
+  // Out periods that have passed end here too, not only at the next pick: an
+  // idle pool would report the backend out for good, and with slow start its
+  // ramp starts in this tick. The scan skips no snapshot's next_return_ hint:
+  // a failure reported through an older snapshot (a request that began before
+  // a rebuild) lowered only that one's, and this repairs the current one's.
+  snap->return_expired(now);
   const PoolConfig& config = snap->config();
   const size_t n = snap->size();
   std::vector<double> before(n);
@@ -352,7 +378,8 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   }
 
   // Publish when a balance weight changed (or a returning backend waits for
-  // the snapshot that makes it available; see defers_return).
+  // the snapshot that makes it available, or balances it at the floor; see
+  // defers_return).
   bool changed = ramp_started;
   for (uint32_t i = 0; i < n; ++i) {
     BackendState& s = snap->state(i);

@@ -11,11 +11,16 @@
 // Time: nothing here reads a clock. Callers pass `now` (steady time), so the
 // simulator can drive the same code on virtual time.
 //
-// Failure semantics (nginx's max_fails / fail_timeout): a failed attempt counts
-// towards max_fails within a fail_timeout window; at max_fails the backend is
-// out for fail_timeout, then gets one trial request: another failure puts it
-// out again at once, a success clears its failures. A pool with a single
-// backend never takes it out. max_fails 0 disables the accounting.
+// Failure semantics (max_fails / fail_timeout, a sliding window): the backend
+// is out for fail_timeout as soon as max_fails failed attempts fall within the
+// last fail_timeout (nginx's own count only restarts after a success, so
+// spaced-out failures add up there; here a failure older than fail_timeout no
+// longer counts). When the out period has passed, the backend is available
+// again on trial, to the first pick or tick() that sees the time: a failure
+// puts it out again at once, a success clears its failures. A pool with a
+// single backend never takes it out and its failures change nothing but
+// failures_total (nginx: a lone peer is never unavailable; its effective
+// weight would only mislead). max_fails 0 disables the accounting.
 //
 // Dynamic weights (slow start, adaptive; rules in upstream/weights.h): each
 // backend's factor lives in its BackendState; a snapshot balances by the
@@ -23,10 +28,16 @@
 // from one thread, advances ramps and adaptive evaluations and publishes a new
 // snapshot only when some balance weight changed. The data plane feeds
 // adaptive weights with PoolSnapshot::record_response (lock-free).
-// Contract: with slow_start set, a backend that comes back (passive return,
-// set_healthy(i, true, now), clear_passive) becomes available in the snapshot
+// Contract: with slow_start set, a backend that an active check brings back
+// (set_healthy(i, true, now), clear_passive) becomes available in the snapshot
 // the next tick() publishes, already at the ramp's floor; so a Pool with
-// slow start must be ticked (the proxy does every 250 ms).
+// slow start must be ticked (the proxy does every 250 ms). One whose passive
+// out period has passed is available at once instead (its trial must not wait
+// for a tick: with every backend out, the pool would answer 503 meanwhile), its
+// ramp starting then; until that tick it is balanced by its old factor, damped
+// by the effective-weight dip of its failures (weighted_round_robin, least_conn).
+// Every Pool should be ticked: tick() also ends passed out periods, so that
+// an idle pool does not report a backend out for good.
 #pragma once
 
 #include <algorithm>
@@ -90,6 +101,25 @@ struct alignas(64) ResponseCounters {
   std::atomic<uint64_t> interval_latency_us{0};
 };
 
+// The times of a backend's recent failed attempts, oldest first: those within
+// fail_timeout of the latest, at most max_fails of them (the window max_fails
+// is judged on). Memory grows with the failures actually in the window, not
+// with max_fails (which may be up to 1000000).
+class RecentFailures {
+ public:
+  // Records a failure at `now` and returns how many fall within `window`
+  // before it (inclusive), counting at most `limit` (>= 1).
+  uint32_t add(TimePoint now, milliseconds window, uint32_t limit);
+  void clear() {
+    times_.clear();
+    first_ = 0;
+  }
+
+ private:
+  std::vector<TimePoint> times_;  // [first_, end) are in the window
+  size_t first_ = 0;
+};
+
 // Run-time state of one backend that outlives snapshots.
 struct BackendState {
   explicit BackendState(unsigned counter_slots = 1)
@@ -126,8 +156,8 @@ struct BackendState {
 
   // Passive failure accounting, guarded by mu.
   std::mutex mu;
-  uint32_t fails = 0;
-  TimePoint window_start{};
+  RecentFailures recent_failures;
+  uint32_t fails = 0;  // failures within fail_timeout, as of the latest one (for display)
   TimePoint out_until{};
   bool out = false;        // taken out by passive failures
   // Back after fail_timeout, on trial. Written under mu; atomic so that
@@ -175,8 +205,13 @@ class PoolSnapshot {
   uint64_t version() const { return version_; }
 
   // Chooses a backend for one attempt, first returning backends whose
-  // fail_timeout has passed (as of `now`) to service on trial.
+  // fail_timeout has passed (as of `now`) to service on trial: such a backend
+  // may be the one this pick chooses, slow start or not.
   std::optional<uint32_t> pick(const balance::PickContext& ctx, TimePoint now) const;
+  // Returns backends whose out period has passed (as of `now`) to service on
+  // trial, scanning them all (pick() calls it only when next_return_ says one
+  // may be due; Pool::tick() always).
+  void return_expired(TimePoint now) const;
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).
   void report_failure(uint32_t i, TimePoint now) const;
@@ -224,7 +259,6 @@ class PoolSnapshot {
 
  private:
   void refresh_availability(uint32_t i) const;
-  void return_expired(TimePoint now) const;
 
   PoolConfig config_;
   std::unique_ptr<balance::Balancer> balancer_;
@@ -249,10 +283,10 @@ class Pool {
   // added to the pool start a slow start (when configured).
   void update(const PoolConfig& config);
 
-  // Advances slow-start ramps and, every adaptive interval, the adaptive
-  // factors, as of `now`; publishes a new snapshot when a balance weight
-  // changed. Returns the decisions made (for the log). Call from one thread,
-  // a few times a second (e.g. every 250 ms).
+  // Returns backends whose out period has passed, advances slow-start ramps
+  // and, every adaptive interval, the adaptive factors, as of `now`; publishes
+  // a new snapshot when a balance weight changed. Returns the decisions made
+  // (for the log). Call from one thread, a few times a second (e.g. every 250 ms).
   std::vector<WeightEvent> tick(TimePoint now);
 
   // Decisions made so far, by reason (for metrics).

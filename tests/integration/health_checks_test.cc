@@ -178,6 +178,47 @@ TEST(SlowStart, ReturningBackendShareRisesOverTheWindowToItsWeight) {
   EXPECT_EQ(failures(load.all()), 0u);
 }
 
+// Passive failures with slow start: both backends fail (503, which next_upstream
+// counts), both are out; fail_timeout later, with nothing asked meanwhile, the
+// admin API reports them up and the very first requests are served. (They used
+// to stay "out" until a request came, and that request and the next ones got
+// 503 "no available backend" until the next tick, up to 250 ms later.)
+TEST(SlowStart, BackendsAllOutServeTheFirstRequestsAfterFailTimeout) {
+  Fleet f;
+  for (const char* n : {"a", "b"}) f.add(n);
+  f.run("", "\t\tmax_fails 1\n\t\tfail_timeout 1s\n\t\tslow_start 5s\n\t\tnext_upstream error timeout http_503\n");
+  const auto states = [&] {
+    std::string shown;
+    HttpClient admin(f.admin);
+    const Response r = admin.request(fmt::format(
+        "GET /reverse_proxy/upstreams HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n", f.admin));
+    auto all = nlohmann::json::parse(r.body, nullptr, false);
+    if (!all.is_array()) return fmt::format("{} {}", r.status, r.body);
+    if (all.is_array())
+      for (const auto& u : all) shown += u.value("state", "?") + " ";
+    return shown;
+  };
+  for (const Backend& b : f.backends) ASSERT_EQ(control(b.port, "/_control/fail_rate?value=1"), 200);
+  HttpClient client(f.port);
+  EXPECT_EQ(client.get("/").status, 503);  // a, then b: both fail, both out
+  EXPECT_EQ(states(), "out out ");
+  const Response none = client.get("/");
+  EXPECT_EQ(none.status, 503);
+  EXPECT_EQ(none.body, "503 no available backend\n");
+  for (const Backend& b : f.backends) ASSERT_EQ(control(b.port, "/_control/fail_rate?value=0"), 200);
+  std::this_thread::sleep_for(1500ms);  // fail_timeout + a few ticks, no request
+  EXPECT_EQ(states(), "up up ");
+  for (int i = 0; i < 5; ++i) {
+    const Response r = client.get("/");
+    EXPECT_EQ(r.status, 200) << "request " << i << ": " << r.body << f.heft.log();
+  }
+  // Only the request asked while both were out was answered so.
+  const std::string log = f.heft.log();
+  const size_t first = log.find("no available backend");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("no available backend", first + 1), std::string::npos) << log;
+}
+
 // heft_upstream_health_changes_total and heft_upstream_weight_decisions_total
 // only go up: a reload that takes a backend out and brings it back (its
 // state, and the pool's counts in it, start afresh), or one that gives the

@@ -81,10 +81,12 @@ TEST(PoolSlowStart, ReturningBackendRampsLinearlyThenFullShare) {
   pool.snapshot()->report_failure(1, t0);
   EXPECT_FALSE(pool.snapshot()->available(1));
   const TimePoint back = t0 + 1s;
-  picks(pool, 1, back);  // the pick that returns it
-  // With slow start it becomes available in the next tick's snapshot (at the floor).
-  EXPECT_FALSE(pool.snapshot()->available(1));
+  picks(pool, 1, back);  // the pick that returns it: available at once
+  EXPECT_TRUE(pool.snapshot()->available(1));
+  // The next tick balances it at the ramp's floor, ramping from its return.
+  const uint64_t before_tick = pool.version();
   auto events = pool.tick(back);
+  EXPECT_GT(pool.version(), before_tick);
   EXPECT_TRUE(pool.snapshot()->available(1));
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].reason, WeightReason::slow_start);

@@ -1,0 +1,205 @@
+// Passive failure accounting (max_fails / fail_timeout) on virtual time:
+// the sliding window, trials, returns after fail_timeout (with and without
+// slow start, by a pick or by Pool::tick) and the lone-backend rule.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "upstream/pool.h"
+
+namespace heft::upstream {
+namespace {
+
+using namespace std::chrono_literals;
+
+const TimePoint t0 = TimePoint(std::chrono::hours(1000));
+
+PoolConfig pool_of(size_t backends, uint32_t max_fails, milliseconds fail_timeout, milliseconds slow_start = 0ms,
+                   uint32_t weight = 1) {
+  PoolConfig c;
+  c.name = std::string("p");
+  for (size_t i = 0; i < backends; ++i) {
+    BackendConfig b;
+    b.name = b.address = std::string(1, char('A' + i));
+    b.weight = weight;
+    b.max_fails = max_fails;
+    b.fail_timeout = fail_timeout;
+    b.slow_start = slow_start;
+    c.backends.push_back(b);
+  }
+  return c;
+}
+
+TEST(RecentFailures, CountsTheWindowInclusiveAndAtMostTheLimit) {
+  RecentFailures f;
+  EXPECT_EQ(f.add(t0, 2000ms, 3), 1u);
+  EXPECT_EQ(f.add(t0 + 1000ms, 2000ms, 3), 2u);
+  EXPECT_EQ(f.add(t0 + 2000ms, 2000ms, 3), 3u);  // t0 is exactly fail_timeout ago: still counted
+  EXPECT_EQ(f.add(t0 + 2001ms, 2000ms, 3), 3u);  // t0 drops out
+  EXPECT_EQ(f.add(t0 + 2002ms, 2000ms, 3), 3u);  // never above the limit
+  EXPECT_EQ(f.add(t0 + 9000ms, 2000ms, 3), 1u);  // all others too old
+  f.clear();
+  EXPECT_EQ(f.add(t0 + 9001ms, 2000ms, 3), 1u);
+  // Many failures, each alone in its window: the count stays 1.
+  for (int k = 0; k < 10000; ++k) ASSERT_EQ(f.add(t0 + 12s + k * 3s, 2000ms, 1000000), 1u);
+}
+
+// The probe's case: max_fails 3, fail_timeout 2s, failures at 0, 1.52, 2.11 and
+// 2.27 s. The last three fall within 0.75 s: out at the fourth (the window used
+// to run from the first failure, restart at 2.11 s and never count to 3).
+TEST(PassiveFailures, MaxFailsWithinTheLastFailTimeoutTakeTheBackendOut) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  for (milliseconds at : {0ms, 1520ms, 2110ms}) {
+    snap->report_failure(1, t0 + at);
+    EXPECT_TRUE(snap->available(1)) << at.count();
+  }
+  snap->report_failure(1, t0 + 2270ms);
+  EXPECT_FALSE(snap->available(1));
+  EXPECT_STREQ(snap->state_name(1), "out");
+  // Out for fail_timeout from the failure that took it out.
+  EXPECT_EQ(snap->pick({}, t0 + 4269ms), std::optional<uint32_t>(0));
+  EXPECT_FALSE(snap->available(1));
+  snap->pick({}, t0 + 4270ms);
+  EXPECT_TRUE(snap->available(1));
+}
+
+TEST(PassiveFailures, FailuresFartherApartThanTheWindowNeverAddUp) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  // Two failures in every window of 2 s, never three.
+  for (int k = 0; k < 20; ++k) {
+    snap->report_failure(1, t0 + k * 1100ms);
+    ASSERT_TRUE(snap->available(1)) << "failure " << k;
+  }
+}
+
+TEST(PassiveFailures, TrialFailurePutsItOutAgainTrialSuccessClearsTheWindow) {
+  Pool pool(pool_of(2, 3, 2000ms));
+  auto snap = pool.snapshot();
+  for (milliseconds at : {0ms, 100ms, 200ms}) snap->report_failure(1, t0 + at);
+  ASSERT_FALSE(snap->available(1));  // out until 2.2 s
+  snap->report_failure(1, t0 + 1000ms);  // an attempt started before it went out
+  // Back on trial at 2.2 s; its first attempt fails: out again at once.
+  snap->pick({}, t0 + 2200ms);
+  ASSERT_TRUE(snap->available(1));
+  snap->report_failure(1, t0 + 2300ms);
+  EXPECT_FALSE(snap->available(1));
+  snap->report_failure(1, t0 + 3000ms);  // attempts started before, as above
+  snap->report_failure(1, t0 + 3500ms);
+  // Back at 4.3 s; the trial succeeds and clears the window (the failures at
+  // 3 and 3.5 s no longer count): two more failures leave it in.
+  snap->pick({}, t0 + 4300ms);
+  ASSERT_TRUE(snap->available(1));
+  snap->report_success(1);
+  snap->report_failure(1, t0 + 4310ms);
+  snap->report_failure(1, t0 + 4320ms);
+  EXPECT_TRUE(snap->available(1));
+  snap->report_failure(1, t0 + 4330ms);
+  EXPECT_FALSE(snap->available(1));
+}
+
+// With slow start and every backend out, the pick that finds fail_timeout
+// passed gets a backend (it used to return none until the next tick made the
+// returned backends available: 503 for up to 250 ms). The ramp starts then.
+TEST(PassiveFailures, WithSlowStartTheFirstPickAfterFailTimeoutGetsABackend) {
+  Pool pool(pool_of(2, 1, 1000ms, 5000ms));
+  pool.tick(t0);
+  auto snap = pool.snapshot();
+  snap->report_failure(0, t0);
+  snap->report_failure(1, t0);
+  EXPECT_FALSE(snap->pick({}, t0 + 999ms));
+  EXPECT_TRUE(snap->pick({}, t0 + 1000ms));
+  EXPECT_TRUE(snap->available(0));
+  EXPECT_TRUE(snap->available(1));
+  // The next tick balances both by the ramp's floor, ramping from the pick.
+  auto events = pool.tick(t0 + 1200ms);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].reason, WeightReason::slow_start);
+  EXPECT_EQ(events[1].reason, WeightReason::slow_start);
+  EXPECT_NE(pool.snapshot().get(), snap.get());
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(0), slow_start_factor(200ms, std::chrono::nanoseconds(5s)));
+  EXPECT_TRUE(pool.snapshot()->available(0));
+  EXPECT_TRUE(pool.snapshot()->available(1));
+}
+
+// Pool::tick ends passed out periods itself, with or without slow start: no
+// pick needs to come first.
+TEST(PassiveFailures, TickReturnsBackendsWhoseOutPeriodPassed) {
+  for (milliseconds slow_start : {0ms, 5000ms}) {
+    SCOPED_TRACE(slow_start.count());
+    Pool pool(pool_of(2, 1, 1000ms, slow_start));
+    pool.tick(t0);
+    pool.snapshot()->report_failure(0, t0);
+    pool.snapshot()->report_failure(1, t0);
+    pool.tick(t0 + 999ms);
+    EXPECT_FALSE(pool.snapshot()->available(0));
+    pool.tick(t0 + 1000ms);
+    auto snap = pool.snapshot();
+    EXPECT_TRUE(snap->available(0));
+    EXPECT_TRUE(snap->available(1));
+    EXPECT_TRUE(snap->pick({}, t0 + 1000ms));
+  }
+}
+
+// A failure reported through an older snapshot (its request began before the
+// pool was rebuilt) marks the backend out for the current one too, whose hint
+// of the next return did not know of it: the next tick corrects the hint, so
+// the backend still comes back when its out period has passed (it stayed out
+// until another rebuild).
+TEST(PassiveFailures, OutThroughAnOlderSnapshotStillEnds) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto older = pool.snapshot();
+  pool.update(pool_of(2, 1, 1000ms));
+  auto current = pool.snapshot();
+  ASSERT_NE(older.get(), current.get());
+  older->report_failure(1, t0);
+  EXPECT_FALSE(current->available(1));
+  pool.tick(t0 + 250ms);
+  EXPECT_EQ(current->pick({}, t0 + 999ms), std::optional<uint32_t>(0));
+  EXPECT_FALSE(current->available(1));
+  current->pick({}, t0 + 1000ms);
+  EXPECT_TRUE(current->available(1));
+}
+
+// An idle pool: nothing picks after the failure, but the backend is reported
+// available once fail_timeout has passed (the admin API's state, `healthy`,
+// heft_upstream_healthy), as the proxy ticks every pool.
+TEST(PassiveFailures, IdlePoolReportsTheBackendUpOnceItsOutPeriodPassed) {
+  Pool pool(pool_of(2, 1, 10000ms));
+  pool.snapshot()->report_failure(1, t0);
+  pool.tick(t0 + 1s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "out");
+  EXPECT_FALSE(pool.snapshot()->healthy(1));
+  pool.tick(t0 + 10s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "up");
+  EXPECT_TRUE(pool.snapshot()->healthy(1));
+  EXPECT_FALSE(pool.snapshot()->passive_out(1));
+  // On trial: its next failure puts it out again at once.
+  pool.snapshot()->report_failure(1, t0 + 20s);
+  EXPECT_STREQ(pool.snapshot()->state_name(1), "out");
+}
+
+// nginx: a lone backend is never unavailable. Its failures do not lower its
+// effective weight either (heft upstreams showed EFFECTIVE 0.00 with STATE up);
+// they are still counted.
+TEST(PassiveFailures, LoneBackendStaysUpAtItsFullWeight) {
+  Pool pool(pool_of(1, 2, 1000ms, 0ms, 4));
+  auto snap = pool.snapshot();
+  for (int k = 0; k < 5; ++k) snap->report_failure(0, t0 + k * 1ms);
+  EXPECT_TRUE(snap->available(0));
+  EXPECT_STREQ(snap->state_name(0), "up");
+  EXPECT_DOUBLE_EQ(snap->display_effective_weight(0), 4.0);
+  EXPECT_EQ(snap->state(0).failures_total.load(), 5u);
+  EXPECT_EQ(snap->pick({}, t0 + 5ms), std::optional<uint32_t>(0));
+  // With a second backend the same failures count and dip (nginx's rule).
+  Pool two(pool_of(2, 2, 1000ms, 0ms, 4));
+  two.snapshot()->report_failure(0, t0);
+  EXPECT_DOUBLE_EQ(two.snapshot()->display_effective_weight(0), 2.0);
+  two.snapshot()->report_failure(0, t0 + 1ms);
+  EXPECT_FALSE(two.snapshot()->available(0));
+}
+
+}  // namespace
+}  // namespace heft::upstream
