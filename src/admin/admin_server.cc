@@ -35,6 +35,7 @@ struct AdminServer::Impl {
       : api(running, std::move(hooks), std::move(state_path)) {}
 
   AdminApi api;
+  size_t open_connections = 0;  // admin thread only; outlives `io`, whose coroutines count down on it
   asio::io_context io{1};
   std::optional<tcp::acceptor> acceptor;
   asio::steady_timer ticker{io};
@@ -76,6 +77,10 @@ asio::awaitable<void> drain(beast::tcp_stream& stream) {
 }
 
 asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket socket) {
+  struct Counted {  // accept_loop counted this connection; it ends with this coroutine
+    size_t& open;
+    ~Counted() { --open; }
+  } counted{impl.open_connections};
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
@@ -130,7 +135,19 @@ asio::awaitable<void> accept_loop(AdminServer::Impl& impl) {
   for (;;) {
     auto [ec, socket] = co_await impl.acceptor->async_accept(use_tuple);
     if (ec == asio::error::operation_aborted || !impl.acceptor->is_open()) co_return;
-    if (ec) continue;
+    if (ec) {
+      // Out of descriptors or similar: back off briefly instead of spinning
+      // (as the proxy's accept loop does), so the data plane keeps its CPU.
+      asio::steady_timer pause(impl.io, 10ms);
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (impl.open_connections >= kMaxAdminConnections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // at the cap: refuse rather than let idle clients take heft's descriptors
+      continue;
+    }
+    ++impl.open_connections;
     asio::co_spawn(impl.io, serve_connection(impl, std::move(socket)), asio::detached);
   }
 }
