@@ -89,6 +89,8 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     parser.header_limit(16 * 1024);
     stream.expires_after(30s);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
+    // A response to HEAD is its head alone (RFC 9112 6.3), whatever its status.
+    const bool head = parser.is_header_done() && parser.get().method() == http::verb::head;
     AdminResponse response;
     bool close = false;
     unsigned version = 11;
@@ -117,9 +119,11 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     for (const auto& [name, value] : response.headers) res.set(name, value);
     res.body() = std::move(response.body);
     res.keep_alive(!close);
-    res.prepare_payload();
+    res.prepare_payload();  // Content-Length as for GET, also for HEAD
     stream.expires_after(30s);
-    auto [write_ec, written] = co_await http::async_write(stream, res, use_tuple);
+    http::response_serializer<http::string_body> serializer{res};
+    auto [write_ec, written] = head ? co_await http::async_write_header(stream, serializer, use_tuple)
+                                    : co_await http::async_write(stream, serializer, use_tuple);
     if (response.stop_after && impl.api.hooks().stop) impl.api.hooks().stop();
     if (write_ec) break;
     if (close) {

@@ -26,6 +26,7 @@ namespace heft::admin {
 namespace {
 
 using json = nlohmann::json;
+using namespace std::chrono_literals;
 using test::HttpClient;
 using test::Response;
 const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
@@ -385,6 +386,59 @@ TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
 }
 
 // Runs `heft ARGS... --address ADMIN` to its end; exit code, output in `out`.
+// 405 names what the path takes in `Allow` (RFC 9110 15.5.6 MUST).
+TEST(AdminProxy, MethodNotAllowedSaysWhichAreAllowed) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  const std::pair<const char*, const char*> cases[] = {
+      {"DELETE /load", "POST"},
+      {"GET /stop", "POST"},
+      {"PUT /metrics", "GET, HEAD"},
+      {"POST /reverse_proxy/upstreams", "GET, HEAD"},
+      {"OPTIONS /config/", "GET, HEAD, POST, PUT, PATCH, DELETE"},
+      {"TRACE /config/", "GET, HEAD, POST, PUT, PATCH, DELETE"},
+  };
+  for (const auto& [call, allow] : cases) {
+    const std::string line = call;
+    const auto space = line.find(' ');
+    Response r = stack.admin_call(line.substr(0, space), line.substr(space + 1));
+    EXPECT_EQ(r.status, 405) << call << ": " << r.body;
+    EXPECT_EQ(r.header("allow"), allow) << call;
+    EXPECT_NE(r.body.find("\"error\""), std::string::npos) << call << ": " << r.body;
+  }
+}
+
+// HEAD answers as GET does (status, fields, Content-Length) with no body, so
+// the next response on the same connection is read where it begins.
+TEST(AdminProxy, HeadIsGetWithoutTheBodyOnAKeepAliveConnection) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  const Response full = stack.admin_call("GET", "/config/");
+  ASSERT_EQ(full.status, 200);
+  HttpClient client(stack.admin_port, 5s);
+  const std::string host = fmt::format("Host: localhost:{}\r\n", stack.admin_port);
+  auto head = [&](const std::string& path) { return client.request("HEAD " + path + " HTTP/1.1\r\n" + host + "\r\n", true); };
+
+  Response r = head("/config/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-length"), std::to_string(full.body.size()));
+  EXPECT_EQ(r.header("etag"), full.header("etag"));
+  r = head("/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.header("content-length"), "");
+  EXPECT_EQ(r.header("content-type").rfind("text/plain", 0), 0u) << r.header("content-type");
+  EXPECT_EQ(head("/reverse_proxy/upstreams").status, 200);
+  EXPECT_EQ(head(std::string(kUpstreams) + "/0/weight").header("content-length"), "4");  // "100\n"
+  r = head("/load");  // errors are heads alone too
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("allow"), "POST");
+  EXPECT_EQ(head("/nosuch").status, 404);
+  // Had any of these carried a body, this would read it instead of the answer.
+  r = client.request("GET /config/ HTTP/1.1\r\n" + host + "\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, full.body);
+}
+
 int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
   std::vector<std::string> argv{HEFT_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
