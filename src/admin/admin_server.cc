@@ -30,6 +30,9 @@ using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
+// The largest request head read; a longer one is answered 431.
+constexpr size_t kMaxAdminHead = 16 * 1024;
+
 struct AdminServer::Impl {
   Impl(const config::Config& running, AdminHooks hooks, std::string state_path)
       : api(running, std::move(hooks), std::move(state_path)) {}
@@ -86,7 +89,7 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(kMaxAdminBody);
-    parser.header_limit(16 * 1024);
+    parser.header_limit(kMaxAdminHead);
     stream.expires_after(30s);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
     // A response to HEAD is its head alone (RFC 9112 6.3), whatever its status.
@@ -96,6 +99,9 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     unsigned version = 11;
     if (ec == http::error::body_limit) {
       response = error_response(413, fmt::format("request body larger than {} bytes", kMaxAdminBody));
+      close = true;
+    } else if (ec == http::error::header_limit) {
+      response = error_response(431, fmt::format("request head larger than {} bytes", kMaxAdminHead));
       close = true;
     } else if (ec && ec.category() == make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
                ec != http::error::partial_message) {

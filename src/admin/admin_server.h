@@ -16,8 +16,9 @@
 // was. `If-Match` with a stale ETag → 412. Bodies over 1 MiB → 413.
 // Host/Origin must name the admin address (or a loopback alias with its port)
 // → else 403, against DNS rebinding. HEAD is answered wherever GET is, with
-// the head alone; 405 lists the allowed methods in `Allow`. With a token,
-// every request needs `Authorization: Bearer <token>` → else 401. At most kMaxAdminConnections
+// the head alone; 405 lists the allowed methods in `Allow`. A request head
+// over 16 KiB → 431. With a token, every request needs
+// `Authorization: Bearer <token>` → else 401. At most kMaxAdminConnections
 // connections are served at once; one more is closed as soon as it is
 // accepted, so idle clients cannot use up heft's descriptors.
 //

@@ -439,6 +439,16 @@ TEST(AdminProxy, HeadIsGetWithoutTheBodyOnAKeepAliveConnection) {
   EXPECT_EQ(r.body, full.body);
 }
 
+// A request head over 16 KiB is 431 Request Header Fields Too Large, not 400.
+TEST(AdminProxy, OversizedRequestHeadIs431) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  Response r = stack.admin_call("GET", "/config/", "", "X-Filler: " + std::string(20000, 'x') + "\r\n");
+  EXPECT_EQ(r.status, 431) << r.body;
+  EXPECT_NE(r.body.find("request head larger than 16384 bytes"), std::string::npos) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", "/config/").status, 200);
+}
+
 int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
   std::vector<std::string> argv{HEFT_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
