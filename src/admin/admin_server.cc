@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -91,7 +92,16 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     parser.body_limit(kMaxAdminBody);
     parser.header_limit(kMaxAdminHead);
     stream.expires_after(30s);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
+    // The head first, so that a client waiting on `Expect: 100-continue` is
+    // told to go on before its body is read (curl would wait a second).
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
+        config::lowercase(parser.get()[http::field::expect]) == "100-continue") {
+      http::response<http::empty_body> go_on{http::status::continue_, 11};
+      auto [continue_ec, continue_written] = co_await http::async_write(stream, go_on, use_tuple);
+      ec = continue_ec;
+    }
+    if (!ec && !parser.is_done()) std::tie(ec, n) = co_await http::async_read(stream, buffer, parser, use_tuple);
     // A response to HEAD is its head alone (RFC 9112 6.3), whatever its status.
     const bool head = parser.is_header_done() && parser.get().method() == http::verb::head;
     AdminResponse response;

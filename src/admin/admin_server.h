@@ -17,7 +17,8 @@
 // Host/Origin must name the admin address (or a loopback alias with its port)
 // → else 403, against DNS rebinding. HEAD is answered wherever GET is, with
 // the head alone; 405 lists the allowed methods in `Allow`. A request head
-// over 16 KiB → 431. With a token, every request needs
+// over 16 KiB → 431; `Expect: 100-continue` is answered before the body is
+// read. With a token, every request needs
 // `Authorization: Bearer <token>` → else 401. At most kMaxAdminConnections
 // connections are served at once; one more is closed as soon as it is
 // accepted, so idle clients cannot use up heft's descriptors.

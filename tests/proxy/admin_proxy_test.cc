@@ -449,6 +449,28 @@ TEST(AdminProxy, OversizedRequestHeadIs431) {
   EXPECT_EQ(stack.admin_call("GET", "/config/").status, 200);
 }
 
+// `Expect: 100-continue` gets its 100 before the body is sent (curl would
+// otherwise wait a second); the request then completes as usual.
+TEST(AdminProxy, ExpectContinueIsAnsweredBeforeTheBody) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  HttpClient client(stack.admin_port, 5s);
+  ASSERT_TRUE(client.send_raw(fmt::format("PATCH {}/1/weight HTTP/1.1\r\nHost: localhost:{}\r\nContent-Type: "
+                                          "application/json\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+                                          kUpstreams, stack.admin_port)));
+  Response r = client.read_response();  // waits at most 5 s: without a 100 nothing comes
+  ASSERT_EQ(r.status, 100);
+  ASSERT_TRUE(client.send_raw("7"));
+  r = client.read_response();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", std::string(kUpstreams) + "/1/weight").body, "7\n");
+  // No body coming: no 100 either, just the answer.
+  r = client.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: localhost:{}\r\nExpect: 100-continue\r\n\r\n",
+                                 stack.admin_port));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.interim.empty());
+}
+
 int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
   std::vector<std::string> argv{HEFT_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
