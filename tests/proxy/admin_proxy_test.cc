@@ -471,6 +471,31 @@ TEST(AdminProxy, ExpectContinueIsAnsweredBeforeTheBody) {
   EXPECT_TRUE(r.interim.empty());
 }
 
+// Path segments are percent-decoded, one by one after the split (Caddy
+// decodes them too); a bad escape is a 400 with a reason.
+TEST(AdminProxy, PathSegmentsArePercentDecoded) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  const std::string upstreams = kUpstreams;
+  Response r = stack.admin_call("GET", upstreams + "/0/%77eight");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "3\n");
+  r = stack.admin_call("PATCH", upstreams + "/%31/w%65ight", "4");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", upstreams + "/1/weight").body, "4\n");
+  // %2F is a '/' inside a key, not a separator.
+  r = stack.admin_call("GET", "/config/apps%2Fhttp");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("\"apps/http\" not found"), std::string::npos) << r.body;
+  for (const char* bad : {"/config/apps/%zzhttp", "/config/apps/http%4", "/config/apps/%"}) {
+    r = stack.admin_call("GET", bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+    EXPECT_NE(r.body.find("bad percent-escape"), std::string::npos) << bad << ": " << r.body;
+    EXPECT_EQ(stack.admin_call("PATCH", bad, "1").status, 400) << bad;
+  }
+  EXPECT_EQ(stack.admin_call("GET", upstreams + "/0/weight").body, "3\n");
+}
+
 int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
   std::vector<std::string> argv{HEFT_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
