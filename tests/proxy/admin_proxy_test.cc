@@ -486,7 +486,7 @@ TEST(AdminProxy, PathSegmentsArePercentDecoded) {
   // %2F is a '/' inside a key, not a separator.
   r = stack.admin_call("GET", "/config/apps%2Fhttp");
   EXPECT_EQ(r.status, 404) << r.body;
-  EXPECT_NE(r.body.find("\"apps/http\" not found"), std::string::npos) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"], "path /apps/http: \"apps/http\" not found") << r.body;
   for (const char* bad : {"/config/apps/%zzhttp", "/config/apps/http%4", "/config/apps/%"}) {
     r = stack.admin_call("GET", bad);
     EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
