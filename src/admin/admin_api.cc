@@ -55,6 +55,13 @@ bool if_match_holds(const std::string& field, const std::string& current) {
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
+// 405 with the `Allow` field RFC 9110 15.5.6 requires: the methods `path` takes.
+AdminResponse method_not_allowed(const std::string& path, const std::string& allow) {
+  AdminResponse r = error_response(405, fmt::format("method not allowed: {} takes {}", path, allow));
+  r.headers.emplace_back("Allow", allow);
+  return r;
+}
+
 // The media type without parameters ("application/json; charset=utf-8" → "application/json").
 std::string media_type(const std::string& content_type) {
   std::string t = config::lowercase(content_type.substr(0, content_type.find(';')));
@@ -137,28 +144,29 @@ AdminResponse AdminApi::check_access(const AdminRequest& request) const {
 AdminResponse AdminApi::handle(const AdminRequest& request) {
   if (AdminResponse denied = check_access(request); denied.status != 0) return denied;
   const std::string path = path_of(request.target);
-  const std::string& method = request.method;
+  // HEAD is answered as GET; the transport sends the head alone (RFC 9110 9.3.2).
+  const std::string method = request.method == "HEAD" ? "GET" : request.method;
 
   if (path == "/config" || path.rfind("/config/", 0) == 0) return handle_config(request, path.substr(7));
   if (path == "/load") {
-    if (method != "POST") return error_response(405, "method not allowed: /load takes POST");
+    if (method != "POST") return method_not_allowed("/load", "POST");
     return handle_load(request);
   }
   if (path == "/stop") {
-    if (method != "POST") return error_response(405, "method not allowed: /stop takes POST");
+    if (method != "POST") return method_not_allowed("/stop", "POST");
     AdminResponse r;
     r.body = "{}\n";
     r.stop_after = true;
     return r;
   }
   if (path == "/reverse_proxy/upstreams") {
-    if (method != "GET") return error_response(405, "method not allowed: /reverse_proxy/upstreams takes GET");
+    if (method != "GET") return method_not_allowed("/reverse_proxy/upstreams", "GET, HEAD");
     AdminResponse r;
     r.body = (hooks_.upstreams ? hooks_.upstreams() : json::array()).dump() + "\n";
     return r;
   }
   if (path == "/metrics") {
-    if (method != "GET") return error_response(405, "method not allowed: /metrics takes GET");
+    if (method != "GET") return method_not_allowed("/metrics", "GET, HEAD");
     AdminResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = hooks_.metrics ? hooks_.metrics() : "";
@@ -169,7 +177,7 @@ AdminResponse AdminApi::handle(const AdminRequest& request) {
 
 AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::string& tree_path) {
   const std::string& method = request.method;
-  if (method == "GET") {
+  if (method == "GET" || method == "HEAD") {
     TreeError error;
     json value;
     std::string tag;
@@ -189,7 +197,7 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
   else if (method == "PUT") op = TreeMethod::put;
   else if (method == "PATCH") op = TreeMethod::patch;
   else if (method == "DELETE") op = TreeMethod::remove;
-  else return error_response(405, fmt::format("method not allowed: {}", method));
+  else return method_not_allowed("/config/", "GET, HEAD, POST, PUT, PATCH, DELETE");
 
   json value;
   if (op != TreeMethod::remove) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -30,11 +31,15 @@ using tcp = asio::ip::tcp;
 using namespace std::chrono_literals;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
+// The largest request head read; a longer one is answered 431.
+constexpr size_t kMaxAdminHead = 16 * 1024;
+
 struct AdminServer::Impl {
   Impl(const config::Config& running, AdminHooks hooks, std::string state_path)
       : api(running, std::move(hooks), std::move(state_path)) {}
 
   AdminApi api;
+  size_t open_connections = 0;  // admin thread only; outlives `io`, whose coroutines count down on it
   asio::io_context io{1};
   std::optional<tcp::acceptor> acceptor;
   asio::steady_timer ticker{io};
@@ -76,19 +81,37 @@ asio::awaitable<void> drain(beast::tcp_stream& stream) {
 }
 
 asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket socket) {
+  struct Counted {  // accept_loop counted this connection; it ends with this coroutine
+    size_t& open;
+    ~Counted() { --open; }
+  } counted{impl.open_connections};
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(kMaxAdminBody);
-    parser.header_limit(16 * 1024);
+    parser.header_limit(kMaxAdminHead);
     stream.expires_after(30s);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, use_tuple);
+    // The head first, so that a client waiting on `Expect: 100-continue` is
+    // told to go on before its body is read (curl would wait a second).
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
+        config::lowercase(parser.get()[http::field::expect]) == "100-continue") {
+      http::response<http::empty_body> go_on{http::status::continue_, 11};
+      auto [continue_ec, continue_written] = co_await http::async_write(stream, go_on, use_tuple);
+      ec = continue_ec;
+    }
+    if (!ec && !parser.is_done()) std::tie(ec, n) = co_await http::async_read(stream, buffer, parser, use_tuple);
+    // A response to HEAD is its head alone (RFC 9112 6.3), whatever its status.
+    const bool head = parser.is_header_done() && parser.get().method() == http::verb::head;
     AdminResponse response;
     bool close = false;
     unsigned version = 11;
     if (ec == http::error::body_limit) {
       response = error_response(413, fmt::format("request body larger than {} bytes", kMaxAdminBody));
+      close = true;
+    } else if (ec == http::error::header_limit) {
+      response = error_response(431, fmt::format("request head larger than {} bytes", kMaxAdminHead));
       close = true;
     } else if (ec && ec.category() == make_error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream &&
                ec != http::error::partial_message) {
@@ -112,9 +135,11 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     for (const auto& [name, value] : response.headers) res.set(name, value);
     res.body() = std::move(response.body);
     res.keep_alive(!close);
-    res.prepare_payload();
+    res.prepare_payload();  // Content-Length as for GET, also for HEAD
     stream.expires_after(30s);
-    auto [write_ec, written] = co_await http::async_write(stream, res, use_tuple);
+    http::response_serializer<http::string_body> serializer{res};
+    auto [write_ec, written] = head ? co_await http::async_write_header(stream, serializer, use_tuple)
+                                    : co_await http::async_write(stream, serializer, use_tuple);
     if (response.stop_after && impl.api.hooks().stop) impl.api.hooks().stop();
     if (write_ec) break;
     if (close) {
@@ -130,7 +155,19 @@ asio::awaitable<void> accept_loop(AdminServer::Impl& impl) {
   for (;;) {
     auto [ec, socket] = co_await impl.acceptor->async_accept(use_tuple);
     if (ec == asio::error::operation_aborted || !impl.acceptor->is_open()) co_return;
-    if (ec) continue;
+    if (ec) {
+      // Out of descriptors or similar: back off briefly instead of spinning
+      // (as the proxy's accept loop does), so the data plane keeps its CPU.
+      asio::steady_timer pause(impl.io, 10ms);
+      co_await pause.async_wait(use_tuple);
+      continue;
+    }
+    if (impl.open_connections >= kMaxAdminConnections) {
+      boost::system::error_code ignored;
+      socket.close(ignored);  // at the cap: refuse rather than let idle clients take heft's descriptors
+      continue;
+    }
+    ++impl.open_connections;
     asio::co_spawn(impl.io, serve_connection(impl, std::move(socket)), asio::detached);
   }
 }

@@ -15,8 +15,13 @@
 // {"error":"..."} and leaves the running configuration byte-for-byte as it
 // was. `If-Match` with a stale ETag → 412. Bodies over 1 MiB → 413.
 // Host/Origin must name the admin address (or a loopback alias with its port)
-// → else 403, against DNS rebinding. With a token, every request needs
-// `Authorization: Bearer <token>` → else 401.
+// → else 403, against DNS rebinding. HEAD is answered wherever GET is, with
+// the head alone; 405 lists the allowed methods in `Allow`. A request head
+// over 16 KiB → 431; `Expect: 100-continue` is answered before the body is
+// read. With a token, every request needs
+// `Authorization: Bearer <token>` → else 401. At most kMaxAdminConnections
+// connections are served at once; one more is closed as soon as it is
+// accepted, so idle clients cannot use up heft's descriptors.
 //
 // Threads: the server runs on its own thread and io_context; the hooks are
 // called on that thread, one request at a time, so writes are serialised.
@@ -33,6 +38,8 @@
 #include "config/model.h"
 
 namespace heft::admin {
+
+inline constexpr size_t kMaxAdminConnections = 64;
 
 class AdminServer {
  public:

@@ -39,6 +39,17 @@ const char* type_name(const json& value) {
   }
 }
 
+// Decodes each segment's %XX escapes in place (after splitting, so %2F is a
+// '/' inside a key); a bad escape is a 400 naming the segment as sent.
+TreeError decode_segments(std::vector<std::string>& segments) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    std::optional<std::string> decoded = percent_decode(segments[i]);
+    if (!decoded) return fail(400, segments, i, "has a bad percent-escape ('%' must be followed by two hex digits)");
+    segments[i] = std::move(*decoded);
+  }
+  return {};
+}
+
 // Walks the first `count` segments; null with `error` set if one does not exist.
 template <typename Json>
 Json* walk(Json& root, const std::vector<std::string>& segments, size_t count, TreeError& error) {
@@ -73,6 +84,29 @@ Json* walk(Json& root, const std::vector<std::string>& segments, size_t count, T
 
 }  // namespace
 
+std::optional<std::string> percent_decode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int high = hex(text[i + 1]), low = hex(text[i + 2]);
+    if (high < 0 || low < 0) return std::nullopt;
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return out;
+}
+
 std::vector<std::string> split_tree_path(std::string_view path) {
   std::vector<std::string> segments;
   size_t start = 0;
@@ -87,6 +121,7 @@ std::vector<std::string> split_tree_path(std::string_view path) {
 
 json tree_get(const json& root, std::string_view path, TreeError& error) {
   std::vector<std::string> segments = split_tree_path(path);
+  if ((error = decode_segments(segments))) return json();
   const json* at = walk(root, segments, segments.size(), error);
   return at ? *at : json();
 }
@@ -94,6 +129,7 @@ json tree_get(const json& root, std::string_view path, TreeError& error) {
 TreeError tree_apply(json& root, TreeMethod method, std::string_view path, json value) {
   std::vector<std::string> segments = split_tree_path(path);
   if (method == TreeMethod::get) return {400, "GET is not a write"};
+  if (TreeError bad = decode_segments(segments)) return bad;
   if (segments.empty()) {
     if (method == TreeMethod::remove) return {400, "path /: the root cannot be deleted (POST /load replaces it)"};
     root = std::move(value);

@@ -2,7 +2,8 @@
 //
 // A path is a '/'-separated list of segments, each an object key or an array
 // index ("apps/http/servers/srv0/routes/0"); empty segments are ignored, so
-// "" and "/" name the root. Semantics (Caddy's, docs/admin.md):
+// "" and "/" name the root. Each segment's %XX escapes are decoded after the
+// split (so %2F is a '/' inside a key); a bad escape is a 400. Semantics (Caddy's, docs/admin.md):
 //   GET     the value at the path (must exist)
 //   POST    appends to the array at the path, else sets (creates) the value
 //   PUT     object key: creates it, or replaces it if present (Caddy refuses an
@@ -17,6 +18,7 @@
 // Pure functions on values; safe from any thread on distinct trees.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,7 +35,11 @@ struct TreeError {
   explicit operator bool() const { return status != 0; }
 };
 
-// The segments of `path` (empty segments dropped).
+// `text` with each %XX replaced by the byte it names; nullopt when a '%' is
+// not followed by two hex digits.
+std::optional<std::string> percent_decode(std::string_view text);
+
+// The segments of `path` (empty segments dropped), not yet decoded.
 std::vector<std::string> split_tree_path(std::string_view path);
 
 // The value at `path` in `root` (GET). On error, `error` is set and null is returned.

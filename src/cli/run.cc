@@ -1,6 +1,9 @@
 // `heft run`: serves a Heftfile (or, with none present, an embedded demo) until
 // SIGTERM/SIGINT; SIGHUP reloads the file. Signals are handled on the main
 // thread's own io_context; the proxy's workers run on their own threads.
+#include <pthread.h>
+#include <signal.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -71,6 +74,23 @@ config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>
   }
   c.sites.push_back(site);
   return c;
+}
+
+// Once heft is stopping, SIGHUP, SIGTERM and SIGINT must not end it with
+// their default action (exit 128+n after "heft: stopped"). Destroying the
+// signal_set would restore that default, so they are blocked in this thread
+// (by now the only one), the set is emptied, and they are ignored until exit;
+// a signal that came in between is pending, and ignoring discards it.
+void ignore_stop_signals(boost::asio::signal_set& signals) {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&stop_signals, s);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  boost::system::error_code ignored;
+  signals.clear(ignored);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaction(s, &ignore, nullptr);
 }
 
 int run(const RunOptions& options) {
@@ -168,6 +188,13 @@ int run(const RunOptions& options) {
   bool stopping = false;  // a SIGTERM or SIGINT came
   on_signal = [&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
+    if (signal == SIGHUP && stopping) {
+      // Reloading what is being torn down helps no one; a stopping heft still exits 0.
+      fmt::print(stderr, "heft: SIGHUP while stopping: ignored\n");
+      std::fflush(stderr);
+      signals.async_wait(on_signal);
+      return;
+    }
     if (signal == SIGHUP) {
       if (demo) {
         fmt::print(stderr, "heft: SIGHUP: the embedded demo has no file to reload\n");
@@ -212,12 +239,16 @@ int run(const RunOptions& options) {
   signals.async_wait(on_signal);
   std::thread control_thread([&control] { control.run(); });
   proxy.wait();
-  admin_api.reset();
+  // The control thread ends first: a late signal's handler must not meet the
+  // admin API being destroyed.
   signals.cancel();
   control.stop();
   control_thread.join();
+  admin_api.reset();
+  proxy_owner.reset();  // its access-log and health threads end with it
   for (auto& b : demo_backends) b->stop();
   if (demo_thread.joinable()) demo_thread.join();
+  ignore_stop_signals(signals);
   fmt::print(stderr, "heft: stopped\n");
   return 0;
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,6 +28,39 @@ int heft(const std::string& dir, const std::vector<std::string>& args, std::stri
   auto code = p.wait(30s);
   out = read_file(dir + "/cmd.log");
   return code.value_or(-1);
+}
+
+// User plus system CPU time of process `pid` so far, from /proc/PID/stat.
+double cpu_seconds(pid_t pid) {
+  std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  auto close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15 (1-based): utime, stime
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// How many of `fds` the peer has closed (recv() says end of stream) within `timeout`.
+int count_closed_by_peer(const std::vector<int>& fds, std::chrono::milliseconds timeout) {
+  std::vector<bool> closed(fds.size());
+  int count = 0;
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    for (size_t i = 0; i < fds.size(); ++i) {
+      char byte;
+      if (!closed[i] && ::recv(fds[i], &byte, 1, MSG_DONTWAIT) == 0) {
+        closed[i] = true;
+        ++count;
+      }
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return count;
 }
 
 struct AdminProcessTest : ::testing::Test {
@@ -62,6 +97,31 @@ struct AdminProcessTest : ::testing::Test {
     return counts;
   }
   std::string address() const { return fmt::format("127.0.0.1:{}", admin_port); }
+  // `heft run` with its descriptor limit (soft and hard, which heft cannot raise) set to `nofile`.
+  Process run_with_nofile(int nofile, const std::string& log) {
+    write_file(dir + "/Heftfile", heftfile(1, 1));
+    Process p({"/usr/bin/prlimit", fmt::format("--nofile={0}:{0}", nofile), HEFT_BINARY, "run", "--config",
+               dir + "/Heftfile", "--state", state},
+              dir + "/" + log);
+    if (!wait_for_port(port) || !wait_for_port(admin_port)) ADD_FAILURE() << "heft did not start:\n" << p.log();
+    return p;
+  }
+  // Opens `n` connections to the admin port that send nothing.
+  std::vector<int> idle_admin_connections(int n) const {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i)
+      if (int fd = connect_to(admin_port, 2s); fd >= 0) fds.push_back(fd);
+    return fds;
+  }
+  // Until an admin request is answered again (bounded), after idle connections went away.
+  int admin_status_once_free() {
+    int status = 0;
+    for (int i = 0; i < 50 && status != 200; ++i) {
+      status = admin("GET", "/config/").status;
+      if (status != 200) std::this_thread::sleep_for(100ms);
+    }
+    return status;
+  }
 };
 
 // The configuration a run starts with is saved, so --resume after a crash
@@ -134,6 +194,42 @@ TEST_F(AdminProcessTest, ControlCommands) {
   // Nobody there now: the system's reason, without Boost's source location.
   EXPECT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 1) << out;
   EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
+}
+
+// Idle admin connections cannot take heft's descriptors: past the cap (64) a
+// new one is closed as soon as it is accepted, and the proxy, whose
+// descriptor limit 200 idle connections would otherwise use up, keeps serving.
+TEST_F(AdminProcessTest, AdminConnectionsOverTheCapAreClosedAndTheProxyKeepsServing) {
+  Process p = run_with_nofile(200, "heft.log");
+  std::vector<int> idle = idle_admin_connections(200);
+  ASSERT_EQ(idle.size(), 200u);
+  EXPECT_EQ(count_closed_by_peer(idle, 3s), 200 - 64);
+  EXPECT_EQ(HttpClient(port, 5s).get("/").status, 200) << p.log();
+  EXPECT_EQ(admin("GET", "/config/").status, 0);  // at the cap: closed unanswered
+  for (int fd : idle) ::close(fd);
+  EXPECT_EQ(admin_status_once_free(), 200);
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(10s), std::optional<int>(0)) << p.log();
+}
+
+// Out of descriptors (EMFILE), the admin accept loop backs off as the proxy's
+// does instead of retrying accept() flat out: heft uses little CPU while
+// connections wait in the admin port's queue, and serves again once they go.
+// The limit (48) is below the connection cap, so accept() fails first.
+TEST_F(AdminProcessTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
+  Process p = run_with_nofile(48, "heft.log");
+  std::vector<int> idle = idle_admin_connections(80);  // those heft cannot accept wait in the queue
+  ASSERT_EQ(idle.size(), 80u);
+  std::this_thread::sleep_for(300ms);
+  const double before = cpu_seconds(p.pid());
+  std::this_thread::sleep_for(1s);
+  const double used = cpu_seconds(p.pid()) - before;
+  EXPECT_LT(used, 0.3) << "CPU seconds in one second with accept() failing";
+  for (int fd : idle) ::close(fd);
+  EXPECT_EQ(admin_status_once_free(), 200);
+  EXPECT_EQ(HttpClient(port, 5s).get("/").status, 200) << p.log();
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(10s), std::optional<int>(0)) << p.log();
 }
 
 TEST_F(AdminProcessTest, AnswerFromSomethingElseIsShownAsOneShortLine) {

@@ -26,6 +26,7 @@ namespace heft::admin {
 namespace {
 
 using json = nlohmann::json;
+using namespace std::chrono_literals;
 using test::HttpClient;
 using test::Response;
 const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
@@ -387,6 +388,116 @@ TEST(AdminProxy, WritesUnderLoadFailNoRequestAndEveryReadValidates) {
 }
 
 // Runs `heft ARGS... --address ADMIN` to its end; exit code, output in `out`.
+// 405 names what the path takes in `Allow` (RFC 9110 15.5.6 MUST).
+TEST(AdminProxy, MethodNotAllowedSaysWhichAreAllowed) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  const std::pair<const char*, const char*> cases[] = {
+      {"DELETE /load", "POST"},
+      {"GET /stop", "POST"},
+      {"PUT /metrics", "GET, HEAD"},
+      {"POST /reverse_proxy/upstreams", "GET, HEAD"},
+      {"OPTIONS /config/", "GET, HEAD, POST, PUT, PATCH, DELETE"},
+      {"TRACE /config/", "GET, HEAD, POST, PUT, PATCH, DELETE"},
+  };
+  for (const auto& [call, allow] : cases) {
+    const std::string line = call;
+    const auto space = line.find(' ');
+    Response r = stack.admin_call(line.substr(0, space), line.substr(space + 1));
+    EXPECT_EQ(r.status, 405) << call << ": " << r.body;
+    EXPECT_EQ(r.header("allow"), allow) << call;
+    EXPECT_NE(r.body.find("\"error\""), std::string::npos) << call << ": " << r.body;
+  }
+}
+
+// HEAD answers as GET does (status, fields, Content-Length) with no body, so
+// the next response on the same connection is read where it begins.
+TEST(AdminProxy, HeadIsGetWithoutTheBodyOnAKeepAliveConnection) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  const Response full = stack.admin_call("GET", "/config/");
+  ASSERT_EQ(full.status, 200);
+  HttpClient client(stack.admin_port, 5s);
+  const std::string host = fmt::format("Host: localhost:{}\r\n", stack.admin_port);
+  auto head = [&](const std::string& path) { return client.request("HEAD " + path + " HTTP/1.1\r\n" + host + "\r\n", true); };
+
+  Response r = head("/config/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-length"), std::to_string(full.body.size()));
+  EXPECT_EQ(r.header("etag"), full.header("etag"));
+  r = head("/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.header("content-length"), "");
+  EXPECT_EQ(r.header("content-type").rfind("text/plain", 0), 0u) << r.header("content-type");
+  EXPECT_EQ(head("/reverse_proxy/upstreams").status, 200);
+  EXPECT_EQ(head(std::string(kUpstreams) + "/0/weight").header("content-length"), "4");  // "100\n"
+  r = head("/load");  // errors are heads alone too
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("allow"), "POST");
+  EXPECT_EQ(head("/nosuch").status, 404);
+  // Had any of these carried a body, this would read it instead of the answer.
+  r = client.request("GET /config/ HTTP/1.1\r\n" + host + "\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, full.body);
+}
+
+// A request head over 16 KiB is 431 Request Header Fields Too Large, not 400.
+TEST(AdminProxy, OversizedRequestHeadIs431) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  Response r = stack.admin_call("GET", "/config/", "", "X-Filler: " + std::string(20000, 'x') + "\r\n");
+  EXPECT_EQ(r.status, 431) << r.body;
+  EXPECT_NE(r.body.find("request head larger than 16384 bytes"), std::string::npos) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", "/config/").status, 200);
+}
+
+// `Expect: 100-continue` gets its 100 before the body is sent (curl would
+// otherwise wait a second); the request then completes as usual.
+TEST(AdminProxy, ExpectContinueIsAnsweredBeforeTheBody) {
+  Stack stack;
+  ASSERT_TRUE(stack.admin);
+  HttpClient client(stack.admin_port, 5s);
+  ASSERT_TRUE(client.send_raw(fmt::format("PATCH {}/1/weight HTTP/1.1\r\nHost: localhost:{}\r\nContent-Type: "
+                                          "application/json\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+                                          kUpstreams, stack.admin_port)));
+  Response r = client.read_response();  // waits at most 5 s: without a 100 nothing comes
+  ASSERT_EQ(r.status, 100);
+  ASSERT_TRUE(client.send_raw("7"));
+  r = client.read_response();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", std::string(kUpstreams) + "/1/weight").body, "7\n");
+  // No body coming: no 100 either, just the answer.
+  r = client.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: localhost:{}\r\nExpect: 100-continue\r\n\r\n",
+                                 stack.admin_port));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.interim.empty());
+}
+
+// Path segments are percent-decoded, one by one after the split (Caddy
+// decodes them too); a bad escape is a 400 with a reason.
+TEST(AdminProxy, PathSegmentsArePercentDecoded) {
+  Stack stack("weight 3|weight 1");
+  ASSERT_TRUE(stack.admin);
+  const std::string upstreams = kUpstreams;
+  Response r = stack.admin_call("GET", upstreams + "/0/%77eight");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, "3\n");
+  r = stack.admin_call("PATCH", upstreams + "/%31/w%65ight", "4");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(stack.admin_call("GET", upstreams + "/1/weight").body, "4\n");
+  // %2F is a '/' inside a key, not a separator.
+  r = stack.admin_call("GET", "/config/apps%2Fhttp");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"], "path /apps/http: \"apps/http\" not found") << r.body;
+  for (const char* bad : {"/config/apps/%zzhttp", "/config/apps/http%4", "/config/apps/%"}) {
+    r = stack.admin_call("GET", bad);
+    EXPECT_EQ(r.status, 400) << bad << ": " << r.body;
+    EXPECT_NE(r.body.find("bad percent-escape"), std::string::npos) << bad << ": " << r.body;
+    EXPECT_EQ(stack.admin_call("PATCH", bad, "1").status, 400) << bad;
+  }
+  EXPECT_EQ(stack.admin_call("GET", upstreams + "/0/weight").body, "3\n");
+}
+
 int heft_command(Stack& stack, std::vector<std::string> args, std::string& out) {
   std::vector<std::string> argv{HEFT_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
