@@ -519,7 +519,7 @@ class Parser {
         else
           error(*arg, fmt::format("invalid size \"{}\" (use e.g. 65536, 64KiB, 1MiB)", arg->text));
       } else if (name == "slow_start") {
-        if (auto v = duration(*arg, true)) pool.slow_start = *v;
+        if (auto v = duration(*arg, false)) pool.slow_start = *v;  // 0: off (nginx's default)
       } else if (name == "max_fails") {
         if (auto n = integer(*arg, 0, 1'000'000, "max_fails")) pool_max_fails = uint32_t(*n);
       } else if (name == "fail_timeout") {
@@ -676,7 +676,7 @@ class Parser {
         p.explicit_fail_timeout = true;
       }
     } else if (name.text == "slow_start") {
-      if (auto v = duration(value, true)) p.upstream.slow_start = *v;
+      if (auto v = duration(value, false)) p.upstream.slow_start = *v;  // 0: off for this backend
     }
   }
 

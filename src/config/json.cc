@@ -224,10 +224,11 @@ class Reader {
       if (auto d = duration_value(*v, member(path, key), positive)) target = *d;
   }
 
+  // slow_start: 0 is a value ("off", also over the pool's for one backend).
   void optional_duration_field(const json& obj, std::string_view key, const std::string& path,
                                std::optional<milliseconds>& target) {
     if (const json* v = field(obj, key))
-      if (auto d = duration_value(*v, member(path, key), true)) target = *d;
+      if (auto d = duration_value(*v, member(path, key), false)) target = *d;
   }
 
   void number_field(const json& obj, std::string_view key, const std::string& path, double min, double max,

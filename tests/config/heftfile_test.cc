@@ -1,6 +1,7 @@
 // Heftfile parser: the seed's examples in both syntaxes, every option, and every
 // error kind with its exact line:column.
 #include "config/heftfile.h"
+#include "config/json.h"
 
 #include <gtest/gtest.h>
 
@@ -724,6 +725,16 @@ TEST(Resolve, LocalhostResolves) {
   Config config = parse_ok(":80 {\n\treverse_proxy localhost:9001\n}\n");
   EXPECT_TRUE(resolve(config).empty());
   EXPECT_FALSE(config.sites[0].proxy.upstreams[0].resolved.empty());
+}
+
+// slow_start 0 is off (nginx's default value), for the pool or, over the
+// pool's, for one backend; it was "duration must be greater than 0".
+TEST(Heftfile, SlowStartZeroIsOff) {
+  Config config = parse_ok(":80 {\n\treverse_proxy {\n\t\tto a:1 slow_start 0\n\t\tto b:1\n\t\tslow_start 0\n\t}\n}\n");
+  const auto& pool = config.sites[0].proxy;
+  EXPECT_EQ(pool.slow_start, std::optional<milliseconds>(0ms));
+  EXPECT_EQ(pool.upstreams[0].slow_start, std::optional<milliseconds>(0ms));
+  EXPECT_EQ(*from_json(to_json(config)), config);
 }
 
 TEST(Format, CanonicalLayoutKeepsCommentsAndMeaning) {
