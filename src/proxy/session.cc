@@ -853,6 +853,10 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     plan.bad_target = absolute.reason;
     return plan;
   }
+  if (target == "*" && req.method() != http::verb::options) {  // RFC 9112 3.2.4 (nginx: 400)
+    plan.bad_target = "asterisk-form request target with a method other than OPTIONS";
+    return plan;
+  }
   if (absolute.status == AbsoluteTarget::absolute) {
     host = absolute.authority;
     if (absolute.path.empty() && req.method() == http::verb::options) {

@@ -73,6 +73,7 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"bare CR", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n"},
       {"bare LF", "GET / HTTP/1.1\nHost: x\n\n"},
       {"no host", "GET / HTTP/1.1\r\n\r\n"},
+      {"asterisk-form for GET", "GET * HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"two hosts", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"},
       {"bad request line", "GET  / HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"bad version", "GET / HTTP/9.1\r\nHost: x\r\n\r\n"},
