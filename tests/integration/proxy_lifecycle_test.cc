@@ -292,6 +292,33 @@ void answer_in_turn(int listener, const std::vector<std::string>& replies, int& 
   ::close(c);
 }
 
+// answer_in_turn() on its own thread, behind a listener on 127.0.0.1:`port`.
+// join() waits for it (then `answered` and `heads` may be read) and closes
+// the listener; the destructor does the same.
+class ScriptedOrigin {
+ public:
+  explicit ScriptedOrigin(std::vector<std::string> replies) : replies_(std::move(replies)) {
+    listener_ = listen_on_loopback(port);
+    if (listener_ >= 0) thread_ = std::thread([this] { answer_in_turn(listener_, replies_, answered, &heads); });
+  }
+  ~ScriptedOrigin() { join(); }
+  ScriptedOrigin(const ScriptedOrigin&) = delete;
+  bool listening() const { return listener_ >= 0; }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+    if (listener_ >= 0) ::close(std::exchange(listener_, -1));
+  }
+
+  uint16_t port = 0;
+  int answered = 0;
+  std::vector<std::string> heads;
+
+ private:
+  std::vector<std::string> replies_;
+  int listener_ = -1;
+  std::thread thread_;
+};
+
 // heft on `port` (one worker, no admin API) in front of one origin.
 Process start_heft_to(uint16_t origin_port, uint16_t port, const std::string& pool_options = "") {
   return start_heft(make_temp_dir(),
@@ -412,15 +439,9 @@ TEST(ProxyLifecycle, HeaderUpOverridesTheForwardingFields) {
 // are neither a path nor an http(s) URI, or hide the host behind userinfo,
 // get a 400, CONNECT a 501, and none reaches a backend.
 TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm) {
-  uint16_t origin_port = 0;
-  const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
-  std::vector<std::string> heads;
-  int answered = 0;
-  std::thread origin([&] {
-    answer_in_turn(listener, std::vector<std::string>(3, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"), answered,
-                   &heads);
-  });
+  ScriptedOrigin origin(std::vector<std::string>(3, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"));
+  ASSERT_TRUE(origin.listening());
+  const uint16_t origin_port = origin.port;
   std::string dir = make_temp_dir();
   Backend other = start_backend(dir, "other");
   uint16_t port = free_port();
@@ -458,7 +479,7 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
   }
   client.close();
   origin.join();
-  ::close(listener);
+  const std::vector<std::string>& heads = origin.heads;
   ASSERT_EQ(heads.size(), 3u);
   const std::string authority = "a.test:" + std::to_string(port);
   EXPECT_EQ(heads[0].rfind("GET /where?x=1 HTTP/1.1\r\n", 0), 0u) << heads[0];
@@ -487,21 +508,16 @@ TEST(ProxyLifecycle, AbsoluteFormTargetIsRoutedByItsHostAndForwardedInOriginForm
 // whole), hop-by-hop fields and those Connection names do not, a chunked body
 // arrives intact, and the pooled upstream connection serves the next request.
 TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
-  uint16_t origin_port = 0;
-  const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
   const std::string long_value(3000, 'v');
-  int requests_on_one_connection = 0;
-  const std::vector<std::string> replies = {
+  ScriptedOrigin origin({
       "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nConnection: X-Hint\r\nX-Hint: no\r\n\r\n"
       "HTTP/1.1 201 Made\r\nSet-Cookie: a=1\r\nConnection: X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=9\r\n"
       "Set-Cookie: b=2\r\nX-Long: " + long_value + "\r\nTransfer-Encoding: chunked\r\n\r\n"
       "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
-  std::thread origin([&] { answer_in_turn(listener, replies, requests_on_one_connection); });
-
+      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"});
+  ASSERT_TRUE(origin.listening());
   uint16_t port = free_port();
-  Process heft = start_heft_to(origin_port, port);
+  Process heft = start_heft_to(origin.port, port);
   std::string raw;
   {
     HttpClient client(port);
@@ -510,7 +526,6 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   }
   Response second = HttpClient(port).get("/two");
   origin.join();
-  ::close(listener);
 
   const std::string hints = "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n";
   ASSERT_EQ(raw.rfind(hints, 0), 0u) << raw.substr(0, 200);
@@ -529,45 +544,36 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   EXPECT_EQ(raw.substr(body + 4), "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");
-  EXPECT_EQ(requests_on_one_connection, 2);
+  EXPECT_EQ(origin.answered, 2);  // on one connection
 }
 
 // A listed 5xx (next_upstream http_503) from the only backend that can take
 // the request reaches the client as the backend sent it, body and fields:
 // the pool's down member is no next backend. heft sent its own bare 503.
 TEST(ProxyLifecycle, ListedStatusWithNoOtherBackendIsPassedOn) {
-  uint16_t origin_port = 0;
-  const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
-  int answered = 0;
-  std::thread origin([&] {
-    answer_in_turn(listener, {"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nmine"}, answered);
-  });
+  ScriptedOrigin origin({"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nContent-Length: 4\r\n\r\nmine"});
+  ASSERT_TRUE(origin.listening());
   uint16_t port = free_port();
-  Process heft = start_heft_to(origin_port, port, "\t\tto 127.0.0.1:1 down\n\t\tnext_upstream error timeout http_503\n");
+  Process heft = start_heft_to(origin.port, port, "\t\tto 127.0.0.1:1 down\n\t\tnext_upstream error timeout http_503\n");
   Response r = HttpClient(port).get("/");
   origin.join();
-  ::close(listener);
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(r.header("retry-after"), "7");
   EXPECT_EQ(r.body, "mine");
-  EXPECT_EQ(answered, 1);
+  EXPECT_EQ(origin.answered, 1);
 }
 
 // Interim responses reach HTTP/1.1 clients but not HTTP/1.0 ones (RFC 9110
 // 15.2), and a backend's 100 never does (heft answers Expect itself and does
 // not pass it on). A second Connection line in the response names fields too.
 TEST(ProxyLifecycle, InterimResponsesReachHttp11ClientsOnly) {
-  uint16_t origin_port = 0;
-  const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
-  int answered = 0;
   const std::string reply =
       "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
       "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: X-B\r\nX-B: 2\r\nContent-Length: 2\r\n\r\nok";
-  std::thread origin([&] { answer_in_turn(listener, {reply, reply}, answered); });
+  ScriptedOrigin origin({reply, reply});
+  ASSERT_TRUE(origin.listening());
   uint16_t port = free_port();
-  Process heft = start_heft_to(origin_port, port);
+  Process heft = start_heft_to(origin.port, port);
   Response r = HttpClient(port).get("/");
   std::string old;
   {
@@ -576,13 +582,12 @@ TEST(ProxyLifecycle, InterimResponsesReachHttp11ClientsOnly) {
     old = client.read_all();
   }
   origin.join();
-  ::close(listener);
   EXPECT_EQ(r.interim, std::vector<int>{103});
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "ok");
   EXPECT_EQ(r.header("x-b"), "");
   EXPECT_EQ(old.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << old;
-  EXPECT_EQ(answered, 2);
+  EXPECT_EQ(origin.answered, 2);
 }
 
 // A HEAD request whose answer starts with an interim 103: the final head's
@@ -591,30 +596,23 @@ TEST(ProxyLifecycle, InterimResponsesReachHttp11ClientsOnly) {
 // waited for the 5 bytes, the client would get nothing until the origin's
 // next answer (which waits for the next request).
 TEST(ProxyLifecycle, HeadAnswerAfterAnInterimResponseHasNoBody) {
-  uint16_t origin_port = 0;
-  const int listener = listen_on_loopback(origin_port);
-  ASSERT_GE(listener, 0);
-  int requests_on_one_connection = 0;
-  const std::vector<std::string> replies = {
-      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
-      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
-      "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"};
-  std::thread origin([&] { answer_in_turn(listener, replies, requests_on_one_connection); });
-
+  ScriptedOrigin origin({"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+                         "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                         "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo"});
+  ASSERT_TRUE(origin.listening());
   uint16_t port = free_port();
-  Process heft = start_heft_to(origin_port, port);
+  Process heft = start_heft_to(origin.port, port);
   HttpClient client(port, 3s);
   Response head = client.request("HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n", true);
   Response second = client.get("/two");
   origin.join();
-  ::close(listener);
   EXPECT_EQ(head.interim, std::vector<int>{103});
   EXPECT_EQ(head.status, 200);
   EXPECT_EQ(head.header("content-length"), "5");
   EXPECT_EQ(head.body, "");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");
-  EXPECT_EQ(requests_on_one_connection, 2);
+  EXPECT_EQ(origin.answered, 2);  // on one connection
 }
 
 // A pooled connection the backend closes after taking a request without
@@ -870,19 +868,15 @@ TEST(ProxyLifecycle, BodilessResponsesKeepTheirFraming) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    uint16_t origin_port = 0;
-    const int listener = listen_on_loopback(origin_port);
-    ASSERT_GE(listener, 0);
-    int answered = 0;
-    std::thread origin([&] { answer_in_turn(listener, {c.reply}, answered); });
+    ScriptedOrigin origin({c.reply});
+    ASSERT_TRUE(origin.listening());
     uint16_t port = free_port();
-    Process heft = start_heft_to(origin_port, port);
+    Process heft = start_heft_to(origin.port, port);
     HttpClient client(port, 5s);
     ASSERT_TRUE(client.connect());
     client.send_raw(c.request);
     const std::string raw = client.read_all();
     origin.join();
-    ::close(listener);
     for (const std::string& text : c.present) EXPECT_NE(raw.find(text), std::string::npos) << text << " in\n" << raw;
     for (const std::string& text : c.absent) EXPECT_EQ(raw.find(text), std::string::npos) << text << " in\n" << raw;
   }
