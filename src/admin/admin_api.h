@@ -71,6 +71,9 @@ class AdminApi {
   AdminApi(const config::Config& running, AdminHooks hooks, std::string state_path);
 
   AdminResponse handle(const AdminRequest& request);
+  // The refusal a request's head alone earns (Host, Origin, token), or
+  // status 0: the transport asks before it reads a body (or says 100 Continue).
+  AdminResponse check_access(const AdminRequest& request) const;
   // A whole new configuration from elsewhere (SIGHUP): the same transaction as POST /load.
   AdminResponse load(const config::Config& next) { return commit(AdminRequest{}, config::to_json(next)); }
   void tick() {
@@ -83,7 +86,6 @@ class AdminApi {
   std::string etag() const;
 
  private:
-  AdminResponse check_access(const AdminRequest& request) const;
   AdminResponse handle_config(const AdminRequest& request, const std::string& path);
   AdminResponse handle_load(const AdminRequest& request);
   // Validates, applies, persists and publishes `candidate`.

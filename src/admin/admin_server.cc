@@ -92,16 +92,23 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     parser.body_limit(kMaxAdminBody);
     parser.header_limit(kMaxAdminHead);
     stream.expires_after(30s);
-    // The head first, so that a client waiting on `Expect: 100-continue` is
-    // told to go on before its body is read (curl would wait a second).
+    // The head first: a request its Host, Origin or token refuse is answered
+    // before its body is read (and never told 100 Continue); a client waiting
+    // on `Expect: 100-continue` is told to go on (curl would wait a second).
     auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
-    if (!ec && !parser.is_done() && parser.get().version() >= 11 &&
-        config::lowercase(parser.get()[http::field::expect]) == "100-continue") {
-      http::response<http::empty_body> go_on{http::status::continue_, 11};
-      auto [continue_ec, continue_written] = co_await http::async_write(stream, go_on, use_tuple);
-      ec = continue_ec;
+    std::optional<AdminResponse> refused_on_head;
+    if (!ec && !parser.is_done()) {
+      if (AdminResponse denied = impl.api.check_access(to_admin_request(parser.get())); denied.status != 0) {
+        refused_on_head = std::move(denied);
+      } else if (parser.get().version() >= 11 &&
+                 config::lowercase(parser.get()[http::field::expect]) == "100-continue") {
+        http::response<http::empty_body> go_on{http::status::continue_, 11};
+        auto [continue_ec, continue_written] = co_await http::async_write(stream, go_on, use_tuple);
+        ec = continue_ec;
+      }
     }
-    if (!ec && !parser.is_done()) std::tie(ec, n) = co_await http::async_read(stream, buffer, parser, use_tuple);
+    if (!ec && !parser.is_done() && !refused_on_head)
+      std::tie(ec, n) = co_await http::async_read(stream, buffer, parser, use_tuple);
     // A response to HEAD is its head alone (RFC 9112 6.3), whatever its status.
     const bool head = parser.is_header_done() && parser.get().method() == http::verb::head;
     AdminResponse response;
@@ -119,6 +126,10 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
       close = true;
     } else if (ec) {
       break;  // closed, timed out or cut off: nobody to answer
+    } else if (refused_on_head) {
+      response = std::move(*refused_on_head);
+      version = parser.get().version();
+      close = true;  // its body is unread
     } else {
       const auto& req = parser.get();
       version = req.version();

@@ -471,6 +471,16 @@ TEST(AdminProxy, ExpectContinueIsAnsweredBeforeTheBody) {
                                  stack.admin_port));
   EXPECT_EQ(r.status, 200);
   EXPECT_TRUE(r.interim.empty());
+  // A head refused for its Host is answered at once, with no 100 first: the
+  // client is not invited to send a body that will be thrown away.
+  HttpClient foreign(stack.admin_port, 5s);
+  Response refused = foreign.request(fmt::format("PATCH {}/1/weight HTTP/1.1\r\nHost: evil.example\r\nContent-Type: "
+                                                 "application/json\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+                                                 kUpstreams));
+  EXPECT_EQ(refused.status, 403) << refused.body;
+  EXPECT_TRUE(refused.interim.empty());
+  EXPECT_EQ(refused.header("connection"), "close");
+  EXPECT_EQ(stack.admin_call("GET", std::string(kUpstreams) + "/1/weight").body, "7\n");
 }
 
 // Path segments are percent-decoded, one by one after the split (Caddy
