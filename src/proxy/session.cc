@@ -518,6 +518,10 @@ class Session {
   // only on failure and would otherwise grow handle()'s coroutine frame.
   const char* failure_stage_ = "";
   static constexpr const char* kConnecting = "connecting";  // the stage at which nothing was sent
+  // An interim response of this request reached the client: bytes of this
+  // backend's answer went out, so no other backend may answer it (HAProxy
+  // alike), or the client would get one backend's hints and another's response.
+  bool interim_relayed_ = false;
   error_code failure_ec_;
   // An error or timeout (whichever the deadline says) at `stage`.
   AttemptResult failure(const char* stage, error_code ec) {
@@ -1048,6 +1052,7 @@ Task<bool> Session::handle(RequestParser& parser) {
   ctx.tried = &tried;
   const config::NextUpstream& next = pool.next_upstream;
   const bool method_retryable = idempotent(req.method()) || next.non_idempotent;
+  interim_relayed_ = false;
   // The first attempt starts once the buffered body is in: a slow client's
   // upload is not the backend's latency (nginx's $upstream_response_time and
   // next_upstream_timeout start at the upstream too). A streamed body's
@@ -1167,7 +1172,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         // rest is still unread) may go on to the next backend (nginx retries
         // a POST then too; once sent, it does not).
         const bool unsent = failure_stage_ == kConnecting;
-        if ((more_allowed || (more_possible && unsent)) && in_time(attempt_end) &&
+        if ((more_allowed || (more_possible && unsent)) && !interim_relayed_ && in_time(attempt_end) &&
             (timeout ? next.timeout : next.error))
           continue;
         co_await send_status(last_status, client_keep_alive && parser.is_done());
@@ -1320,7 +1325,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
                                 (status == 503 && next.http_503) || (status == 504 && next.http_504);
     // A listed status goes to the next backend only if there is one to try
     // (down, drained, out members are not): else the client gets this answer, body and all.
-    if (failure_status && !last_chance && untried_available(snapshot, tried))
+    if (failure_status && !last_chance && !interim_relayed_ && untried_available(snapshot, tried))
       co_return AttemptResult{Outcome::bad_status, status};
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
     if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
@@ -1528,6 +1533,7 @@ Task<bool> Session::relay_interim(ResponseParser& response, bool client_http11, 
     down_head_.append("\r\n"sv);
     arm(pool.send_timeout);
     before_client_write();
+    interim_relayed_ = true;
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
     if (ec) co_return false;
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -297,8 +298,10 @@ void answer_in_turn(int listener, const std::vector<std::string>& replies, int& 
 // the listener; the destructor does the same.
 class ScriptedOrigin {
  public:
-  explicit ScriptedOrigin(std::vector<std::string> replies) : replies_(std::move(replies)) {
-    listener_ = listen_on_loopback(port);
+  // accept_timeout: how long it waits for heft to connect (none: answered stays 0).
+  explicit ScriptedOrigin(std::vector<std::string> replies, std::chrono::seconds accept_timeout = 10s)
+      : replies_(std::move(replies)) {
+    listener_ = listen_on_loopback(port, accept_timeout);
     if (listener_ >= 0) thread_ = std::thread([this] { answer_in_turn(listener_, replies_, answered, &heads); });
   }
   ~ScriptedOrigin() { join(); }
@@ -561,6 +564,32 @@ TEST(ProxyLifecycle, ListedStatusWithNoOtherBackendIsPassedOn) {
   EXPECT_EQ(r.header("retry-after"), "7");
   EXPECT_EQ(r.body, "mine");
   EXPECT_EQ(origin.answered, 1);
+}
+
+// Once an interim response of a backend reached the client, no other backend
+// answers the request: neither after the backend fails (the client gets the
+// 103, then heft's 502) nor after a listed 5xx (passed on as sent). The
+// client got one backend's hints and another backend's response.
+TEST(ProxyLifecycle, NoOtherBackendAnswersAfterAnInterimResponseWentOut) {
+  const std::string hints = "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n";
+  for (const auto& [then, status, body] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"", 502, "502 Bad Gateway\n"}, {"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nmine", 503, "mine"}}) {
+    SCOPED_TRACE(status);
+    ScriptedOrigin hinting({hints + then});  // then closes
+    ScriptedOrigin other({"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nother"}, 2s);
+    ASSERT_TRUE(hinting.listening() && other.listening());
+    uint16_t port = free_port();
+    Process heft = start_heft_to(hinting.port, port,
+                                 fmt::format("\t\tto 127.0.0.1:{}\n\t\tlb_policy first\n"
+                                             "\t\tnext_upstream error timeout http_503\n", other.port));
+    Response r = HttpClient(port, 8s).get("/");
+    hinting.join();
+    other.join();
+    EXPECT_EQ(r.interim, std::vector<int>{103});
+    EXPECT_EQ(r.status, status);
+    EXPECT_EQ(r.body, body);
+    EXPECT_EQ(other.answered, 0);
+  }
 }
 
 // Interim responses reach HTTP/1.1 clients but not HTTP/1.0 ones (RFC 9110
