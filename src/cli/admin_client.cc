@@ -9,6 +9,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "config/values.h"
@@ -72,6 +73,14 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
     const auto& res = parser.get();
     reply.status = res.result_int();
     reply.body = res.body();
+    if (res[http::field::server] != "heft") {
+      // Something else answers there (a web server, a backend): its 200 is
+      // no reload, stop or weight change, whatever the command would report.
+      reply.status = 0;
+      reply.transport_error = fmt::format("the answer from {} is not heft's admin API (HTTP {}{}{})", options.address,
+                                          res.result_int(), reply.body.empty() ? "" : ": ", reply.body_excerpt());
+      return reply;
+    }
     if (auto it = res.find(http::field::etag); it != res.end()) reply.etag = std::string(it->value());
     beast::error_code ignored;
     stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);

@@ -17,7 +17,7 @@ struct AdminClientOptions {
 void add_admin_options(CLI::App* command, AdminClientOptions& options);
 
 struct AdminReply {
-  int status = 0;           // 0: no answer (see transport_error)
+  int status = 0;           // 0: no answer from a heft admin API (see transport_error)
   std::string body;
   std::string etag;
   std::string transport_error;

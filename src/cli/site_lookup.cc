@@ -4,7 +4,6 @@
 
 #include "config/values.h"
 
-
 namespace heft::cli {
 
 using json = nlohmann::json;
@@ -30,7 +29,10 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
   const bool numeric = !site.empty() && site.find_first_not_of("0123456789") == std::string::npos;
   // HOST, HOST:PORT or :PORT. Stored hosts are lower-case.
   std::string host = config::lowercase(site), port_suffix;
-  if (!numeric) {
+  // An IPv6 literal without brackets ("::1", as the JSON form writes a site
+  // host) is a host with no port.
+  const bool bare_ipv6 = site.find(':') != site.rfind(':') && !site.starts_with('[');
+  if (!numeric && !bare_ipv6) {
     const size_t colon = site.rfind(':');
     if (colon != std::string::npos && site.find(']', colon) == std::string::npos) {
       host = config::lowercase(site.substr(0, colon));

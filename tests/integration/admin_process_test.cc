@@ -232,15 +232,39 @@ TEST_F(AdminProcessTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
   EXPECT_EQ(p.wait(10s), std::optional<int>(0)) << p.log();
 }
 
+// A site named by an IPv6 literal is found as the JSON form writes its host
+// ("::1", no brackets) as well as bracketed; "::1" was split at its last colon.
+TEST_F(AdminProcessTest, SiteNamedByAnIPv6LiteralIsFoundWithOrWithoutBrackets) {
+  write_file(dir + "/Heftfile",
+             fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n[::1]:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n"
+                         "a.test:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
+                         admin_port, port, backends[0].port, port, backends[1].port));
+  Process p = run("heft.log");
+  std::string out;
+  const std::string a = fmt::format("127.0.0.1:{}", backends[0].port);
+  EXPECT_EQ(heft(dir, {"weight", "::1", a, "3", "--address", address()}, out), 0) << out;
+  EXPECT_EQ(heft(dir, {"weight", "[::1]", a, "4", "--address", address()}, out), 0) << out;
+  EXPECT_EQ(heft(dir, {"weight", fmt::format("[::1]:{}", port), a, "5", "--address", address()}, out), 0) << out;
+  EXPECT_EQ(admin("GET", std::string(kUpstreams) + "/0/weight").body, "5\n");
+}
+
 TEST_F(AdminProcessTest, AnswerFromSomethingElseIsShownAsOneShortLine) {
-  // A demo backend answers any path with a body of several lines: the command says
-  // it may not be heft and quotes one escaped line, not the whole body.
+  // A demo backend answers any path with 200 and a body of several lines: no
+  // command takes that for heft's (reload and stop reported success), and the
+  // error quotes one escaped line, not the whole body.
   std::string out;
   std::string other = fmt::format("127.0.0.1:{}", backends[0].port);
-  EXPECT_EQ(heft(dir, {"upstreams", "--address", other}, out), 1) << out;
-  EXPECT_EQ(out.rfind("heft: unexpected answer (not a heft admin API?): ", 0), 0u) << out;
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  EXPECT_LT(out.size(), 300u) << out;
+  write_file(dir + "/Heftfile", heftfile(1, 1));
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"upstreams"}, {"stop"}, {"reload", dir + "/Heftfile"}, {"weight", "0", other, "2"}}) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), {"--address", other});
+    EXPECT_EQ(heft(dir, args, out), 1) << command[0] << ": " << out;
+    EXPECT_NE(out.find(fmt::format("the answer from {} is not heft's admin API (HTTP 200: ", other)), std::string::npos)
+        << command[0] << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    EXPECT_LT(out.size(), 400u) << out;
+  }
 }
 
 }  // namespace
