@@ -821,11 +821,6 @@ Task<void> Session::linger() {
 
 Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoutes& routes) {
   RequestPlan plan;
-  routed_host_ = {};
-  if (req.method() == http::verb::connect) {
-    plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
-    return plan;
-  }
   // The fields decided on, in one walk over the list (the first of each, as
   // basic_fields' operator[] would give, without its four lookups).
   std::string_view host, connection, upgrade_value, expect;
@@ -847,6 +842,11 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
       case http::field::expect: if (expect.empty()) expect = field.value(); break;
       default: break;
     }
+  }
+  routed_host_ = host;  // for the access log, also of a request refused below
+  if (req.method() == http::verb::connect) {
+    plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
+    return plan;
   }
   // An absolute-form target names the host itself, and the Host field is then
   // ignored (RFC 9112 3.2.2): routed by it, forwarded in origin-form with it as

@@ -151,6 +151,7 @@ app.test:{} {{
   for (const auto& j : lines) by_status[j["status"].get<int>()] = j;
   EXPECT_EQ(by_status[400]["size"], std::string("400 Bad Request\n").size());
   EXPECT_EQ(by_status[501]["request"]["method"], "CONNECT");
+  EXPECT_EQ(by_status[501]["request"]["host"], "app.test:443");  // the Host field (it was empty)
   EXPECT_EQ(by_status[404]["request"]["host"], "other.test");
   EXPECT_EQ(by_status[200]["upstream"], fmt::format("127.0.0.1:{}", a.port));
 }
