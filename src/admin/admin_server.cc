@@ -97,11 +97,15 @@ asio::awaitable<void> serve_connection(AdminServer::Impl& impl, tcp::socket sock
     // on `Expect: 100-continue` is told to go on (curl would wait a second).
     auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, use_tuple);
     std::optional<AdminResponse> refused_on_head;
-    if (!ec && !parser.is_done()) {
+    // An expectation other than 100-continue cannot be met (RFC 9110 10.1.1;
+    // the proxy answers the same); HTTP/1.0 has none.
+    const std::string expect = ec ? "" : config::lowercase(parser.get()[http::field::expect]);
+    if (!ec && parser.get().version() >= 11 && !expect.empty() && expect != "100-continue") {
+      refused_on_head = error_response(417, "expectation not supported: only 100-continue");
+    } else if (!ec && !parser.is_done()) {
       if (AdminResponse denied = impl.api.check_access(to_admin_request(parser.get())); denied.status != 0) {
         refused_on_head = std::move(denied);
-      } else if (parser.get().version() >= 11 &&
-                 config::lowercase(parser.get()[http::field::expect]) == "100-continue") {
+      } else if (parser.get().version() >= 11 && expect == "100-continue") {
         http::response<http::empty_body> go_on{http::status::continue_, 11};
         auto [continue_ec, continue_written] = co_await http::async_write(stream, go_on, use_tuple);
         ec = continue_ec;

@@ -481,6 +481,12 @@ TEST(AdminProxy, ExpectContinueIsAnsweredBeforeTheBody) {
   EXPECT_TRUE(refused.interim.empty());
   EXPECT_EQ(refused.header("connection"), "close");
   EXPECT_EQ(stack.admin_call("GET", std::string(kUpstreams) + "/1/weight").body, "7\n");
+  // Any other expectation cannot be met: 417, body or not (the proxy answers the same).
+  HttpClient other(stack.admin_port, 5s);
+  Response failed = other.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: localhost:{}\r\nExpect: 200-ok\r\n\r\n",
+                                              stack.admin_port));
+  EXPECT_EQ(failed.status, 417) << failed.body;
+  EXPECT_NE(failed.body.find("100-continue"), std::string::npos) << failed.body;
 }
 
 // Path segments are percent-decoded, one by one after the split (Caddy
