@@ -31,8 +31,7 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
   std::string host = config::lowercase(site), port_suffix;
   // An IPv6 literal without brackets ("::1", as the JSON form writes a site
   // host) is a host with no port.
-  const bool bare_ipv6 = site.find(':') != site.rfind(':') && !site.starts_with('[');
-  if (!numeric && !bare_ipv6) {
+  if (!numeric && !config::is_unbracketed_ipv6(site)) {
     const size_t colon = site.rfind(':');
     if (colon != std::string::npos && site.find(']', colon) == std::string::npos) {
       host = config::lowercase(site.substr(0, colon));

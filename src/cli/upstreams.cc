@@ -24,7 +24,8 @@ int run_upstreams(const UpstreamsOptions& options) {
   }
   auto list = nlohmann::json::parse(reply.body, nullptr, false);
   if (!list.is_array()) {
-    fmt::print(stderr, "heft: unexpected answer (not a heft admin API?): {}\n", reply.body_excerpt());
+    // admin_request() already refused answers that are not heft's.
+    fmt::print(stderr, "heft: unexpected answer from the admin API: {}\n", reply.body_excerpt());
     return 1;
   }
   if (options.json) {

@@ -455,7 +455,7 @@ class Reader {
             // A matcher host has no port, so an IPv6 literal may come without
             // brackets, as `heft adapt` writes it ("::1"); "[::1]" is the same host.
             std::string text = host.is_string() ? host.get<std::string>() : "";
-            if (text.find(':') != text.rfind(':') && !text.starts_with('[')) text = "[" + text + "]";
+            if (is_unbracketed_ipv6(text)) text = "[" + text + "]";
             auto split = host.is_string() ? split_host_port(text, 1) : HostPortResult{};
             if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1 ||
                 (text.starts_with('[') && !text.ends_with(']'))) {

@@ -271,6 +271,10 @@ std::optional<std::string> site_host(std::string_view host) {
   return out;
 }
 
+bool is_unbracketed_ipv6(std::string_view text) {
+  return text.find(':') != text.rfind(':') && !text.starts_with('[');
+}
+
 bool is_loopback_host(std::string_view host) {
   const std::string h = lowercase(host);
   return h == "localhost" || h == "::1" || h.starts_with("127.");

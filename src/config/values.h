@@ -82,6 +82,10 @@ bool is_header_name(std::string_view text);
 // request could reach.
 std::optional<std::string> site_host(std::string_view host);
 
+// An IPv6 literal written without brackets ("::1", as the JSON form writes a
+// site host): more than one ':' and no '['. Such text has no port to split off.
+bool is_unbracketed_ipv6(std::string_view text);
+
 // "localhost", "::1" or 127.x.x.x: an admin API there needs no token.
 bool is_loopback_host(std::string_view host);
 

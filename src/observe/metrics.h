@@ -4,8 +4,8 @@
 // per-worker shard (a cache-line-aligned slot with its own mutex that only
 // that worker and the scraper ever take, so the lock is uncontended in the
 // steady state). render() merges the shards at scrape time. Labels are
-// bounded: `server` is the JSON server name ("srv0"), `site` the site's
-// address (site_label(): sites sharing a server have a pool each),
+// bounded: `server` is the server's port (server_label(): ":8080"), `site`
+// the site's address (site_label(): sites sharing a server have a pool each),
 // `upstream` the dial address as configured, `code` the
 // 3-digit status, `reason` a short word from a fixed set the caller uses
 // ("connect", "timeout", "status", ...).
