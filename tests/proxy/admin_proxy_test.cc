@@ -52,21 +52,45 @@ struct Stack {
     }
     backend_thread = std::thread([this] { backend_io.run(); });
     auto bar = weights.find('|');
-    std::string heftfile = fmt::format(
-        "{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} {}\n"
-        "\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
-        admin_port, port, backends[0]->port(), weights.substr(0, bar), backends[1]->port(), weights.substr(bar + 1));
-    auto parsed = config::parse_heftfile(heftfile);
-    EXPECT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].to_string());
-    EXPECT_TRUE(config::resolve(*parsed).empty());
-    proxy = std::make_unique<proxy::Proxy>(*parsed);
-    proxy->start();
-    admin = ProxyAdmin::start(*proxy, dir + "/autosave.json");
+    // free_port() only finds a port free a moment ago: a test running beside
+    // this one may take it first, and binding then throws (which, out of a
+    // constructor with a running thread, ended the test in std::terminate).
+    // So a few tries on fresh ports.
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      if (attempt > 0) {
+        port = test::free_port();
+        admin_port = test::free_port();
+      }
+      std::string heftfile = fmt::format(
+          "{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} {}\n"
+          "\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
+          admin_port, port, backends[0]->port(), weights.substr(0, bar), backends[1]->port(), weights.substr(bar + 1));
+      auto parsed = config::parse_heftfile(heftfile);
+      EXPECT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].to_string());
+      EXPECT_TRUE(config::resolve(*parsed).empty());
+      try {
+        proxy = std::make_unique<proxy::Proxy>(*parsed);
+        proxy->start();
+        admin = ProxyAdmin::start(*proxy, dir + "/autosave.json");
+        return;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "Stack: attempt %d: %s; trying other ports\n", attempt, e.what());
+        admin.reset();
+        if (proxy) {
+          proxy->shutdown(std::chrono::milliseconds(0));
+          proxy->wait();
+          proxy.reset();
+        }
+      }
+    }
+    ADD_FAILURE() << "no free ports for the proxy and its admin API after 5 tries";
   }
   ~Stack() {
     admin.reset();
-    proxy->shutdown(std::chrono::milliseconds(100));
-    proxy->wait();
+    if (proxy) {
+      proxy->shutdown(std::chrono::milliseconds(100));
+      proxy->wait();
+    }
     for (auto& b : backends) b->stop();
     backend_thread.join();
   }
