@@ -54,6 +54,12 @@ constexpr std::size_t kMaxResponseHead = 64 * 1024;
 // A client connection idle this long gives back its buffers and waits for
 // readability without one (docs/proxy.md: memory per idle connection).
 constexpr auto kParkAfter = std::chrono::milliseconds(500);
+// A request waiting this long for its response head has its client checked
+// (and then every kClientCheckEvery) for a close: nginx notices at once
+// through an event; a check by the sweep costs nothing for the fast answers
+// that are nearly all of them.
+constexpr auto kClientCheckAfter = std::chrono::milliseconds(250);
+constexpr auto kClientCheckEvery = std::chrono::milliseconds(500);
 // How often spare I/O blocks unused since the last look are unmapped.
 constexpr auto kTrimInterval = std::chrono::milliseconds(250);
 
@@ -461,6 +467,23 @@ class Session {
     park_requested = true;
     cancel_client();
   }
+  // Called by the sweep for a request waiting for its response head since
+  // kClientCheckAfter: a client that closed its connection (or half-closed
+  // it, as nginx counts it) gets no answer, so the backend's connection is
+  // closed to end its work and the request is logged 499 (nginx's
+  // "client prematurely closed connection, so upstream connection is closed
+  // too"). A peek: pipelined bytes waiting are no close.
+  void check_client(Clock::time_point now) {
+    char byte;
+    const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+      next_client_check = now + kClientCheckEvery;
+      return;
+    }
+    client_closed_ = true;
+    head_wait_since = Clock::time_point::max();
+    if (upstream) cancel_io(*upstream);
+  }
   // Called by the sweep when the deadline passed: aborts whatever is pending.
   void expire() {
     timed_out = true;
@@ -502,8 +525,14 @@ class Session {
   bool park_requested = false;  // the sweep cancelled the idle read to park the connection
   Clock::time_point idle_since{};
   Socket* upstream = nullptr;
+  // Since when the request waits for its response head (max: it does not),
+  // and when the sweep looks at the client next (check_client()).
+  Clock::time_point head_wait_since = Clock::time_point::max();
+  Clock::time_point next_client_check{};
 
  private:
+  // check_client() found the client gone: the attempt ends as client_gone.
+  bool client_closed_ = false;
   // local_error: heft could not open a socket (out of descriptors, memory):
   // nothing the backend did, so neither counted against it nor retried.
   enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken, local_error };
@@ -525,6 +554,7 @@ class Session {
   error_code failure_ec_;
   // An error or timeout (whichever the deadline says) at `stage`.
   AttemptResult failure(const char* stage, error_code ec) {
+    if (client_closed_) return AttemptResult{Outcome::client_gone};
     failure_stage_ = stage;
     failure_ec_ = ec;
     return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
@@ -1199,6 +1229,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
   const bool replayable =
       parser.is_done() && (idempotent(parser.get().method()) || pool.next_upstream.non_idempotent);
   for (int fresh = 0; fresh < 2; ++fresh) {
+    if (client_closed_) co_return AttemptResult{Outcome::client_gone};  // found while a stale connection failed
     std::unique_ptr<UpstreamConnection> conn;
     if (fresh == 0) conn = take_idle_connection(w, idle_list);
     const bool reused = conn != nullptr;
@@ -1301,22 +1332,29 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     arm(pool.read_timeout);
     bool received = false;
     ReadyWatch* wait_in = sent_now ? &w.ready_watch : nullptr;  // the first head only
+    head_wait_since = coarse_now();
+    next_client_check = head_wait_since + kClientCheckAfter;
     for (;;) {
       error_code ec = co_await read_header(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
+        head_wait_since = Clock::time_point::max();
         if (reused && !received && replayable && !timed_out &&
             (ec == asio::error::eof || ec == asio::error::connection_reset))
           break;  // stale pooled connection
         co_return failure("reading the response head", ec);
       }
       if (is_interim(response)) {
+        head_wait_since = Clock::time_point::max();  // no check during the relay's write
         if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
           co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
+        head_wait_since = coarse_now();
+        next_client_check = head_wait_since + kClientCheckAfter;
         continue;
       }
       break;
     }
+    head_wait_since = Clock::time_point::max();
     if (!response.is_header_done()) continue;  // retry on a fresh connection
     if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
     const unsigned status = response.status();
@@ -1600,6 +1638,7 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
   for (Session* s : worker.sessions) {
     if (now >= s->deadline) s->expire();
     else if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
+    else if (now >= s->next_client_check && s->head_wait_since != Clock::time_point::max()) s->check_client(now);
   }
   // Four times a second: unmap spare I/O blocks, and once sessions have ended
   // (closed or parked: freed in the middle of the heap, where free() keeps

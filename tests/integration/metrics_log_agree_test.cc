@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -288,6 +289,97 @@ TEST(MetricsAndAccessLog, ResponsesCutShortAreCountedAndLogged) {
   EXPECT_EQ(gone["status"], 499) << gone;
   EXPECT_EQ(gone["size"], 0) << gone;
   EXPECT_EQ(gone["upstream"], "") << gone;
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(15s), 0);
+}
+
+// A client that closes its connection while its request waits for the
+// backend's answer: heft closes the backend's connection too (its work is
+// for nobody now) and logs 499 with the backend's name, as nginx does
+// ("client prematurely closed connection, so upstream connection is closed
+// too"); the backend is not charged a failure. A client that stays gets its
+// slow answer.
+TEST(MetricsAndAccessLog, ClientGoneWhileWaitingClosesTheBackendConnectionAndLogs499) {
+  std::string dir = make_temp_dir();
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, 10s);
+  ASSERT_GE(listener, 0);
+  // First connection: read the request, answer nothing, wait up to 6 s for
+  // heft to close. Second: answer after 1 s.
+  std::atomic<bool> closed_by_heft{false};
+  std::atomic<long> closed_after_ms{-1};
+  std::thread origin([&] {
+    int c = accept_scripted(listener);
+    if (c < 0) return;
+    std::string in;
+    if (read_until_head(c, in)) {
+      const auto start = std::chrono::steady_clock::now();
+      timeval tv{6, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char byte;
+      if (::recv(c, &byte, 1, 0) == 0) {
+        closed_by_heft = true;
+        closed_after_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      }
+    }
+    ::close(c);
+    c = accept_scripted(listener);
+    if (c < 0) return;
+    in.clear();
+    if (read_until_head(c, in)) {
+      std::this_thread::sleep_for(1s);
+      const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nslow";
+      ::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  });
+  uint16_t port = free_port(), admin_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy {{
+		to 127.0.0.1:{}
+		max_fails 1
+		fail_timeout 30s
+	}}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, origin_port, log_path), port);
+
+  {
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("GET /abandoned HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    std::this_thread::sleep_for(300ms);  // the request is at the backend by now
+    client.close();
+  }
+  // The second request waits until the origin has seen the first end (or gave up).
+  for (int wait = 0; wait < 80 && closed_after_ms < 0; ++wait) std::this_thread::sleep_for(100ms);
+  HttpClient stays(port);
+  const Response slow = stays.get("/stays");
+  EXPECT_EQ(slow.status, 200) << slow.body;  // not aborted, and the backend was not taken out
+  EXPECT_EQ(slow.body, "slow");
+  origin.join();
+  ::close(listener);
+  EXPECT_TRUE(closed_by_heft) << "heft kept the backend's connection open after its client left";
+  EXPECT_LT(closed_after_ms.load(), 3000) << "noticed only after " << closed_after_ms << " ms";
+
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 2);
+  ASSERT_EQ(lines.size(), 2u) << heft.log();
+  const nlohmann::json gone = line_for(lines, "/abandoned");
+  EXPECT_EQ(gone["status"], 499) << gone;
+  EXPECT_EQ(gone["size"], 0) << gone;
+  EXPECT_EQ(gone["upstream"], fmt::format("127.0.0.1:{}", origin_port)) << gone;
+  EXPECT_EQ(line_for(lines, "/stays")["status"], 200);
+  HttpClient admin(admin_port);
+  const Response metrics = admin.request("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(admin_port) + "\r\n\r\n");
+  ASSERT_EQ(metrics.status, 200) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", "code=\"499\""), 1) << metrics.body;
+  EXPECT_EQ(metric_sum(metrics.body, "heft_upstream_failures_total"), 0) << metrics.body;
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(15s), 0);
 }
