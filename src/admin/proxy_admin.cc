@@ -58,11 +58,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
     }
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
       upstream::BackendState& state = snapshot->state(i);
-      uint32_t fails;
-      {
-        std::lock_guard lock(state.mu);
-        fails = state.fails;
-      }
+      const uint32_t fails = snapshot->recent_fails(i, std::chrono::steady_clock::now());
       uint32_t active = snapshot->live(i).active.load(std::memory_order_relaxed);
       out.push_back({{"server", observe::server_label(running.sites[site])},
                      {"site", site},

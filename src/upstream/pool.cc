@@ -54,6 +54,12 @@ uint32_t RecentFailures::add(TimePoint now, milliseconds window, uint32_t limit)
   return static_cast<uint32_t>(times_.size() - first_);
 }
 
+uint32_t RecentFailures::count(TimePoint now, milliseconds window) const {
+  uint32_t n = 0;
+  for (size_t k = first_; k < times_.size(); ++k) n += now - times_[k] <= window;
+  return n;
+}
+
 PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previous)
     : config_(config) {
   version_ = previous ? previous->version_ + 1 : 1;
@@ -160,8 +166,8 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   bool taken_out = false;
   {
     std::lock_guard lock(s.mu);
-    s.fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
-    if (!s.out && (s.trial || s.fails >= b.max_fails)) {
+    const uint32_t fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
+    if (!s.out && (s.trial || fails >= b.max_fails)) {
       s.out = true;
       s.trial = false;
       s.out_until = now + b.fail_timeout;
@@ -177,13 +183,18 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   }
 }
 
+uint32_t PoolSnapshot::recent_fails(uint32_t i, TimePoint now) const {
+  BackendState& s = *states_[i];
+  std::lock_guard lock(s.mu);
+  return s.recent_failures.count(now, config_.backends[i].fail_timeout);
+}
+
 void PoolSnapshot::report_success(uint32_t i) const {
   BackendState& s = *states_[i];
   if (!s.trial.load(std::memory_order_relaxed)) return;  // the usual case: nothing to settle
   std::lock_guard lock(s.mu);
   if (s.trial) {
     s.trial = false;
-    s.fails = 0;
     s.recent_failures.clear();
   }
 }
@@ -212,7 +223,6 @@ bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
     if (!s.out) return false;
     s.out = false;
     s.trial = false;
-    s.fails = 0;
     s.recent_failures.clear();
   }
   if (!defers_return(config_.backends[i], s, now)) refresh_availability(i);

@@ -110,6 +110,9 @@ class RecentFailures {
   // Records a failure at `now` and returns how many fall within `window`
   // before it (inclusive), counting at most `limit` (>= 1).
   uint32_t add(TimePoint now, milliseconds window, uint32_t limit);
+  // How many of those are still within `window` of `now` (for display: the
+  // count falls to 0 once the window has passed the latest failure).
+  uint32_t count(TimePoint now, milliseconds window) const;
   void clear() {
     times_.clear();
     first_ = 0;
@@ -157,7 +160,6 @@ struct BackendState {
   // Passive failure accounting, guarded by mu.
   std::mutex mu;
   RecentFailures recent_failures;
-  uint32_t fails = 0;  // failures within fail_timeout, as of the latest one (for display)
   TimePoint out_until{};
   bool out = false;        // taken out by passive failures
   // Back after fail_timeout, on trial. Written under mu; atomic so that
@@ -215,6 +217,9 @@ class PoolSnapshot {
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).
   void report_failure(uint32_t i, TimePoint now) const;
+  // Backend i's failed attempts within its fail_timeout before `now`, at
+  // most max_fails (the upstreams view's `fails`, as Caddy's counts down).
+  uint32_t recent_fails(uint32_t i, TimePoint now) const;
   void report_success(uint32_t i) const;
 
   // Active health check result.

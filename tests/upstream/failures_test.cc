@@ -45,6 +45,21 @@ TEST(RecentFailures, CountsTheWindowInclusiveAndAtMostTheLimit) {
   for (int k = 0; k < 10000; ++k) ASSERT_EQ(f.add(t0 + 12s + k * 3s, 2000ms, 1000000), 1u);
 }
 
+// The upstreams view's `fails`: failures within fail_timeout of now, so the
+// count falls back to 0 as the window passes (it used to keep the count as of
+// the latest failure for good).
+TEST(PassiveFailures, RecentFailsCountDownAsTheWindowPasses) {
+  Pool pool(pool_of(2, 5, 2000ms));
+  auto snap = pool.snapshot();
+  EXPECT_EQ(snap->recent_fails(1, t0), 0u);
+  snap->report_failure(1, t0);
+  snap->report_failure(1, t0 + 1000ms);
+  EXPECT_EQ(snap->recent_fails(1, t0 + 1000ms), 2u);
+  EXPECT_EQ(snap->recent_fails(1, t0 + 2500ms), 1u);  // the first is older than fail_timeout
+  EXPECT_EQ(snap->recent_fails(1, t0 + 3001ms), 0u);
+  EXPECT_EQ(snap->recent_fails(0, t0 + 1000ms), 0u);
+}
+
 // The probe's case: max_fails 3, fail_timeout 2s, failures at 0, 1.52, 2.11 and
 // 2.27 s. The last three fall within 0.75 s: out at the fourth (the window used
 // to run from the first failure, restart at 2.11 s and never count to 3).
