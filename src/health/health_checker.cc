@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <regex>
 #include <thread>
 
@@ -31,6 +32,12 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using asio::awaitable;
 constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
+// A probe's response: a head up to the proxy's limit for response heads, up
+// to this many interim (1xx) responses before it, and the body's first
+// kHealthBodyKept bytes matched against health_body.
+constexpr std::uint32_t kHealthHeadLimit = 64 * 1024;
+constexpr int kMaxInterim = 8;
+constexpr std::size_t kHealthBodyKept = 1 << 20;
 
 bool status_matches(std::string_view pattern, int status) {
   if (pattern.empty()) return status >= 200 && status <= 299;
@@ -247,20 +254,41 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
   req.set(http::field::connection, "close");
   auto [wec, written] = co_await http::async_write(stream, req, as_tuple_awaitable);
   if (wec) co_return std::pair{false, fmt::format("write: {}", wec.message())};
+  // The head as the proxy would take it (its limit, interim 1xx responses
+  // skipped: RFC 9110 15.2), then the whole body read, its first
+  // kHealthBodyKept bytes kept for health_body (docs/health.md).
   beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(1 << 20);
-  auto [rec, read] = co_await http::async_read(stream, buffer, parser, as_tuple_awaitable);
-  if (rec) co_return std::pair{false, rec == beast::error::timeout ? std::string("timed out")
-                                                                   : fmt::format("read: {}", rec.message())};
-  const int status = static_cast<int>(parser.get().result_int());
+  std::optional<http::response_parser<http::buffer_body>> parser;
+  for (int interim = 0;; ++interim) {
+    parser.emplace();
+    parser->header_limit(kHealthHeadLimit);
+    parser->body_limit(boost::none);  // read to the end within health_timeout; only kHealthBodyKept is kept
+    auto [rec, read] = co_await http::async_read_header(stream, buffer, *parser, as_tuple_awaitable);
+    if (rec) co_return std::pair{false, rec == beast::error::timeout ? std::string("timed out")
+                                                                     : fmt::format("read: {}", rec.message())};
+    const unsigned code = parser->get().result_int();
+    if (code < 100 || code >= 200 || code == 101 || interim == kMaxInterim) break;
+  }
+  std::string body;
+  while (!parser->is_done()) {
+    char chunk[16 * 1024];
+    parser->get().body().data = chunk;
+    parser->get().body().size = sizeof chunk;
+    auto [rec, read] = co_await http::async_read(stream, buffer, *parser, as_tuple_awaitable);
+    if (rec == http::error::need_buffer) rec = {};
+    if (rec) co_return std::pair{false, rec == beast::error::timeout ? std::string("timed out")
+                                                                     : fmt::format("read: {}", rec.message())};
+    const std::size_t got = sizeof chunk - parser->get().body().size;
+    if (body.size() < kHealthBodyKept) body.append(chunk, std::min(got, kHealthBodyKept - body.size()));
+  }
+  const int status = static_cast<int>(parser->get().result_int());
   if (!status_matches(c.health_status, status))
     co_return std::pair{false, fmt::format("status {} (expected {})", status,
                                            c.health_status.empty() ? "2xx" : c.health_status)};
   if (!c.health_body.empty()) {
     bool matched = false;
     try {
-      matched = std::regex_search(parser.get().body(), std::regex(c.health_body, std::regex::ECMAScript));
+      matched = std::regex_search(body, std::regex(c.health_body, std::regex::ECMAScript));
     } catch (const std::regex_error&) {
     }
     if (!matched) co_return std::pair{false, fmt::format("body does not match /{}/", c.health_body)};

@@ -1,11 +1,14 @@
 // Active health checks against in-process demo backends (health/health_checker.h).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
@@ -210,6 +213,76 @@ TEST_F(HealthChecking, FrequentReloadsKeepTheProbeSchedule) {
     EXPECT_TRUE(pool->snapshot()->available(0));
     EXPECT_GE(checker.checks_failed(), 2u);
   }
+}
+
+// A probe takes a response as the proxy would: interim 1xx responses before
+// the final one, a head as large as the proxy forwards (12 KB), and a body
+// over 1 MiB whose start health_body matches all pass (each failed before:
+// "status 103 (expected 2xx)", "header limit exceeded", "body limit exceeded").
+TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
+  asio::io_context origin_io;  // blocking calls only: never run
+  tcp::acceptor acceptor(origin_io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  const uint16_t port = acceptor.local_endpoint().port();
+  const std::vector<std::string> replies{
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+      "HTTP/1.1 200 OK\r\nX-Pad: " + std::string(12000, 'p') + "\r\nContent-Length: 2\r\n\r\nok",
+      "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(2 + (2 << 20)) + "\r\n\r\nok" + std::string(2 << 20, 'b')};
+  std::atomic<int> answered{0};
+  std::atomic<bool> done{false};
+  std::thread origin([&] {
+    // Each probe gets the next reply, in turn; bounded by `done` and 9 answers.
+    for (int k = 0; k < 9 && !done; ++k) {
+      boost::system::error_code ec;
+      tcp::socket peer(origin_io);
+      acceptor.accept(peer, ec);
+      if (ec || done) return;
+      boost::beast::flat_buffer in;
+      http::request<http::empty_body> req;
+      http::read(peer, in, req, ec);
+      if (ec) continue;
+      asio::write(peer, asio::buffer(replies[k % replies.size()]), ec);
+      peer.shutdown(tcp::socket::shutdown_send, ec);
+      if (!ec) ++answered;
+    }
+  });
+  upstream::BackendConfig bc;
+  bc.name = bc.address = "127.0.0.1:" + std::to_string(port);
+  upstream::PoolConfig pc;
+  pc.name = "site0";
+  pc.backends = {bc};
+  auto pool = std::make_shared<upstream::Pool>(pc);
+  config::PoolConfig cfg;
+  cfg.health_uri = "/healthz";
+  cfg.health_interval = 100ms;
+  cfg.health_timeout = 2s;
+  cfg.health_fails = 1;
+  cfg.health_body = "^ok";
+  std::vector<std::string> lines;
+  std::mutex mu;
+  {
+    HealthChecker checker([&](const std::string& l) {
+      std::lock_guard lock(mu);
+      lines.push_back(l);
+    });
+    checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
+    EXPECT_TRUE(eventually([&] { return checker.checks_passed() + checker.checks_failed() >= 6; }, 10s));
+    EXPECT_EQ(checker.checks_failed(), 0u);
+    EXPECT_GE(checker.checks_passed(), 6u);
+    done = true;
+  }
+  // Unblock the origin's accept if it waits for a probe that will not come.
+  {
+    boost::system::error_code ec;
+    tcp::socket poke(origin_io);
+    poke.connect(acceptor.local_endpoint(), ec);
+  }
+  origin.join();
+  EXPECT_GE(answered.load(), 6);
+  std::lock_guard lock(mu);
+  std::string all;
+  for (auto& l : lines) all += l + "\n";
+  EXPECT_EQ(all.find("unhealthy"), std::string::npos) << all;
 }
 
 }  // namespace
