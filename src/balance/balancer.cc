@@ -62,6 +62,10 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
     (b.backup ? backups : primaries)
         .push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id, b.down});
   }
+  // Before the policies read the flags: one that flips meanwhile is told
+  // again by the next set_available() or sync_availability() (harmless).
+  told_available_ = std::make_unique<std::atomic<bool>[]>(backends_.size());
+  for (uint32_t i = 0; i < backends_.size(); ++i) told_available_[i] = live_[i]->available.load();
   const CarriedState* carry = previous ? &carried : nullptr;
   primary_ = make_policy(options_, std::move(primaries), live_ptrs_, carry);
   backup_ = make_policy(options_, std::move(backups), live_ptrs_, carry);
@@ -102,9 +106,19 @@ std::optional<uint32_t> Balancer::pick(const PickContext& ctx) {
 
 void Balancer::set_available(uint32_t index, bool available) {
   if (index >= live_.size()) return;
-  if (live_[index]->available.exchange(available) == available) return;
+  live_[index]->available.store(available);
+  if (told_available_[index].exchange(available) == available) return;
   Policy& policy = backends_[index].backup ? *backup_ : *primary_;
   policy.availability_changed(index);
+}
+
+void Balancer::sync_availability() {
+  for (uint32_t i = 0; i < live_.size(); ++i) {
+    const bool available = live_[i]->available.load();
+    if (told_available_[i].exchange(available) == available) continue;
+    Policy& policy = backends_[i].backup ? *backup_ : *primary_;
+    policy.availability_changed(i);
+  }
 }
 
 void Balancer::begin_request(uint32_t index) {

@@ -292,6 +292,9 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
   // a failure reported through an older snapshot (a request that began before
   // a rebuild) lowered only that one's, and this repairs the current one's.
   snap->return_expired(now);
+  // A backend returned or taken out through an older snapshot changed the
+  // shared flag and told only that snapshot's policy.
+  snap->sync_availability();
   const PoolConfig& config = snap->config();
   const size_t n = snap->size();
   std::vector<double> before(n);

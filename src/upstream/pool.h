@@ -214,6 +214,9 @@ class PoolSnapshot {
   // trial, scanning them all (pick() calls it only when next_return_ says one
   // may be due; Pool::tick() always).
   void return_expired(TimePoint now) const;
+  // Tells this snapshot's policy of availability changed through an older
+  // snapshot (Balancer::sync_availability; Pool::tick() calls it).
+  void sync_availability() const { balancer_->sync_availability(); }
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).
   void report_failure(uint32_t i, TimePoint now) const;

@@ -12,6 +12,7 @@
 // of threads at once.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,12 @@ class Balancer {
 
   // Marks a backend available or not (health checks, passive failure).
   void set_available(uint32_t index, bool available);
+  // Tells the policies of every availability flag that changed since they
+  // were last told. The flags are shared with the balancers of the pool's
+  // other snapshots, and set_available() through an older one tells only its
+  // own policies: whoever replaces snapshots calls this on the current one
+  // now and then (heft's pools on every tick).
+  void sync_availability();
 
   // An attempt at the backend failed: lowers its effective weight (nginx rule).
   void report_failure(uint32_t index);
@@ -77,6 +84,8 @@ class Balancer {
   std::vector<uint32_t> name_slots_;  // open-addressing table: backend index + 1, 0 = empty
   std::vector<std::shared_ptr<BackendLive>> live_;
   std::vector<BackendLive*> live_ptrs_;
+  // The availability this balancer's policies were last told of, by index.
+  std::unique_ptr<std::atomic<bool>[]> told_available_;
   std::unique_ptr<Policy> primary_;
   std::unique_ptr<Policy> backup_;
   // primary_'s smooth-WRR fast path when it has one: picks skip the virtual call.
