@@ -1175,6 +1175,13 @@ Task<bool> Session::handle(RequestParser& parser) {
         co_await send_error(500, "500 Internal Server Error\n", false);
         co_return false;
       case Outcome::bad_request_body:
+        if (record_.status) {
+          // The response had started (an echoing backend): nothing can be
+          // said inside it; the connection is cut, as for a broken response.
+          fmt::print(stderr, "heft: {} from {}: bad request body during the response; connection closed\n",
+                     record_.status, client_ip);
+          co_return false;
+        }
         fmt::print(stderr, "heft: 400 from {}: bad request body\n", client_ip);
         co_await send_error(400, "400 Bad Request\n", false);
         co_return false;
@@ -1317,8 +1324,10 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
       if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
         failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
-      if (is_parse_error(body_ec))  // the client's body (a bad chunk, a bad trailer): a 400, not the backend's fault
-        co_return AttemptResult{result.outcome == Outcome::done ? Outcome::broken : Outcome::bad_request_body};
+      // The client's body (a bad chunk, a bad trailer): not the backend's
+      // fault, whether its answer had started, ended or not come (handle()
+      // answers 400 only if no response head went out).
+      if (is_parse_error(body_ec)) co_return AttemptResult{Outcome::bad_request_body};
       if (result.outcome == Outcome::done) {
         result.keep_alive = result.keep_alive && parser.is_done();
         if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&

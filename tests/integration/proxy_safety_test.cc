@@ -334,6 +334,40 @@ TEST(ProxySafety, BadChunkInAStreamedBodyIs400AtOnce) {
   EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
 }
 
+// The same once the backend's answer has started (it echoes the body as it
+// comes): the client gets that response cut, never heft's 400 written into
+// its body (a Content-Length client took the error text as the last bytes
+// of the body), and the backend is not charged a failure.
+TEST(ProxySafety, BadChunkAfterTheResponseStartedCutsIt) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1", "\t\tread_timeout 6s\n"), port);
+  const int fd = connect_to(port, 8s);
+  ASSERT_GE(fd, 0);
+  // 160 KB in ten chunks: more than retry_body_limit, so streamed.
+  std::string request = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int k = 0; k < 10; ++k) request += "4000\r\n" + std::string(16384, 'c') + "\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string got;
+  char buffer[16384];
+  while (got.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buffer, static_cast<std::size_t>(n));
+  }
+  ASSERT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got.substr(0, 200);
+  const std::string bad = "zz\r\nhello\r\n0\r\n\r\n";
+  ::send(fd, bad.data(), bad.size(), MSG_NOSIGNAL);
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) got.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(got.find("HTTP/1.1 400"), std::string::npos) << got.substr(got.size() > 300 ? got.size() - 300 : 0);
+  EXPECT_FALSE(got.ends_with("0\r\n\r\n")) << "a cut response must not look complete";
+  EXPECT_TRUE(wait_for_log(heft, "bad request body during the response")) << heft.log();
+  EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
+}
+
 // heft out of descriptors is heft's problem, not the backends': the requests
 // it cannot open a backend connection for get 500 (nginx's answer when
 // socket() fails), no backend is marked failed, and once the connections
