@@ -35,7 +35,8 @@ class Parking {
     uint16_t local_port = 0;
     bool v6 = false;
     std::string client_ip;
-    Clock::time_point deadline;  // the idle timeout
+    Clock::time_point deadline;  // the idle timeout, or for a connection with no request yet the header timeout
+    bool no_request_yet = false;  // its deadline is the header timeout of its first request
   };
   // Called with a socket back in Asio and its entry, when it turned readable.
   using Wake = std::function<void(Socket, Entry&)>;

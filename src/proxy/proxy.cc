@@ -248,7 +248,8 @@ Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
   parking = std::make_unique<Parking>(
       io,
       [this](Socket socket, Parking::Entry& entry) {
-        resume_session(*this, std::move(socket), entry.local_port, std::move(entry.client_ip));
+        resume_session(*this, std::move(socket), entry.local_port, std::move(entry.client_ip),
+                       entry.no_request_yet ? entry.deadline : Clock::time_point::max());
       },
       [this](const Parking::Entry&) { parked_connection_closed(*this); });
   rng_state = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t{i} << 32) ^ 0x5eedULL;

@@ -194,7 +194,10 @@ std::string listen_label(const tcp::endpoint& endpoint, const config::Config& co
 // Runs one client connection to its end (session.cc).
 void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
 // Runs a new session on a connection back from parking (session.cc).
-void resume_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
+// `head_deadline`: the header timeout of a first request the connection has
+// not sent yet (it runs from the connection), else max.
+void resume_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip,
+                    Clock::time_point head_deadline);
 // A parked connection was closed (idle timeout, drain): counted closed (session.cc).
 void parked_connection_closed(Worker& worker);
 // Checks every session of the worker for an expired deadline (session.cc).

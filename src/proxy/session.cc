@@ -438,6 +438,7 @@ class Session {
     error_code ignored;
     client.non_blocking(true, ignored);
     if (resumed) {
+      resumed_ = true;
       nodelay_ = true;  // set before parking
       return;
     }
@@ -529,6 +530,9 @@ class Session {
   // and when the sweep looks at the client next (check_client()).
   Clock::time_point head_wait_since = Clock::time_point::max();
   Clock::time_point next_client_check{};
+  // A connection resumed from parking before its first request: when that
+  // request's header timeout ends (it runs from the connection).
+  Clock::time_point first_head_deadline = Clock::time_point::max();
 
  private:
   // check_client() found the client gone: the attempt ends as client_gone.
@@ -584,6 +588,7 @@ class Session {
     nodelay_ = true;
   }
   bool nodelay_ = false;
+  bool resumed_ = false;  // back from parking
   // The client's last read came back short (the socket was drained then), so
   // the next one may wait in the ReadyWatch; any other read of the client
   // (bodies) clears it.
@@ -679,11 +684,16 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
   // Looked up after every wait, never held across one: a reload meanwhile
   // frees the route table this session saw last (nothing here holds it).
   const auto config = [this]() -> const config::Config& { return w.current_routes()->table->config; };
+  // header_timeout runs from the connection for its first request (nginx's
+  // client_header_timeout), from the first byte for a keep-alive one (the
+  // wait before it is idle_timeout's).
+  const bool header_clock_running = first && in_.size() == 0;
   if (in_.size() == 0) {
     if (closing()) co_return -1;
     idle = true;
     idle_since = coarse_now();
     arm(first ? config().header_timeout : config().idle_timeout);
+    if (first) deadline = std::min(deadline, first_head_deadline);
     // Inline rather than read_more(): one coroutine frame less per request
     // (the buffer is empty, so it has room). After a drained read the next
     // request is waited for in the ReadyWatch: Asio's read would try a recv
@@ -709,7 +719,7 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     park_requested = false;
     if (ec || in_.size() == 0) co_return -1;
   }
-  arm(config().header_timeout);
+  if (!header_clock_running) arm(config().header_timeout);
   for (;;) {
     std::string_view bytes(in_.bytes(), in_.size());
     HeadScan scan = scan_request_head(bytes);
@@ -782,12 +792,14 @@ void Session::record_refused_head(unsigned status) {
 }
 
 Task<void> Session::run() {
-  bool first = true;
+  // A connection back from parking has had a request already, unless it
+  // carries its first request's header deadline.
+  bool first = !resumed_ || first_head_deadline != Clock::time_point::max();
   bool unread = false;  // the last request's body was not read to its end
   for (;;) {
     std::size_t skip = 0, size = 0;
-    int status = co_await read_head(first, skip, size);
-    first = false;
+    const bool no_request_yet = std::exchange(first, false);
+    int status = co_await read_head(no_request_yet, skip, size);
     if (status == -2) {
       // Nothing of this session is needed until the next request: keep only
       // the socket (docs/proxy.md, idle connections).
@@ -795,7 +807,7 @@ Task<void> Session::run() {
       handed_to_park_ = true;
       w.ready_watch.forget(client.native_handle(), client_watched_);
       const bool v6 = client_ip.find(':') != std::string::npos;
-      if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline}))
+      if (!w.parking->park(std::move(client), Parking::Entry{local_port, v6, std::move(client_ip), deadline, no_request_yet}))
         parked_connection_closed(w);
       co_return;
     }
@@ -1632,10 +1644,11 @@ void start_session(Worker& worker, Socket socket, uint16_t local_port, std::stri
                  asio::detached);
 }
 
-void resume_session(Worker& w, Socket socket, uint16_t local_port, std::string client_ip) {
-  asio::co_spawn(w.io,
-                 run_session(std::make_unique<Session>(w, std::move(socket), local_port, std::move(client_ip), true)),
-                 asio::detached);
+void resume_session(Worker& w, Socket socket, uint16_t local_port, std::string client_ip,
+                    Clock::time_point head_deadline) {
+  auto session = std::make_unique<Session>(w, std::move(socket), local_port, std::move(client_ip), true);
+  session->first_head_deadline = head_deadline;
+  asio::co_spawn(w.io, run_session(std::move(session)), asio::detached);
 }
 
 void parked_connection_closed(Worker& w) {

@@ -368,6 +368,58 @@ TEST(ProxySafety, BadChunkAfterTheResponseStartedCutsIt) {
   EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
 }
 
+// header_timeout, as nginx's client_header_timeout: for a connection's first
+// request it runs from the connection (a client that waited and then
+// trickled its head got twice the time: the clock restarted at the first
+// byte); for a keep-alive request, from its first byte (the wait before it
+// is idle_timeout's).
+TEST(ProxySafety, HeaderTimeoutRunsFromTheConnectionThenFromTheFirstByte) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1", "", "workers 1\n\theader_timeout 3s\n\tidle_timeout 20s"),
+                            port);
+  using steady = std::chrono::steady_clock;
+  // Sends a head a byte every 200 ms until heft answers; returns the answer
+  // and how long after `since` it came.
+  auto trickle = [](int fd, steady::time_point since) {
+    const std::string head = "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(100, 's');
+    std::string got;
+    char buffer[4096];
+    for (std::size_t k = 0; k < head.size() && got.empty(); ++k) {
+      ::send(fd, &head[k], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(200ms);
+      for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, MSG_DONTWAIT)) > 0;) got.append(buffer, static_cast<std::size_t>(n));
+    }
+    return std::pair{got, steady::now() - since};
+  };
+  {
+    const auto connected = steady::now();
+    const int fd = connect_to(port, 10s);
+    ASSERT_GE(fd, 0);
+    std::this_thread::sleep_for(2500ms);
+    auto [got, after] = trickle(fd, connected);
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+    EXPECT_LT(after, 4500ms) << "408 " << std::chrono::duration_cast<std::chrono::milliseconds>(after).count()
+                             << " ms after the connection";
+  }
+  {
+    HttpClient client(port);
+    ASSERT_EQ(client.get("/").status, 200);
+    std::this_thread::sleep_for(1500ms);
+    const auto first_byte = steady::now();
+    // The same socket, keep-alive: the next head trickles in.
+    const int fd = client.fd();
+    ASSERT_GE(fd, 0);
+    auto [got, after] = trickle(fd, first_byte);
+    EXPECT_EQ(got.rfind("HTTP/1.1 408", 0), 0u) << got;
+    EXPECT_GE(after, 2800ms) << "header_timeout counted the idle wait";
+    EXPECT_LT(after, 4500ms);
+  }
+}
+
 // heft out of descriptors is heft's problem, not the backends': the requests
 // it cannot open a backend connection for get 500 (nginx's answer when
 // socket() fails), no backend is marked failed, and once the connections
