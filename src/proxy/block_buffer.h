@@ -105,6 +105,7 @@ class BlockBuffer {
   }
   boost::asio::const_buffer data() const { return {block_ + begin_, size()}; }
   const char* bytes() const { return block_ + begin_; }
+  char* bytes() { return block_ + begin_; }
 
   // Room for up to n more bytes (less when the block is nearly full; empty
   // when it is full).

@@ -16,22 +16,29 @@ HeadScan bad(const char* reason) {
   return s;
 }
 
-bool valid_request_line(std::string_view line, bool& http10) {
+enum class RequestLine { valid, malformed, version_not_supported };
+
+RequestLine check_request_line(std::string_view line, bool& http10) {
   std::size_t sp1 = line.find(' ');
-  if (sp1 == 0 || sp1 == std::string_view::npos) return false;
+  if (sp1 == 0 || sp1 == std::string_view::npos) return RequestLine::malformed;
   for (std::size_t i = 0; i < sp1; ++i)
-    if (!is_tchar(line[i])) return false;
+    if (!is_tchar(line[i])) return RequestLine::malformed;
   std::size_t sp2 = line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return false;
+  if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return RequestLine::malformed;
   for (std::size_t i = sp1 + 1; i < sp2; ++i) {
     auto u = static_cast<unsigned char>(line[i]);
-    if (u <= 0x20 || u == 0x7f) return false;
+    if (u <= 0x20 || u == 0x7f) return RequestLine::malformed;
   }
   std::string_view version = line.substr(sp2 + 1);
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || version[6] != '.') return false;
-  if (version[5] != '1' || (version[7] != '0' && version[7] != '1')) return false;
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !digit(version[5]) || version[6] != '.' ||
+      !digit(version[7]) || version[5] == '0')
+    return RequestLine::malformed;
+  // A later major version over HTTP/1.1's syntax is refused as nginx does
+  // (505); a later 1.x minor is HTTP/1.1 to us (RFC 9110 2.5).
+  if (version[5] != '1') return RequestLine::version_not_supported;
   http10 = version[7] == '0';
-  return true;
+  return RequestLine::valid;
 }
 
 }  // namespace
@@ -77,7 +84,12 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   if (end > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
 
   bool http10 = false;
-  if (!valid_request_line(data.substr(0, first_line_end), http10)) return bad("malformed request line");
+  switch (check_request_line(data.substr(0, first_line_end), http10)) {
+    case RequestLine::valid: break;
+    case RequestLine::malformed: return bad("malformed request line");
+    case RequestLine::version_not_supported:
+      return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
+  }
 
   // Header fields: one per line up to the empty line.
   std::size_t pos = first_line_end + 2;
@@ -116,7 +128,9 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   if (transfer_encodings && http10) return bad("Transfer-Encoding on HTTP/1.0");
   if (!http10 && hosts != 1) return bad("HTTP/1.1 without exactly one Host");
   if (http10 && hosts > 1) return bad("several Host fields");
-  return HeadScan{HeadScan::complete, skip, end, ""};
+  HeadScan scan{HeadScan::complete, skip, end, ""};
+  if (!http10 && data[first_line_end - 1] != '1') scan.later_minor_at = first_line_end - 1;
+  return scan;
 }
 
 AbsoluteTarget split_absolute_target(std::string_view target) {

@@ -21,13 +21,17 @@ struct HeadScan {
     incomplete,       // no end of head yet, within limits: read more
     complete,         // a valid head of head_size bytes (after skip leading CRLFs)
     bad_request,      // 400: malformed or ambiguous
-    uri_too_long,     // 414
-    header_too_large  // 431
+    uri_too_long,          // 414
+    header_too_large,      // 431
+    version_not_supported  // 505: HTTP/2.0 and later majors in HTTP/1.1's syntax
   };
   Status status = incomplete;
   std::size_t skip = 0;       // empty lines before the request line (RFC 9112 2.2 allows them)
   std::size_t head_size = 0;  // bytes of the head after `skip`, final CRLFCRLF included
   const char* reason = "";    // why a bad_request (for the log)
+  // HTTP/1.2 to 1.9: where (after `skip`) the minor digit is, which the
+  // caller sets to '1' (served as HTTP/1.1, RFC 9110 2.5); 0 for 1.0 and 1.1.
+  std::size_t later_minor_at = 0;
 };
 
 // Scans `bytes` (everything received so far on the connection). Checks, on a

@@ -144,6 +144,7 @@ const char* status_text(unsigned status) {
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
     default: return "Error";
   }
 }
@@ -230,6 +231,15 @@ std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body()
 
 using BodyPiece = std::pair<error_code, std::size_t>;
 
+// Whether `bytes` hold a line ended by a bare LF. Beast's chunk parser waits
+// for a CRLF after a chunk size or trailer that a bare LF ended, until the
+// timeout; heft refuses them as it refuses bare LFs in heads.
+bool has_bare_lf(std::string_view bytes) {
+  for (std::size_t i = 1; i < bytes.size(); ++i)
+    if (bytes[i] == '\n' && bytes[i - 1] != '\r') return true;
+  return false;
+}
+
 // The part of reading a body piece that needs no I/O: feeds `parser` what
 // `buffer` holds (after body_into). A result when there is one (a piece, the
 // end, an error); nothing when more bytes must be read first.
@@ -245,7 +255,13 @@ std::optional<BodyPiece> body_from_buffer(BlockBuffer& buffer, Parser& parser, s
     if (ec == http::error::need_buffer) ec = {};
     if (ec && ec != http::error::need_more) return BodyPiece{ec, got};
     if (got > 0 || parser.is_done()) return BodyPiece{error_code{}, got};
-    if (ec || used == 0) return std::nullopt;
+    if (ec || used == 0) {
+      // Stuck on framing (chunk size, the CRLF after a chunk, trailers):
+      // whole lines in what is left mean one ended by a bare LF.
+      if (used == 0 && has_bare_lf({static_cast<const char*>(buffer.data().data()), buffer.size()}))
+        return BodyPiece{http::error::bad_chunk, got};
+      return std::nullopt;
+    }
   }
 }
 
@@ -589,6 +605,7 @@ class Session {
   }
   bool nodelay_ = false;
   bool resumed_ = false;  // back from parking
+  std::size_t later_minor_at_ = 0;  // read_head()'s HeadScan::later_minor_at
   // The client's last read came back short (the socket was drained then), so
   // the next one may wait in the ReadyWatch; any other read of the client
   // (bodies) clears it.
@@ -727,12 +744,14 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
       case HeadScan::complete:
         skip = scan.skip;
         size = scan.head_size;
+        later_minor_at_ = scan.later_minor_at;
         co_return 0;
       case HeadScan::bad_request:
         fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, scan.reason);
         co_return 400;
       case HeadScan::uri_too_long: co_return 414;
       case HeadScan::header_too_large: co_return 431;
+      case HeadScan::version_not_supported: co_return 505;
       case HeadScan::incomplete: break;
     }
     client_drained_ = false;
@@ -823,6 +842,7 @@ Task<void> Session::run() {
     parser.header_limit(64 * 1024);
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     error_code ec;
+    if (later_minor_at_) in_.bytes()[skip + later_minor_at_] = '1';  // Beast takes 1.0 and 1.1 only
     std::size_t used = parser.put(asio::buffer(in_.bytes() + skip, size), ec);
     in_.consume(skip + used);
     if (ec || !parser.is_header_done() || used != size) {

@@ -65,6 +65,8 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"bad chunk size", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
       {"negative chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n"},
       {"huge chunk", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffffff\r\nhi\r\n"},
+      {"bare LF in chunk lines", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\n0\n\n"},
+      {"bare LF in a trailer", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX: y\n\r\n"},
       {"chunk no CRLF", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n"},
       {"ctl in value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x01z\r\n\r\n")},
       {"DEL in value", std::string("GET / HTTP/1.1\r\nHost: x\r\nX-A: a\x7fz\r\n\r\n")},
@@ -76,7 +78,8 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"asterisk-form for GET", "GET * HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"two hosts", "GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n"},
       {"bad request line", "GET  / HTTP/1.1\r\nHost: x\r\n\r\n"},
-      {"bad version", "GET / HTTP/9.1\r\nHost: x\r\n\r\n"},
+      {"bad version", "GET / HTTP/1.x\r\nHost: x\r\n\r\n"},
+      {"version 0.9", "GET / HTTP/0.9\r\nHost: x\r\n\r\n"},
       {"Host with a space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n"},
       {"Host with a slash", "GET / HTTP/1.1\r\nHost: a/../b\r\n\r\n"},
       {"Host with userinfo", "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"},
@@ -310,6 +313,33 @@ TEST(ProxySafety, ASecondHeftOnTheSamePortIsRefused) {
   EXPECT_NE(second.log().find(fmt::format("cannot listen on :{}: Address already in use", port)), std::string::npos)
       << second.log();
   EXPECT_EQ(HttpClient(port).get("/").status, 200);
+}
+
+// Versions as nginx takes them: a later HTTP/1 minor is served as HTTP/1.1
+// (RFC 9110 2.5: it was a 400); a later major in HTTP/1.1's syntax is 505
+// (HTTP/2.0 was a 400).
+TEST(ProxySafety, LaterVersionsAreServedAsHttp11OrRefusedWith505) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1"), port);
+  {
+    HttpClient c(port, 3000ms);
+    ASSERT_TRUE(c.send_raw("GET /one HTTP/1.2\r\nHost: x\r\n\r\nGET /two HTTP/1.9\r\nHost: x\r\n\r\n"));
+    for (int k = 0; k < 2; ++k) {
+      Response r = c.read_response();
+      EXPECT_EQ(r.status, 200) << k;
+      EXPECT_EQ(r.header("connection"), "") << "keep-alive, as HTTP/1.1";
+    }
+  }
+  for (const char* version : {"HTTP/2.0", "HTTP/3.0", "HTTP/9.1"}) {
+    HttpClient c(port, 3000ms);
+    ASSERT_TRUE(c.send_raw(fmt::format("GET / {}\r\nHost: x\r\n\r\n", version)));
+    Response r = c.read_response();
+    EXPECT_EQ(r.status, 505) << version;
+    EXPECT_EQ(c.read_all(), "") << version << ": closed after the 505";
+  }
 }
 
 // A bad chunk past the buffered start of a request body (streamed to the
