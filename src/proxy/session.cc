@@ -752,7 +752,12 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
       case HeadScan::uri_too_long: co_return 414;
       case HeadScan::header_too_large: co_return 431;
       case HeadScan::version_not_supported: co_return 505;
-      case HeadScan::incomplete: break;
+      case HeadScan::incomplete:
+        // Empty lines before the request line are dropped as they come: a
+        // client sending many would otherwise fill the buffer (closed
+        // without an answer); header_timeout still bounds the wait.
+        in_.consume(scan.skip);
+        break;
     }
     client_drained_ = false;
     error_code ec = co_await read_more(client, in_);

@@ -315,6 +315,21 @@ TEST(ProxySafety, ASecondHeftOnTheSamePortIsRefused) {
   EXPECT_EQ(HttpClient(port).get("/").status, 200);
 }
 
+// Empty lines before a request line are ignored (RFC 9112 2.2), however many:
+// 100 KB of them filled the read buffer and the connection closed unanswered.
+TEST(ProxySafety, ManyEmptyLinesBeforeTheRequestAreIgnored) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1"), port);
+  std::string blank;
+  for (int k = 0; k < 50000; ++k) blank += "\r\n";
+  HttpClient c(port, 3000ms);
+  ASSERT_TRUE(c.send_raw(blank + "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(c.read_response().status, 200);
+}
+
 // Versions as nginx takes them: a later HTTP/1 minor is served as HTTP/1.1
 // (RFC 9110 2.5: it was a 400); a later major in HTTP/1.1's syntax is 505
 // (HTTP/2.0 was a 400).
