@@ -466,6 +466,14 @@ inline Process start_heft(const std::string& dir, std::string heftfile, uint16_t
   // The state file in `dir`: a heft with an admin API saves its configuration there at start.
   Process p({HEFT_BINARY, "run", "--config", path, "--state", dir + "/autosave.json"}, dir + "/" + log_name);
   if (!wait_for_port(port, 10s)) throw std::runtime_error("heft did not listen; log:\n" + p.log());
+  // The admin API listens after the proxy (once the configuration is saved):
+  // wait for it too, or a test's first admin request can be refused under load.
+  const std::string admin_at = "\tadmin 127.0.0.1:";
+  if (const auto at = heftfile.find(admin_at); at != std::string::npos) {
+    const int admin_port = std::atoi(heftfile.c_str() + at + admin_at.size());
+    if (admin_port > 0 && !wait_for_port(static_cast<uint16_t>(admin_port), 10s))
+      throw std::runtime_error("heft's admin API did not listen; log:\n" + p.log());
+  }
   return p;
 }
 
