@@ -851,6 +851,11 @@ class Parser {
       op.name.erase(0, 1);
     }
     if (!header_name(name, op.name)) return;
+    const char kind = op.op == HeaderOp::set ? '=' : op.op == HeaderOp::add ? '+' : '-';
+    if (std::string problem = header_op_problem(op.name, kind, d.name.text == "header_up"); !problem.empty()) {
+      error(name, problem);
+      return;
+    }
     if (op.op == HeaderOp::remove) {
       if (d.args.size() > 1) {
         error(d.args[1], fmt::format("\"{}\" removes a header and takes no value", name.text));

@@ -746,6 +746,11 @@ class Reader {
         error(member(op_path, "name"), invalid_header_name(op.name));
         continue;
       }
+      const char op_kind = op.op == HeaderOp::set ? '=' : op.op == HeaderOp::add ? '+' : '-';
+      if (std::string problem = header_op_problem(op.name, op_kind, key == "request"); !problem.empty()) {
+        error(member(op_path, "name"), problem);
+        continue;
+      }
       bool has_value = string_field(entry, "value", op_path, op.value);
       if (op.op == HeaderOp::remove && has_value) {
         error(member(op_path, "value"), "a delete takes no value");

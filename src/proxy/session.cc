@@ -149,7 +149,8 @@ const char* status_text(unsigned status) {
   }
 }
 
-// Appends a header op list's effect: returns true if `name` is set/removed by an op.
+// Whether an op sets or removes `name`: the message's own field is dropped
+// then (the ops apply after it, in order).
 bool overridden(const std::vector<config::HeaderOp>& ops, std::string_view name) {
   for (const auto& op : ops)
     if (op.op != config::HeaderOp::add && iequals(op.name, name)) return true;
@@ -157,8 +158,14 @@ bool overridden(const std::vector<config::HeaderOp>& ops, std::string_view name)
 }
 
 void append_ops(HeadBuilder& out, const std::vector<config::HeaderOp>& ops) {
-  for (const auto& op : ops)
-    if (op.op != config::HeaderOp::remove) out.field(op.name, op.value);
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].op == config::HeaderOp::remove) continue;
+    // Ops apply in order: a later set or remove of the field undoes this one.
+    bool undone = false;
+    for (std::size_t later = k + 1; later < ops.size() && !undone; ++later)
+      undone = ops[later].op != config::HeaderOp::add && iequals(ops[later].name, ops[k].name);
+    if (!undone) out.field(ops[k].name, ops[k].value);
+  }
 }
 
 // Reads more bytes from `socket` into `buffer`.

@@ -588,6 +588,25 @@ TEST(HeftfileErrors, OtherValueErrors) {
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
 }
 
+// Header ops cannot touch the framing or hop-by-hop fields heft writes
+// itself (two differing Content-Lengths reached a backend), nor add or
+// remove a request's Host (set it instead).
+TEST(HeftfileErrors, HeaderOpsLeaveFramingAndHostAlone) {
+  const std::string why = "cannot be changed: heft writes the message framing and hop-by-hop fields itself";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up Content-Length 0\n\t}\n}\n"),
+            "Heftfile:3:13: \"Content-Length\" " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down +transfer-encoding chunked\n\t}\n}\n"),
+            "Heftfile:3:15: \"transfer-encoding\" " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up -Connection\n\t}\n}\n"),
+            "Heftfile:3:13: \"Connection\" " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up +Host b.test\n\t}\n}\n"),
+            "Heftfile:3:13: \"+Host\" would send a second Host; set it instead (header_up Host VALUE)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up -host\n\t}\n}\n"),
+            "Heftfile:3:13: \"-Host\" would leave the request without the Host HTTP/1.1 requires; set it instead");
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up Host b.test\n\t\theader_down -Host\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up.size(), 1u);
+}
+
 // Header names are RFC 9110 tokens wherever a header is named, health_headers included.
 TEST(HeftfileErrors, HeaderNamesAreTokens) {
   const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";

@@ -298,6 +298,18 @@ TEST(JsonErrors, HeaderNamesAreTokens) {
                                      rule});
 }
 
+TEST(JsonErrors, HeaderOpsLeaveFramingAndHostAlone) {
+  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["response"][0]["name"] = "Content-Length"; }),
+            std::vector<std::string>{rp + ".headers.response[0].name: \"Content-Length\" cannot be changed: heft writes "
+                                          "the message framing and hop-by-hop fields itself"});
+  EXPECT_EQ(errors_after([](json& d) {
+              proxy_of(d)["headers"]["request"].push_back({{"op", "delete"}, {"name", "Host"}});
+            }),
+            std::vector<std::string>{rp + ".headers.request[2].name: \"-Host\" would leave the request without the "
+                                          "Host HTTP/1.1 requires; set it instead"});
+}
+
 TEST(JsonErrors, HeaderValuesWithControlCharacters) {
   const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
   const std::string rule = "header values may hold no control character but tab";

@@ -435,6 +435,21 @@ TEST(ProxyLifecycle, HeaderUpOverridesTheForwardingFields) {
   EXPECT_EQ(head.find("X-Forwarded-Host", head.find("X-Forwarded-Host") + 1), std::string::npos) << head;
 }
 
+// header_up ops apply in order, as documented: a later remove undoes an
+// earlier set or add, a later set replaces them (each earlier value was sent
+// beside the later ones, or after its removal).
+TEST(ProxyLifecycle, HeaderOpsApplyInOrder) {
+  const std::string head = head_at_backend(
+      "GET / HTTP/1.1\r\nHost: app.test\r\nX-Set-Del: client\r\nX-Add-Del: client\r\nX-Add-Set: client\r\n\r\n",
+      "\t\theader_up X-Set-Del a\n\t\theader_up -X-Set-Del\n\t\theader_up +X-Add-Del a\n\t\theader_up -X-Add-Del\n"
+      "\t\theader_up +X-Add-Set a\n\t\theader_up X-Add-Set b\n\t\theader_up X-Twice 1\n\t\theader_up X-Twice 2\n"
+      "\t\theader_up -X-Del-Add\n\t\theader_up +X-Del-Add c\n\t\theader_up Host backend.test\n");
+  for (const char* gone : {"X-Set-Del", "X-Add-Del", "X-Add-Set: a", "X-Add-Set: client", "X-Twice: 1", "\r\nHost: app.test"})
+    EXPECT_EQ(head.find(gone), std::string::npos) << gone << " reached the backend:\n" << head;
+  for (const char* sent : {"\r\nX-Add-Set: b\r\n", "\r\nX-Twice: 2\r\n", "\r\nX-Del-Add: c\r\n", "\r\nHost: backend.test\r\n"})
+    EXPECT_NE(head.find(sent), std::string::npos) << sent << " missing:\n" << head;
+}
+
 // An absolute-form target (`GET http://host/path`) names the host itself and
 // its Host field is ignored (RFC 9112 3.2.2): heft routes by the target's
 // host and sends the backend origin-form with that host as Host, so heft and
