@@ -21,6 +21,11 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
+namespace {
+// How often a waiting request asks AdminClientOptions::give_up.
+constexpr std::chrono::milliseconds kGiveUpCheckEvery{50};
+}  // namespace
+
 void add_admin_options(CLI::App* command, AdminClientOptions& options) {
   command->add_option("--address", options.address, "Admin API address HOST:PORT (default 127.0.0.1:2019)");
   command->add_option("--token", options.token, "Bearer token, if the admin API requires one");
@@ -89,11 +94,19 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
         http::async_read(stream, buffer, parser, [&](beast::error_code ec, size_t) { failure = ec; });
       });
     });
-    io.run();  // until the exchange ends (answer, error or deadline)
-    if (failure) {
+    bool gave_up = false;
+    while (!io.stopped()) {  // until the exchange ends (answer, error or deadline)
+      io.run_for(kGiveUpCheckEvery);
+      if (!io.stopped() && !gave_up && options.give_up && options.give_up()) {
+        gave_up = true;
+        stream.close();  // the pending operation ends with operation_aborted
+      }
+    }
+    if (gave_up || failure) {
       reply.status = 0;
       const std::string why =
-          failure == beast::error::timeout
+          gave_up ? "interrupted"
+          : failure == beast::error::timeout
               ? fmt::format("timed out after {} ({})", config::format_duration(kAdminRequestTimeout),
                             connected ? "connected, but no answer" : "no connection")
               : failure.message();  // the code's message, as the system says it ("Connection refused")

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,9 @@ inline constexpr std::chrono::seconds kAdminRequestTimeout{10};
 struct AdminClientOptions {
   std::string address = "127.0.0.1:2019";  // HOST:PORT of the admin API
   std::string token;                       // sent as Authorization: Bearer when set
+  // Asked every 50 ms while a request waits; true abandons it ("interrupted"):
+  // for a command that must stop waiting when it is signalled. None by default.
+  std::function<bool()> give_up;
 };
 
 // Adds --address and --token to `command`.

@@ -15,11 +15,12 @@
 // stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back (or stopped: the
 // stable or canary left the site), 2 bad arguments or nothing to roll out
 // against, 130 interrupted (state reported).
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <csignal>
 #include <optional>
 #include <string>
 #include <thread>
@@ -198,29 +199,38 @@ std::string describe(const Window& w) {
 
 class Rollout {
  public:
-  explicit Rollout(RolloutOptions o) : o_(std::move(o)) {}
+  explicit Rollout(RolloutOptions o) : o_(std::move(o)), reads_(o_.admin) {
+    reads_.give_up = [] { return g_interrupted.load(); };
+  }
   int run();
 
  private:
   // How setting a stage's weights ended: `gone` when the site, the stable or
-  // the canary is no longer in the configuration (nothing to set).
-  enum class Applied { ok, failed, gone };
-  Applied apply(const Stage& stage, std::string& error);
+  // the canary is no longer in the configuration (nothing to set);
+  // `interrupted` when a signal came while it read the configuration.
+  enum class Applied { ok, failed, gone, interrupted };
+  Applied apply(const Stage& stage, std::string& error, bool interruptible);
   std::optional<json> upstreams_state(std::string& error);
   int roll_back(const std::string& reason);
+  int interrupted(size_t stage_index);
 
   RolloutOptions o_;
+  // For reads, which give way to a signal at once (a stopped heft would hold
+  // one for the whole request timeout). The weight changes are waited for, so
+  // the state reported after an interrupt is the one heft has.
+  AdminClientOptions reads_;
   Target target_;
   std::optional<Stage> applied_;
 };
 
-Rollout::Applied Rollout::apply(const Stage& stage, std::string& error) {
+Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool interruptible) {
   // Someone else may change the site meanwhile (mark another upstream down,
   // re-weight or remove one): each try sets the two weights in the array as it
   // is now and PATCHes it only if nothing changed since it was read.
   constexpr int kTries = 5;
   for (int attempt = 0; attempt < kTries; ++attempt) {
-    AdminReply current = admin_request(o_.admin, "GET", "/config/");
+    AdminReply current = admin_request(interruptible ? reads_ : o_.admin, "GET", "/config/");
+    if (interruptible && g_interrupted) return Applied::interrupted;
     if (current.status != 200) {
       error = "cannot read the configuration: " + current.error_message();
       return Applied::failed;
@@ -262,7 +272,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error) {
 }
 
 std::optional<json> Rollout::upstreams_state(std::string& error) {
-  AdminReply r = admin_request(o_.admin, "GET", "/reverse_proxy/upstreams");
+  AdminReply r = admin_request(reads_, "GET", "/reverse_proxy/upstreams");
   if (r.status != 200) {
     error = r.error_message();
     return std::nullopt;
@@ -277,7 +287,7 @@ std::optional<json> Rollout::upstreams_state(std::string& error) {
 
 int Rollout::roll_back(const std::string& reason) {
   std::string error;
-  switch (apply({100, 0}, error)) {
+  switch (apply({100, 0}, error, false)) {
     case Applied::ok:
       fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
       break;
@@ -286,10 +296,24 @@ int Rollout::roll_back(const std::string& reason) {
       fmt::print("STOPPED: {}; not rolled back: {}; weights left as they are\n", reason, error);
       break;
     case Applied::failed:
+    case Applied::interrupted:  // (not interruptible)
       fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
       break;
   }
   return 1;
+}
+
+int Rollout::interrupted(size_t stage_index) {
+  if (o_.rollback_on_abort) {
+    roll_back(fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
+    fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
+  } else if (applied_) {
+    fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
+               o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);
+  } else {
+    fmt::print("INTERRUPTED before any change: weights untouched\n");
+  }
+  return 130;
 }
 
 int Rollout::run() {
@@ -322,37 +346,31 @@ int Rollout::run() {
     return 0;
   }
 
+  // sigaction without SA_RESTART (std::signal sets it): a blocking call ends
+  // with EINTR rather than going on as if nothing came.
   g_interrupted.store(false);
-  auto old_int = std::signal(SIGINT, on_interrupt);
-  auto old_term = std::signal(SIGTERM, on_interrupt);
+  struct sigaction on_signal{}, old_int{}, old_term{};
+  on_signal.sa_handler = on_interrupt;
+  sigemptyset(&on_signal.sa_mask);
+  sigaction(SIGINT, &on_signal, &old_int);
+  sigaction(SIGTERM, &on_signal, &old_term);
   struct Restore {
-    void (*i)(int), (*t)(int);
+    const struct sigaction &i, &t;
     ~Restore() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
+      sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGTERM, &t, nullptr);
     }
   } restore{old_int, old_term};
-
-  auto interrupted = [&](size_t stage_index) {
-    if (o_.rollback_on_abort) {
-      roll_back(fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
-      fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
-    } else if (applied_) {
-      fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
-                 o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);
-    } else {
-      fmt::print("INTERRUPTED before any change: weights untouched\n");
-    }
-    return 130;
-  };
 
   for (size_t s = 0; s < o_.stages.size(); ++s) {
     const Stage& stage = o_.stages[s];
     if (g_interrupted) return interrupted(s);
     std::string error;
-    switch (apply(stage, error)) {
+    switch (apply(stage, error, true)) {
       case Applied::ok:
         break;
+      case Applied::interrupted:
+        return interrupted(s);
       case Applied::gone:
         // Someone removed it: there is nothing left to roll out or back.
         fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", s + 1,
@@ -367,6 +385,7 @@ int Rollout::run() {
                o_.canary, stage.canary, config::format_duration(o_.hold));
     std::fflush(stdout);
     auto base_list = upstreams_state(error);
+    if (g_interrupted) return interrupted(s);
     if (!base_list) return roll_back("cannot read upstream counters: " + error);
     auto base_stable = read_counters(*base_list, target_.site_index, o_.stable);
     auto base_canary = read_counters(*base_list, target_.site_index, o_.canary);
@@ -381,6 +400,8 @@ int Rollout::run() {
       while (Clock::now() < wake && !g_interrupted) std::this_thread::sleep_for(milliseconds(50));
       if (g_interrupted) return interrupted(s);
       auto list = upstreams_state(error);
+      // A signal during the read (which gives way to it) or since: nothing is judged after it.
+      if (g_interrupted) return interrupted(s);
       if (!list) return roll_back("cannot read upstream counters: " + error);
       auto cs = read_counters(*list, target_.site_index, o_.stable);
       auto cc = read_counters(*list, target_.site_index, o_.canary);
@@ -419,10 +440,12 @@ int Rollout::run() {
       }
       break;
     }
+    if (g_interrupted) return interrupted(s);  // not passed: it did not run its course
     fmt::print("stage {}/{} {}:{}: stable {} | canary {} -> ok\n", s + 1, o_.stages.size(), stage.stable,
                stage.canary, describe(ws), describe(wc));
     std::fflush(stdout);
   }
+  if (g_interrupted) return interrupted(o_.stages.size() - 1);
   fmt::print("rollout complete: {} {} : {} {}\n", o_.stable, o_.stages.back().stable, o_.canary,
              o_.stages.back().canary);
   return 0;

@@ -159,6 +159,27 @@ TEST(Rollout, InterruptLeavesAConsistentReportedState) {
   }
 }
 
+// Ctrl-C while the rollout waits on a heft that does not answer (stopped):
+// handled at once, exit 130. The signal used to be lost: the read went on
+// (std::signal's SA_RESTART) and, the hold being over when heft answered,
+// the rollout reported "rollout complete" with exit 0.
+TEST(Rollout, InterruptWhileHeftDoesNotAnswerIsNotLost) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "2s", "--poll", "250ms", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  f.heft.signal(SIGSTOP);
+  std::this_thread::sleep_for(2500ms);  // past the hold: the rollout waits in a read
+  p.signal(SIGINT);
+  auto code = p.wait(3s);  // while heft is still stopped
+  const bool while_stopped = code.has_value();
+  f.heft.signal(SIGCONT);
+  if (!code) code = p.wait(20s);
+  EXPECT_EQ(code.value_or(-1), 130) << p.log();
+  EXPECT_TRUE(while_stopped) << "the interrupt waited for heft to answer";
+  EXPECT_EQ(p.log().find("rollout complete"), std::string::npos) << p.log();
+  EXPECT_NE(p.log().find("INTERRUPTED during stage 1/1: left at"), std::string::npos) << p.log();
+}
+
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
 // own state file; the admin API as other operators use it during a rollout.
 struct SharedSite {
