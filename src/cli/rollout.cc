@@ -211,7 +211,12 @@ class Rollout {
   enum class Applied { ok, failed, gone, interrupted };
   Applied apply(const Stage& stage, std::string& error, bool interruptible);
   std::optional<json> upstreams_state(std::string& error);
-  int roll_back(const std::string& reason);
+  // Sets stable 100 : canary 0 and says how it went.
+  Applied roll_back_and_report(const std::string& reason);
+  int roll_back(const std::string& reason) {
+    roll_back_and_report(reason);
+    return 1;
+  }
   int interrupted(size_t stage_index);
 
   RolloutOptions o_;
@@ -285,9 +290,10 @@ std::optional<json> Rollout::upstreams_state(std::string& error) {
   return parsed;
 }
 
-int Rollout::roll_back(const std::string& reason) {
+Rollout::Applied Rollout::roll_back_and_report(const std::string& reason) {
   std::string error;
-  switch (apply({100, 0}, error, false)) {
+  const Applied applied = apply({100, 0}, error, false);
+  switch (applied) {
     case Applied::ok:
       fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
       break;
@@ -300,13 +306,23 @@ int Rollout::roll_back(const std::string& reason) {
       fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
       break;
   }
-  return 1;
+  return applied;
 }
 
 int Rollout::interrupted(size_t stage_index) {
   if (o_.rollback_on_abort) {
-    roll_back(fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
-    fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
+    const Applied rollback = roll_back_and_report(
+        fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
+    // The state line says what heft has: 100 : 0 only when the rollback was applied.
+    if (rollback == Applied::ok)
+      fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
+    else if (rollback == Applied::gone)
+      fmt::print("state: not rolled back, weights left as they are\n");
+    else if (applied_)
+      fmt::print("state: unknown, the rollback was not confirmed (before it: {} {} : {} {}, the last applied stage)\n",
+                 o_.stable, applied_->stable, o_.canary, applied_->canary);
+    else
+      fmt::print("state: unknown, the rollback was not confirmed (before it: weights untouched)\n");
   } else if (applied_) {
     fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
                o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);

@@ -180,6 +180,27 @@ TEST(Rollout, InterruptWhileHeftDoesNotAnswerIsNotLost) {
   EXPECT_NE(p.log().find("INTERRUPTED during stage 1/1: left at"), std::string::npos) << p.log();
 }
 
+// --rollback-on-abort with the admin API gone: the rollback fails, and the
+// state line says the weights are unknown (it said "(rolled back)" whatever
+// happened).
+TEST(Rollout, FailedRollbackOnAbortIsNotReportedAsRolledBack) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "30s", "--poll", "5s", "--rollback-on-abort"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  std::this_thread::sleep_for(300ms);  // past the stage's first read; the next is seconds away
+  f.heft.kill_now();
+  p.signal(SIGINT);
+  EXPECT_EQ(p.wait(20s).value_or(-1), 130) << p.log();
+  const std::string out = p.log();
+  EXPECT_NE(out.find("ROLLBACK FAILED"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(rolled back)"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("state: unknown, the rollback was not confirmed (before it: 127.0.0.1:{} 50 : "
+                                 "127.0.0.1:{} 50, the last applied stage)",
+                                 f.stable.port, f.canary.port)),
+            std::string::npos)
+      << out;
+}
+
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
 // own state file; the admin API as other operators use it during a rollout.
 struct SharedSite {
