@@ -141,25 +141,38 @@ std::optional<Target> find_target(const json& config, const RolloutOptions& o, s
   return Target{site->upstreams_path, site->index};
 }
 
+// The entry of the backend dialled as `address` in site `site` of a
+// /reverse_proxy/upstreams answer, or null.
+const json* find_upstream(const json& list, size_t site, const std::string& address) {
+  for (const json& u : list)
+    if (u.value("site", size_t(-1)) == site && u.value("address", "") == address) return &u;
+  return nullptr;
+}
+
 // One backend's counters as /reverse_proxy/upstreams shows them.
 struct Counters {
   uint64_t requests = 0, errors = 0;
   std::vector<std::pair<double, uint64_t>> buckets;  // (upper bound ms, count), last = +Inf
 };
 
-std::optional<Counters> read_counters(const json& list, size_t site, const std::string& address) {
-  for (const json& u : list) {
-    if (u.value("site", size_t(-1)) != site || u.value("address", "") != address) continue;
-    Counters c;
-    c.requests = u.value("responses_total", u.value("requests_total", uint64_t(0)));
-    c.errors = u.value("responses_5xx_total", uint64_t(0));
-    for (const json& b : u.value("latency_ms_buckets", json::array())) {
-      double le = b.at(0).is_number() ? b.at(0).get<double>() : 1e300;
-      c.buckets.emplace_back(le, b.at(1).get<uint64_t>());
-    }
-    return c;
+Counters read_counters(const json& u) {
+  Counters c;
+  c.requests = u.value("responses_total", u.value("requests_total", uint64_t(0)));
+  c.errors = u.value("responses_5xx_total", uint64_t(0));
+  for (const json& b : u.value("latency_ms_buckets", json::array())) {
+    double le = b.at(0).is_number() ? b.at(0).get<double>() : 1e300;
+    c.buckets.emplace_back(le, b.at(1).get<uint64_t>());
   }
-  return std::nullopt;
+  return c;
+}
+
+// Whether any counter of `now` is below `before`: heft restarted (or the
+// backend left the pool and came back), and all of them count from 0 again.
+bool went_down(const Counters& now, const Counters& before) {
+  if (now.requests < before.requests || now.errors < before.errors) return true;
+  for (size_t i = 0; i < now.buckets.size() && i < before.buckets.size(); ++i)
+    if (now.buckets[i].second < before.buckets[i].second) return true;
+  return false;
 }
 
 struct Window {
@@ -169,14 +182,18 @@ struct Window {
 };
 
 Window delta(const Counters& now, const Counters& then) {
+  // Counters that went down count from 0 again: the window is then all of
+  // `now`, every field alike (one field's difference beside another's raw
+  // value mixed two spans: a false breach or a false pass).
+  const Counters zero;
+  const Counters& from = went_down(now, then) ? zero : then;
   Window w;
-  w.requests = now.requests >= then.requests ? now.requests - then.requests : now.requests;
-  w.errors = now.errors >= then.errors ? now.errors - then.errors : now.errors;
+  w.requests = now.requests - from.requests;
+  w.errors = now.errors - from.errors;
   uint64_t total = 0;
   std::vector<uint64_t> d(now.buckets.size());
   for (size_t i = 0; i < now.buckets.size(); ++i) {
-    uint64_t before = i < then.buckets.size() ? then.buckets[i].second : 0;
-    d[i] = now.buckets[i].second >= before ? now.buckets[i].second - before : now.buckets[i].second;
+    d[i] = now.buckets[i].second - (i < from.buckets.size() ? from.buckets[i].second : 0);
     total += d[i];
   }
   if (total) {
@@ -191,6 +208,23 @@ Window delta(const Counters& now, const Counters& then) {
   }
   return w;
 }
+
+// One backend over a stage: its counters at the start of the window and at
+// the latest poll.
+struct Watch {
+  Counters base, last;
+  explicit Watch(Counters start) : base(start), last(std::move(start)) {}
+  // Takes a poll's counters. True when they went down since the last poll: a
+  // restart, and the window starts again from 0, so that it counts what the
+  // backend served since (and later polls do not mix spans either).
+  bool update(Counters now) {
+    const bool restarted = went_down(now, last);
+    if (restarted) base = Counters{};
+    last = std::move(now);
+    return restarted;
+  }
+  Window window() const { return delta(last, base); }
+};
 
 std::string describe(const Window& w) {
   std::string p99 = !w.p99_ms ? "-" : *w.p99_ms > 1e299 ? "> 30s" : fmt::format("<= {}ms", *w.p99_ms);
@@ -403,9 +437,10 @@ int Rollout::run() {
     auto base_list = upstreams_state(error);
     if (g_interrupted) return interrupted(s);
     if (!base_list) return roll_back("cannot read upstream counters: " + error);
-    auto base_stable = read_counters(*base_list, target_.site_index, o_.stable);
-    auto base_canary = read_counters(*base_list, target_.site_index, o_.canary);
+    const json* base_stable = find_upstream(*base_list, target_.site_index, o_.stable);
+    const json* base_canary = find_upstream(*base_list, target_.site_index, o_.canary);
     if (!base_stable || !base_canary) return roll_back("the upstreams are not in /reverse_proxy/upstreams");
+    Watch stable_watch(read_counters(*base_stable)), canary_watch(read_counters(*base_canary));
     const auto start = Clock::now();
     auto end = start + o_.hold;
     bool extended = false;
@@ -419,11 +454,18 @@ int Rollout::run() {
       // A signal during the read (which gives way to it) or since: nothing is judged after it.
       if (g_interrupted) return interrupted(s);
       if (!list) return roll_back("cannot read upstream counters: " + error);
-      auto cs = read_counters(*list, target_.site_index, o_.stable);
-      auto cc = read_counters(*list, target_.site_index, o_.canary);
-      if (!cs || !cc) return roll_back("the upstreams left /reverse_proxy/upstreams");
-      ws = delta(*cs, *base_stable);
-      wc = delta(*cc, *base_canary);
+      const json* us = find_upstream(*list, target_.site_index, o_.stable);
+      const json* uc = find_upstream(*list, target_.site_index, o_.canary);
+      if (!us || !uc) return roll_back("the upstreams left /reverse_proxy/upstreams");
+      const auto take = [&](Watch& watch, const json& entry, const std::string& address) {
+        if (watch.update(read_counters(entry)))
+          fmt::print("stage {}/{}: the counters of {} went down (heft restarted?): its figures count from 0 again\n",
+                     s + 1, o_.stages.size(), address);
+      };
+      take(stable_watch, *us, o_.stable);
+      take(canary_watch, *uc, o_.canary);
+      ws = stable_watch.window();
+      wc = canary_watch.window();
       const bool judged = stage.canary > 0 && wc.requests >= o_.min_requests;
       std::string breach;
       if (judged && wc.error_rate() > o_.max_error_rate)

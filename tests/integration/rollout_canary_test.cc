@@ -1,6 +1,8 @@
 // `heft rollout` against a running heft and demo backends (docs/rollout.md).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "health_load_util.h"
@@ -27,6 +29,15 @@ struct RolloutFleet {
                                   admin, port, stable.port, canary.port, canary_config),
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
+  }
+  // heft again on the same files with --resume (the state file holds the admin changes).
+  void restart_heft_resuming() {
+    heft.signal(SIGTERM);
+    if (!heft.wait(20s)) throw std::runtime_error("heft did not stop; log:\n" + heft.log());
+    heft = Process({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--resume", "--state", dir + "/autosave.json"},
+                   dir + "/heft2.log");
+    if (!wait_for_port(port, 10s) || !wait_for_port(admin, 10s))
+      throw std::runtime_error("heft did not start again; log:\n" + heft.log());
   }
   Process start_rollout(const std::vector<std::string>& extra) {
     std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable",
@@ -199,6 +210,72 @@ TEST(Rollout, FailedRollbackOnAbortIsNotReportedAsRolledBack) {
                                  f.stable.port, f.canary.port)),
             std::string::npos)
       << out;
+}
+
+// Whether process `pid` is stopped (SIGSTOP): state T in /proc/PID/stat.
+bool is_stopped(pid_t pid) {
+  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T';
+}
+
+// How many sockets process `pid` has open.
+int open_sockets(pid_t pid) {
+  int count = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec))
+    if (std::filesystem::read_symlink(fd.path(), ec).string().starts_with("socket:")) ++count;
+  return count;
+}
+
+// SIGSTOPs `p` at a moment it is between two admin requests (no socket open),
+// so that what happens to heft meanwhile cannot fail a request half done.
+bool stop_between_requests(Process& p) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    p.signal(SIGSTOP);
+    for (int i = 0; i < 100 && !is_stopped(p.pid()); ++i) std::this_thread::sleep_for(1ms);
+    if (is_stopped(p.pid()) && open_sockets(p.pid()) == 0) return true;
+    p.signal(SIGCONT);
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// `n` sequential requests through heft; false if one got no answer.
+bool send_requests(uint16_t port, int n) {
+  HttpClient c(port);
+  for (int i = 0; i < n; ++i)
+    if (c.get("/").status == 0) return false;
+  return true;
+}
+
+// heft restarted with --resume during a stage: its counters start from 0
+// again. The canary had 200 requests, 20 of them 5xx, at the stage's start;
+// after the restart it serves 300, 12 of them 5xx (4 % < 5 %). Judged on
+// 300 - 200 = 100 requests beside the raw 12 errors (12 %), it was a false
+// breach; now the whole window counts from the restart.
+TEST(Rollout, CountersGoingDownWithARestartAreJudgedFromTheRestart) {
+  RolloutFleet f({"--fail-rate", "0.1"}, "weight 100");
+  ASSERT_TRUE(send_requests(f.port, 400));  // 200 each, the canary's every 10th failed
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "3s", "--poll", "1s", "--min-requests", "50",
+                               "--max-error-rate", "5%"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  std::this_thread::sleep_for(200ms);  // past the stage's first read
+  ASSERT_TRUE(stop_between_requests(p)) << p.log();
+  f.restart_heft_resuming();
+  HttpClient control(f.canary.port);
+  ASSERT_EQ(control.request("POST /_control/fail_rate?value=0.04 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                .status,
+            200);
+  ASSERT_TRUE(send_requests(f.port, 600));  // 300 each, the canary's every 25th failed
+  p.signal(SIGCONT);
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 0) << out;
+  EXPECT_EQ(out.find("BREACH"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("the counters of 127.0.0.1:{} went down", f.canary.port)), std::string::npos) << out;
+  EXPECT_NE(out.find("canary 300 req, "), std::string::npos) << out;
+  EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
 }
 
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
