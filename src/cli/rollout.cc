@@ -13,8 +13,9 @@
 // the canary's requests, 5xx responses and p99 (from the per-backend response
 // time histogram) since the stage began. A breach at any poll rolls back to
 // stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back (or stopped: the
-// stable or canary left the site), 2 bad arguments or nothing to roll out
-// against, 130 interrupted (state reported).
+// stable or canary left the site, or their weights are no longer the stage's),
+// 2 bad arguments or nothing to roll out against, 130 interrupted (state
+// reported).
 #include <signal.h>
 
 #include <algorithm>
@@ -251,7 +252,9 @@ class Rollout {
     roll_back_and_report(reason);
     return 1;
   }
+  int stopped(size_t stage_index, const std::string& why);
   int interrupted(size_t stage_index);
+  std::string stage_lost(const json& stable, const json& canary, const Stage& stage) const;
 
   RolloutOptions o_;
   // For reads, which give way to a signal at once (a stopped heft would hold
@@ -343,6 +346,13 @@ Rollout::Applied Rollout::roll_back_and_report(const std::string& reason) {
   return applied;
 }
 
+int Rollout::stopped(size_t stage_index, const std::string& why) {
+  const Stage& stage = o_.stages[stage_index];
+  fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", stage_index + 1,
+             o_.stages.size(), stage.stable, stage.canary, why);
+  return 1;
+}
+
 int Rollout::interrupted(size_t stage_index) {
   if (o_.rollback_on_abort) {
     const Applied rollback = roll_back_and_report(
@@ -364,6 +374,18 @@ int Rollout::interrupted(size_t stage_index) {
     fmt::print("INTERRUPTED before any change: weights untouched\n");
   }
   return 130;
+}
+
+// Why the stage is no longer in effect, or "" while the stable's and canary's
+// weights in /reverse_proxy/upstreams are still the stage's. A reload, a
+// restart without --resume or another operator may have set others: then the
+// figures judge weights the rollout did not set.
+std::string Rollout::stage_lost(const json& stable, const json& canary, const Stage& stage) const {
+  const uint64_t now_stable = stable.value("weight", uint64_t(1)), now_canary = canary.value("weight", uint64_t(1));
+  if (now_stable == stage.stable && now_canary == stage.canary) return "";
+  return fmt::format("the weights are no longer the stage's: {} {} : {} {} now (changed by a reload, a restart "
+                     "without --resume or someone else)",
+                     o_.stable, now_stable, o_.canary, now_canary);
 }
 
 int Rollout::run() {
@@ -423,9 +445,7 @@ int Rollout::run() {
         return interrupted(s);
       case Applied::gone:
         // Someone removed it: there is nothing left to roll out or back.
-        fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", s + 1,
-                   o_.stages.size(), stage.stable, stage.canary, error);
-        return 1;
+        return stopped(s, error);
       case Applied::failed:
         fmt::print("stage {}/{} {}:{}: cannot apply weights: {}\n", s + 1, o_.stages.size(), stage.stable,
                    stage.canary, error);
@@ -440,6 +460,7 @@ int Rollout::run() {
     const json* base_stable = find_upstream(*base_list, target_.site_index, o_.stable);
     const json* base_canary = find_upstream(*base_list, target_.site_index, o_.canary);
     if (!base_stable || !base_canary) return roll_back("the upstreams are not in /reverse_proxy/upstreams");
+    if (std::string lost = stage_lost(*base_stable, *base_canary, stage); !lost.empty()) return stopped(s, lost);
     Watch stable_watch(read_counters(*base_stable)), canary_watch(read_counters(*base_canary));
     const auto start = Clock::now();
     auto end = start + o_.hold;
@@ -457,6 +478,7 @@ int Rollout::run() {
       const json* us = find_upstream(*list, target_.site_index, o_.stable);
       const json* uc = find_upstream(*list, target_.site_index, o_.canary);
       if (!us || !uc) return roll_back("the upstreams left /reverse_proxy/upstreams");
+      if (std::string lost = stage_lost(*us, *uc, stage); !lost.empty()) return stopped(s, lost);
       const auto take = [&](Watch& watch, const json& entry, const std::string& address) {
         if (watch.update(read_counters(entry)))
           fmt::print("stage {}/{}: the counters of {} went down (heft restarted?): its figures count from 0 again\n",

@@ -39,6 +39,14 @@ struct RolloutFleet {
     if (!wait_for_port(port, 10s) || !wait_for_port(admin, 10s))
       throw std::runtime_error("heft did not start again; log:\n" + heft.log());
   }
+  // The site's upstreams array as the admin API has it.
+  nlohmann::json upstreams() {
+    HttpClient c(admin);
+    Response config = c.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin));
+    auto parsed = nlohmann::json::parse(config.body, nullptr, false);
+    const nlohmann::json::json_pointer at("/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams");
+    return parsed.is_object() && parsed.contains(at) ? parsed[at] : nlohmann::json();
+  }
   Process start_rollout(const std::vector<std::string>& extra) {
     std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable",
                                   fmt::format("127.0.0.1:{}", stable.port), "--canary",
@@ -276,6 +284,33 @@ TEST(Rollout, CountersGoingDownWithARestartAreJudgedFromTheRestart) {
   EXPECT_NE(out.find(fmt::format("the counters of 127.0.0.1:{} went down", f.canary.port)), std::string::npos) << out;
   EXPECT_NE(out.find("canary 300 req, "), std::string::npos) << out;
   EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+}
+
+// A reload puts the Heftfile's weights back during a stage: the rollout stops
+// (exit 1) and leaves them, instead of judging weights it did not set and
+// reporting success.
+TEST(Rollout, StageUndoneByAReloadStopsTheRollout) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "3s", "--poll", "250ms", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  Process reload({HEFT_BINARY, "reload", "--config", f.dir + "/Heftfile", "--address",
+                  fmt::format("127.0.0.1:{}", f.admin)},
+                 f.dir + "/reload.log");
+  ASSERT_EQ(reload.wait(30s).value_or(-1), 0) << reload.log();
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 1) << out;
+  EXPECT_NE(out.find(fmt::format("STOPPED at stage 1/1 50:50: the weights are no longer the stage's: 127.0.0.1:{} "
+                                 "100 : 127.0.0.1:{} 0 now",
+                                 f.stable.port, f.canary.port)),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("rollout complete"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ROLLED BACK"), std::string::npos) << out;
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
 }
 
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
