@@ -52,14 +52,14 @@ struct Stage {
 
 struct RolloutOptions {
   std::string site, stable, canary, stages_text = "95:5,80:20,50:50,0:100", hold_text = "5m";
-  std::string max_error_rate_text = "1%", max_p99_text, poll_text = "1s";
-  uint64_t min_requests = 200;
+  std::string max_error_rate_text = "1%", max_p99_text, poll_text = "1s", min_requests_text = "200";
   bool dry_run = false, rollback_on_abort = false;
   AdminClientOptions admin;
   // Parsed:
   std::vector<Stage> stages;
   milliseconds hold{0}, poll{1000};
   double max_error_rate = 0.01;
+  uint64_t min_requests = 200;
   std::optional<milliseconds> max_p99;
 };
 
@@ -93,6 +93,11 @@ void parse(RolloutOptions& o) {
   if (!rate || *rate < 0 || *rate > 1)
     throw BadArguments(fmt::format("rollout: bad --max-error-rate \"{}\" (e.g. 1% or 0.01)", o.max_error_rate_text));
   o.max_error_rate = *rate;
+  // Read as text: CLI11 reads "-5" into an unsigned as 18446744073709551611.
+  auto min_requests = config::parse_uint(o.min_requests_text, UINT64_MAX);
+  if (!min_requests)
+    throw BadArguments(fmt::format("rollout: bad --min-requests \"{}\" (a whole number, 0 or more)", o.min_requests_text));
+  o.min_requests = *min_requests;
   if (!o.max_p99_text.empty()) {
     auto p99 = config::parse_duration(o.max_p99_text);
     if (!p99 || p99->count() <= 0) throw BadArguments(fmt::format("rollout: bad --max-p99 \"{}\" (e.g. 300ms)", o.max_p99_text));
@@ -540,7 +545,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--stages", options->stages_text, "STABLE:CANARY weights per stage (default 95:5,80:20,50:50,0:100)");
   cmd->add_option("--hold", options->hold_text, "Time each stage is watched (default 5m)");
   cmd->add_option("--max-error-rate", options->max_error_rate_text, "Largest canary 5xx rate (default 1%)");
-  cmd->add_option("--min-requests", options->min_requests, "Canary requests needed to judge a stage (default 200)");
+  cmd->add_option("--min-requests", options->min_requests_text, "Canary requests needed to judge a stage (default 200)");
   cmd->add_option("--max-p99", options->max_p99_text, "Largest canary p99 response time (e.g. 300ms)");
   cmd->add_option("--poll", options->poll_text, "How often counters are read (default 1s)");
   cmd->add_flag("--dry-run", options->dry_run, "Print the plan; change nothing");

@@ -313,6 +313,36 @@ TEST(Rollout, StageUndoneByAReloadStopsTheRollout) {
   EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
 }
 
+// Options with a negative number are refused before anything changes (CLI11
+// read --min-requests -5 into its unsigned as 18446744073709551611 and the
+// rollout went ahead).
+TEST(Rollout, NegativeNumbersAreRefusedAndNothingChanges) {
+  RolloutFleet f;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--min-requests", "-5"}, "bad --min-requests \"-5\""},
+      {{"--min-requests=-1"}, "bad --min-requests \"-1\""},
+      {{"--min-requests", "2.5"}, "bad --min-requests \"2.5\""},
+      {{"--hold=-1s"}, "bad --hold"},
+      {{"--poll=-250ms"}, "bad --poll"},
+      {{"--max-p99=-5ms"}, "bad --max-p99"},
+      {{"--max-error-rate=-1%"}, "bad --max-error-rate"},
+      {{"--stages", "95:-5"}, "bad stage \"95:-5\""},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> extra = args;
+    if (args[0] != "--stages") extra.insert(extra.end(), {"--stages", "50:50"});
+    if (!args[0].starts_with("--hold")) extra.insert(extra.end(), {"--hold", "1s"});
+    auto [code, out] = f.rollout(extra);
+    EXPECT_EQ(code, 2) << args[0] << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << args[0] << ": " << out;
+    EXPECT_EQ(out.find("applied"), std::string::npos) << out;
+  }
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
+}
+
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
 // own state file; the admin API as other operators use it during a rollout.
 struct SharedSite {
