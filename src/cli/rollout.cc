@@ -34,6 +34,7 @@
 #include "cli/command.h"
 #include "cli/site_lookup.h"
 #include "config/values.h"
+#include "heft/balance/policy.h"
 
 namespace heft::cli {
 namespace {
@@ -118,9 +119,23 @@ std::optional<size_t> upstream_index(const json& upstreams, const std::string& d
   return std::nullopt;
 }
 
+// How the site's balancing policy spreads traffic when it ignores the weights
+// (docs/balancing.md), or nullopt for the policies that split by weight.
+std::optional<std::string> ignores_weights(const json& reverse_proxy, std::string& policy) {
+  const json::json_pointer at("/load_balancing/selection_policy/policy");
+  policy = reverse_proxy.contains(at) && reverse_proxy[at].is_string() ? reverse_proxy[at].get<std::string>()
+                                                                        : "weighted_round_robin";
+  switch (balance::parse_policy(policy).value_or(balance::PolicyKind::weighted_round_robin)) {
+    case balance::PolicyKind::round_robin: return "every upstream takes its turn, whatever its weight";
+    case balance::PolicyKind::first: return "the first available upstream in configured order takes all the traffic";
+    default: return std::nullopt;
+  }
+}
+
 // SITE as find_site() reads it. Both upstreams must be primaries in service:
 // a backup takes no traffic while a primary is up, so its stage could never
-// pass, and the rollback would drain the pool's failover.
+// pass, and the rollback would drain the pool's failover. The site's policy
+// must split by weight, or a 95:5 stage is not 95:5.
 std::optional<Target> find_target(const json& config, const RolloutOptions& o, std::string& why) {
   auto site = find_site(config, o.site, why);
   if (!site) return std::nullopt;
@@ -143,6 +158,14 @@ std::optional<Target> find_target(const json& config, const RolloutOptions& o, s
       why = fmt::format("the {} upstream {} is marked down", role, upstream.value("dial", ""));
       return std::nullopt;
     }
+  }
+  std::string policy;
+  if (auto how = ignores_weights(*site->reverse_proxy, policy)) {
+    why = fmt::format("site {} balances with lb_policy {}, which ignores weights ({}), so no stage would split "
+                      "the traffic as given; switch the site to a weighted policy (weighted_round_robin, the "
+                      "default, least_conn, random, p2c or hash) first",
+                      o.site, policy, *how);
+    return std::nullopt;
   }
   return Target{site->upstreams_path, site->index};
 }

@@ -19,14 +19,15 @@ struct RolloutFleet {
   uint16_t admin = free_port();
   Process heft;
 
+  // `proxy_lines`: more lines for the reverse_proxy block ("lb_policy first\n").
   explicit RolloutFleet(const std::vector<std::string>& canary_options = {},
-                        const std::string& canary_config = "weight 0") {
+                        const std::string& canary_config = "weight 0", const std::string& proxy_lines = "") {
     stable = start_backend(dir, "stable");
     canary = start_backend(dir, "canary", canary_options);
     heft = start_heft(dir,
                       fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
-                                  admin, port, stable.port, canary.port, canary_config),
+                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n{}\t}}\n}}\n",
+                                  admin, port, stable.port, canary.port, canary_config, proxy_lines),
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
   }
@@ -341,6 +342,23 @@ TEST(Rollout, NegativeNumbersAreRefusedAndNothingChanges) {
   ASSERT_TRUE(upstreams.is_array()) << upstreams;
   EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
   EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
+}
+
+// A pool whose policy ignores weights would give the "5 %" canary an equal
+// turn (round_robin) or all or nothing (first): refused up front, naming the
+// policy, nothing changed.
+TEST(Rollout, PolicyThatIgnoresWeightsIsRefusedAndNothingChanges) {
+  for (const std::string policy : {"round_robin", "first"}) {
+    RolloutFleet f({}, "weight 0", "\t\tlb_policy " + policy + "\n");
+    auto [code, out] = f.rollout({"--stages", "95:5,0:100", "--hold", "1s", "--min-requests", "0"});
+    EXPECT_EQ(code, 2) << policy << ": " << out;
+    EXPECT_NE(out.find("balances with lb_policy " + policy + ", which ignores weights"), std::string::npos) << out;
+    EXPECT_EQ(out.find("applied"), std::string::npos) << out;
+    auto upstreams = f.upstreams();
+    ASSERT_TRUE(upstreams.is_array()) << upstreams;
+    EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+    EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
+  }
 }
 
 // A site of five backends, a (stable) 5, b 3, c (canary) 2, d 1, e 1, with its
