@@ -1,4 +1,5 @@
-// Blocking admin API client (Beast, synchronous).
+// Blocking admin API client (Beast's asynchronous operations on a private
+// io_context, run until the exchange ends or its deadline passes).
 #include "cli/admin_client.h"
 
 #include <chrono>
@@ -19,6 +20,11 @@ namespace heft::cli {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+
+namespace {
+// How often a waiting request asks AdminClientOptions::give_up.
+constexpr std::chrono::milliseconds kGiveUpCheckEvery{50};
+}  // namespace
 
 void add_admin_options(CLI::App* command, AdminClientOptions& options) {
   command->add_option("--address", options.address, "Admin API address HOST:PORT (default 127.0.0.1:2019)");
@@ -54,9 +60,7 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
   try {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);
-    beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(10));
-    stream.connect(resolver.resolve(host, std::to_string(split.value->port)));
+    const auto endpoints = resolver.resolve(host, std::to_string(split.value->port));
     http::request<http::string_body> req{http::string_to_verb(method), target, 11};
     req.set(http::field::host, config::join_host_port(host, split.value->port));
     req.set(http::field::user_agent, "heft-cli");
@@ -65,11 +69,50 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
     if (!body.empty()) req.set(http::field::content_type, content_type);
     req.body() = body;
     req.prepare_payload();
-    http::write(stream, req);
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(64u << 20);
-    http::read(stream, buffer, parser);
+    // Asynchronous operations, because only those honour the stream's
+    // deadline (the synchronous ones ignore it: a listener that accepts and
+    // never answers held every command for good). One deadline for the whole
+    // exchange.
+    beast::tcp_stream stream(io);
+    stream.expires_after(kAdminRequestTimeout);
+    bool connected = false;
+    beast::error_code failure;
+    stream.async_connect(endpoints, [&](beast::error_code ec, const asio::ip::tcp::endpoint&) {
+      if (ec) {
+        failure = ec;
+        return;
+      }
+      connected = true;
+      http::async_write(stream, req, [&](beast::error_code ec, size_t) {
+        if (ec) {
+          failure = ec;
+          return;
+        }
+        http::async_read(stream, buffer, parser, [&](beast::error_code ec, size_t) { failure = ec; });
+      });
+    });
+    bool gave_up = false;
+    while (!io.stopped()) {  // until the exchange ends (answer, error or deadline)
+      io.run_for(kGiveUpCheckEvery);
+      if (!io.stopped() && !gave_up && options.give_up && options.give_up()) {
+        gave_up = true;
+        stream.close();  // the pending operation ends with operation_aborted
+      }
+    }
+    if (gave_up || failure) {
+      reply.status = 0;
+      const std::string why =
+          gave_up ? "interrupted"
+          : failure == beast::error::timeout
+              ? fmt::format("timed out after {} ({})", config::format_duration(kAdminRequestTimeout),
+                            connected ? "connected, but no answer" : "no connection")
+              : failure.message();  // the code's message, as the system says it ("Connection refused")
+      reply.transport_error = "cannot reach the admin API at " + options.address + ": " + why;
+      return reply;
+    }
     const auto& res = parser.get();
     reply.status = res.result_int();
     reply.body = res.body();

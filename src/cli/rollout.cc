@@ -13,13 +13,15 @@
 // the canary's requests, 5xx responses and p99 (from the per-backend response
 // time histogram) since the stage began. A breach at any poll rolls back to
 // stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back (or stopped: the
-// stable or canary left the site), 2 bad arguments or nothing to roll out
-// against, 130 interrupted (state reported).
+// stable or canary left the site, or their weights are no longer the stage's),
+// 2 bad arguments or nothing to roll out against, 130 interrupted (state
+// reported).
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <csignal>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,6 +34,7 @@
 #include "cli/command.h"
 #include "cli/site_lookup.h"
 #include "config/values.h"
+#include "heft/balance/policy.h"
 
 namespace heft::cli {
 namespace {
@@ -50,14 +53,14 @@ struct Stage {
 
 struct RolloutOptions {
   std::string site, stable, canary, stages_text = "95:5,80:20,50:50,0:100", hold_text = "5m";
-  std::string max_error_rate_text = "1%", max_p99_text, poll_text = "1s";
-  uint64_t min_requests = 200;
+  std::string max_error_rate_text = "1%", max_p99_text, poll_text = "1s", min_requests_text = "200";
   bool dry_run = false, rollback_on_abort = false;
   AdminClientOptions admin;
   // Parsed:
   std::vector<Stage> stages;
   milliseconds hold{0}, poll{1000};
   double max_error_rate = 0.01;
+  uint64_t min_requests = 200;
   std::optional<milliseconds> max_p99;
 };
 
@@ -91,6 +94,11 @@ void parse(RolloutOptions& o) {
   if (!rate || *rate < 0 || *rate > 1)
     throw BadArguments(fmt::format("rollout: bad --max-error-rate \"{}\" (e.g. 1% or 0.01)", o.max_error_rate_text));
   o.max_error_rate = *rate;
+  // Read as text: CLI11 reads "-5" into an unsigned as 18446744073709551611.
+  auto min_requests = config::parse_uint(o.min_requests_text, UINT64_MAX);
+  if (!min_requests)
+    throw BadArguments(fmt::format("rollout: bad --min-requests \"{}\" (a whole number, 0 or more)", o.min_requests_text));
+  o.min_requests = *min_requests;
   if (!o.max_p99_text.empty()) {
     auto p99 = config::parse_duration(o.max_p99_text);
     if (!p99 || p99->count() <= 0) throw BadArguments(fmt::format("rollout: bad --max-p99 \"{}\" (e.g. 300ms)", o.max_p99_text));
@@ -111,9 +119,23 @@ std::optional<size_t> upstream_index(const json& upstreams, const std::string& d
   return std::nullopt;
 }
 
+// How the site's balancing policy spreads traffic when it ignores the weights
+// (docs/balancing.md), or nullopt for the policies that split by weight.
+std::optional<std::string> ignores_weights(const json& reverse_proxy, std::string& policy) {
+  const json::json_pointer at("/load_balancing/selection_policy/policy");
+  policy = reverse_proxy.contains(at) && reverse_proxy[at].is_string() ? reverse_proxy[at].get<std::string>()
+                                                                        : "weighted_round_robin";
+  switch (balance::parse_policy(policy).value_or(balance::PolicyKind::weighted_round_robin)) {
+    case balance::PolicyKind::round_robin: return "every upstream takes its turn, whatever its weight";
+    case balance::PolicyKind::first: return "the first available upstream in configured order takes all the traffic";
+    default: return std::nullopt;
+  }
+}
+
 // SITE as find_site() reads it. Both upstreams must be primaries in service:
 // a backup takes no traffic while a primary is up, so its stage could never
-// pass, and the rollback would drain the pool's failover.
+// pass, and the rollback would drain the pool's failover. The site's policy
+// must split by weight, or a 95:5 stage is not 95:5.
 std::optional<Target> find_target(const json& config, const RolloutOptions& o, std::string& why) {
   auto site = find_site(config, o.site, why);
   if (!site) return std::nullopt;
@@ -137,7 +159,23 @@ std::optional<Target> find_target(const json& config, const RolloutOptions& o, s
       return std::nullopt;
     }
   }
+  std::string policy;
+  if (auto how = ignores_weights(*site->reverse_proxy, policy)) {
+    why = fmt::format("site {} balances with lb_policy {}, which ignores weights ({}), so no stage would split "
+                      "the traffic as given; switch the site to a weighted policy (weighted_round_robin, the "
+                      "default, least_conn, random, p2c or hash) first",
+                      o.site, policy, *how);
+    return std::nullopt;
+  }
   return Target{site->upstreams_path, site->index};
+}
+
+// The entry of the backend dialled as `address` in site `site` of a
+// /reverse_proxy/upstreams answer, or null.
+const json* find_upstream(const json& list, size_t site, const std::string& address) {
+  for (const json& u : list)
+    if (u.value("site", size_t(-1)) == site && u.value("address", "") == address) return &u;
+  return nullptr;
 }
 
 // One backend's counters as /reverse_proxy/upstreams shows them.
@@ -146,19 +184,24 @@ struct Counters {
   std::vector<std::pair<double, uint64_t>> buckets;  // (upper bound ms, count), last = +Inf
 };
 
-std::optional<Counters> read_counters(const json& list, size_t site, const std::string& address) {
-  for (const json& u : list) {
-    if (u.value("site", size_t(-1)) != site || u.value("address", "") != address) continue;
-    Counters c;
-    c.requests = u.value("responses_total", u.value("requests_total", uint64_t(0)));
-    c.errors = u.value("responses_5xx_total", uint64_t(0));
-    for (const json& b : u.value("latency_ms_buckets", json::array())) {
-      double le = b.at(0).is_number() ? b.at(0).get<double>() : 1e300;
-      c.buckets.emplace_back(le, b.at(1).get<uint64_t>());
-    }
-    return c;
+Counters read_counters(const json& u) {
+  Counters c;
+  c.requests = u.value("responses_total", u.value("requests_total", uint64_t(0)));
+  c.errors = u.value("responses_5xx_total", uint64_t(0));
+  for (const json& b : u.value("latency_ms_buckets", json::array())) {
+    double le = b.at(0).is_number() ? b.at(0).get<double>() : 1e300;
+    c.buckets.emplace_back(le, b.at(1).get<uint64_t>());
   }
-  return std::nullopt;
+  return c;
+}
+
+// Whether any counter of `now` is below `before`: heft restarted (or the
+// backend left the pool and came back), and all of them count from 0 again.
+bool went_down(const Counters& now, const Counters& before) {
+  if (now.requests < before.requests || now.errors < before.errors) return true;
+  for (size_t i = 0; i < now.buckets.size() && i < before.buckets.size(); ++i)
+    if (now.buckets[i].second < before.buckets[i].second) return true;
+  return false;
 }
 
 struct Window {
@@ -168,14 +211,18 @@ struct Window {
 };
 
 Window delta(const Counters& now, const Counters& then) {
+  // Counters that went down count from 0 again: the window is then all of
+  // `now`, every field alike (one field's difference beside another's raw
+  // value mixed two spans: a false breach or a false pass).
+  const Counters zero;
+  const Counters& from = went_down(now, then) ? zero : then;
   Window w;
-  w.requests = now.requests >= then.requests ? now.requests - then.requests : now.requests;
-  w.errors = now.errors >= then.errors ? now.errors - then.errors : now.errors;
+  w.requests = now.requests - from.requests;
+  w.errors = now.errors - from.errors;
   uint64_t total = 0;
   std::vector<uint64_t> d(now.buckets.size());
   for (size_t i = 0; i < now.buckets.size(); ++i) {
-    uint64_t before = i < then.buckets.size() ? then.buckets[i].second : 0;
-    d[i] = now.buckets[i].second >= before ? now.buckets[i].second - before : now.buckets[i].second;
+    d[i] = now.buckets[i].second - (i < from.buckets.size() ? from.buckets[i].second : 0);
     total += d[i];
   }
   if (total) {
@@ -191,6 +238,23 @@ Window delta(const Counters& now, const Counters& then) {
   return w;
 }
 
+// One backend over a stage: its counters at the start of the window and at
+// the latest poll.
+struct Watch {
+  Counters base, last;
+  explicit Watch(Counters start) : base(start), last(std::move(start)) {}
+  // Takes a poll's counters. True when they went down since the last poll: a
+  // restart, and the window starts again from 0, so that it counts what the
+  // backend served since (and later polls do not mix spans either).
+  bool update(Counters now) {
+    const bool restarted = went_down(now, last);
+    if (restarted) base = Counters{};
+    last = std::move(now);
+    return restarted;
+  }
+  Window window() const { return delta(last, base); }
+};
+
 std::string describe(const Window& w) {
   std::string p99 = !w.p99_ms ? "-" : *w.p99_ms > 1e299 ? "> 30s" : fmt::format("<= {}ms", *w.p99_ms);
   return fmt::format("{} req, {:.2f}% 5xx, p99 {}", w.requests, w.error_rate() * 100, p99);
@@ -198,29 +262,45 @@ std::string describe(const Window& w) {
 
 class Rollout {
  public:
-  explicit Rollout(RolloutOptions o) : o_(std::move(o)) {}
+  explicit Rollout(RolloutOptions o) : o_(std::move(o)), reads_(o_.admin) {
+    reads_.give_up = [] { return g_interrupted.load(); };
+  }
   int run();
 
  private:
   // How setting a stage's weights ended: `gone` when the site, the stable or
-  // the canary is no longer in the configuration (nothing to set).
-  enum class Applied { ok, failed, gone };
-  Applied apply(const Stage& stage, std::string& error);
+  // the canary is no longer in the configuration (nothing to set);
+  // `interrupted` when a signal came while it read the configuration.
+  enum class Applied { ok, failed, gone, interrupted };
+  Applied apply(const Stage& stage, std::string& error, bool interruptible);
   std::optional<json> upstreams_state(std::string& error);
-  int roll_back(const std::string& reason);
+  // Sets stable 100 : canary 0 and says how it went.
+  Applied roll_back_and_report(const std::string& reason);
+  int roll_back(const std::string& reason) {
+    roll_back_and_report(reason);
+    return 1;
+  }
+  int stopped(size_t stage_index, const std::string& why);
+  int interrupted(size_t stage_index);
+  std::string stage_lost(const json& stable, const json& canary, const Stage& stage) const;
 
   RolloutOptions o_;
+  // For reads, which give way to a signal at once (a stopped heft would hold
+  // one for the whole request timeout). The weight changes are waited for, so
+  // the state reported after an interrupt is the one heft has.
+  AdminClientOptions reads_;
   Target target_;
   std::optional<Stage> applied_;
 };
 
-Rollout::Applied Rollout::apply(const Stage& stage, std::string& error) {
+Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool interruptible) {
   // Someone else may change the site meanwhile (mark another upstream down,
   // re-weight or remove one): each try sets the two weights in the array as it
   // is now and PATCHes it only if nothing changed since it was read.
   constexpr int kTries = 5;
   for (int attempt = 0; attempt < kTries; ++attempt) {
-    AdminReply current = admin_request(o_.admin, "GET", "/config/");
+    AdminReply current = admin_request(interruptible ? reads_ : o_.admin, "GET", "/config/");
+    if (interruptible && g_interrupted) return Applied::interrupted;
     if (current.status != 200) {
       error = "cannot read the configuration: " + current.error_message();
       return Applied::failed;
@@ -262,7 +342,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error) {
 }
 
 std::optional<json> Rollout::upstreams_state(std::string& error) {
-  AdminReply r = admin_request(o_.admin, "GET", "/reverse_proxy/upstreams");
+  AdminReply r = admin_request(reads_, "GET", "/reverse_proxy/upstreams");
   if (r.status != 200) {
     error = r.error_message();
     return std::nullopt;
@@ -275,9 +355,10 @@ std::optional<json> Rollout::upstreams_state(std::string& error) {
   return parsed;
 }
 
-int Rollout::roll_back(const std::string& reason) {
+Rollout::Applied Rollout::roll_back_and_report(const std::string& reason) {
   std::string error;
-  switch (apply({100, 0}, error)) {
+  const Applied applied = apply({100, 0}, error, false);
+  switch (applied) {
     case Applied::ok:
       fmt::print("ROLLED BACK to {} 100 : {} 0 — {}\n", o_.stable, o_.canary, reason);
       break;
@@ -286,10 +367,53 @@ int Rollout::roll_back(const std::string& reason) {
       fmt::print("STOPPED: {}; not rolled back: {}; weights left as they are\n", reason, error);
       break;
     case Applied::failed:
+    case Applied::interrupted:  // (not interruptible)
       fmt::print("ROLLBACK FAILED: {} (could not set {} 100 / {} 0: {})\n", reason, o_.stable, o_.canary, error);
       break;
   }
+  return applied;
+}
+
+int Rollout::stopped(size_t stage_index, const std::string& why) {
+  const Stage& stage = o_.stages[stage_index];
+  fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", stage_index + 1,
+             o_.stages.size(), stage.stable, stage.canary, why);
   return 1;
+}
+
+int Rollout::interrupted(size_t stage_index) {
+  if (o_.rollback_on_abort) {
+    const Applied rollback = roll_back_and_report(
+        fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
+    // The state line says what heft has: 100 : 0 only when the rollback was applied.
+    if (rollback == Applied::ok)
+      fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
+    else if (rollback == Applied::gone)
+      fmt::print("state: not rolled back, weights left as they are\n");
+    else if (applied_)
+      fmt::print("state: unknown, the rollback was not confirmed (before it: {} {} : {} {}, the last applied stage)\n",
+                 o_.stable, applied_->stable, o_.canary, applied_->canary);
+    else
+      fmt::print("state: unknown, the rollback was not confirmed (before it: weights untouched)\n");
+  } else if (applied_) {
+    fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
+               o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);
+  } else {
+    fmt::print("INTERRUPTED before any change: weights untouched\n");
+  }
+  return 130;
+}
+
+// Why the stage is no longer in effect, or "" while the stable's and canary's
+// weights in /reverse_proxy/upstreams are still the stage's. A reload, a
+// restart without --resume or another operator may have set others: then the
+// figures judge weights the rollout did not set.
+std::string Rollout::stage_lost(const json& stable, const json& canary, const Stage& stage) const {
+  const uint64_t now_stable = stable.value("weight", uint64_t(1)), now_canary = canary.value("weight", uint64_t(1));
+  if (now_stable == stage.stable && now_canary == stage.canary) return "";
+  return fmt::format("the weights are no longer the stage's: {} {} : {} {} now (changed by a reload, a restart "
+                     "without --resume or someone else)",
+                     o_.stable, now_stable, o_.canary, now_canary);
 }
 
 int Rollout::run() {
@@ -322,42 +446,34 @@ int Rollout::run() {
     return 0;
   }
 
+  // sigaction without SA_RESTART (std::signal sets it): a blocking call ends
+  // with EINTR rather than going on as if nothing came.
   g_interrupted.store(false);
-  auto old_int = std::signal(SIGINT, on_interrupt);
-  auto old_term = std::signal(SIGTERM, on_interrupt);
+  struct sigaction on_signal{}, old_int{}, old_term{};
+  on_signal.sa_handler = on_interrupt;
+  sigemptyset(&on_signal.sa_mask);
+  sigaction(SIGINT, &on_signal, &old_int);
+  sigaction(SIGTERM, &on_signal, &old_term);
   struct Restore {
-    void (*i)(int), (*t)(int);
+    const struct sigaction &i, &t;
     ~Restore() {
-      std::signal(SIGINT, i);
-      std::signal(SIGTERM, t);
+      sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGTERM, &t, nullptr);
     }
   } restore{old_int, old_term};
-
-  auto interrupted = [&](size_t stage_index) {
-    if (o_.rollback_on_abort) {
-      roll_back(fmt::format("interrupted during stage {}/{} (--rollback-on-abort)", stage_index + 1, o_.stages.size()));
-      fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
-    } else if (applied_) {
-      fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
-                 o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);
-    } else {
-      fmt::print("INTERRUPTED before any change: weights untouched\n");
-    }
-    return 130;
-  };
 
   for (size_t s = 0; s < o_.stages.size(); ++s) {
     const Stage& stage = o_.stages[s];
     if (g_interrupted) return interrupted(s);
     std::string error;
-    switch (apply(stage, error)) {
+    switch (apply(stage, error, true)) {
       case Applied::ok:
         break;
+      case Applied::interrupted:
+        return interrupted(s);
       case Applied::gone:
         // Someone removed it: there is nothing left to roll out or back.
-        fmt::print("STOPPED at stage {}/{} {}:{}: {}; weights left as they are, nothing rolled back\n", s + 1,
-                   o_.stages.size(), stage.stable, stage.canary, error);
-        return 1;
+        return stopped(s, error);
       case Applied::failed:
         fmt::print("stage {}/{} {}:{}: cannot apply weights: {}\n", s + 1, o_.stages.size(), stage.stable,
                    stage.canary, error);
@@ -367,10 +483,13 @@ int Rollout::run() {
                o_.canary, stage.canary, config::format_duration(o_.hold));
     std::fflush(stdout);
     auto base_list = upstreams_state(error);
+    if (g_interrupted) return interrupted(s);
     if (!base_list) return roll_back("cannot read upstream counters: " + error);
-    auto base_stable = read_counters(*base_list, target_.site_index, o_.stable);
-    auto base_canary = read_counters(*base_list, target_.site_index, o_.canary);
+    const json* base_stable = find_upstream(*base_list, target_.site_index, o_.stable);
+    const json* base_canary = find_upstream(*base_list, target_.site_index, o_.canary);
     if (!base_stable || !base_canary) return roll_back("the upstreams are not in /reverse_proxy/upstreams");
+    if (std::string lost = stage_lost(*base_stable, *base_canary, stage); !lost.empty()) return stopped(s, lost);
+    Watch stable_watch(read_counters(*base_stable)), canary_watch(read_counters(*base_canary));
     const auto start = Clock::now();
     auto end = start + o_.hold;
     bool extended = false;
@@ -381,12 +500,22 @@ int Rollout::run() {
       while (Clock::now() < wake && !g_interrupted) std::this_thread::sleep_for(milliseconds(50));
       if (g_interrupted) return interrupted(s);
       auto list = upstreams_state(error);
+      // A signal during the read (which gives way to it) or since: nothing is judged after it.
+      if (g_interrupted) return interrupted(s);
       if (!list) return roll_back("cannot read upstream counters: " + error);
-      auto cs = read_counters(*list, target_.site_index, o_.stable);
-      auto cc = read_counters(*list, target_.site_index, o_.canary);
-      if (!cs || !cc) return roll_back("the upstreams left /reverse_proxy/upstreams");
-      ws = delta(*cs, *base_stable);
-      wc = delta(*cc, *base_canary);
+      const json* us = find_upstream(*list, target_.site_index, o_.stable);
+      const json* uc = find_upstream(*list, target_.site_index, o_.canary);
+      if (!us || !uc) return roll_back("the upstreams left /reverse_proxy/upstreams");
+      if (std::string lost = stage_lost(*us, *uc, stage); !lost.empty()) return stopped(s, lost);
+      const auto take = [&](Watch& watch, const json& entry, const std::string& address) {
+        if (watch.update(read_counters(entry)))
+          fmt::print("stage {}/{}: the counters of {} went down (heft restarted?): its figures count from 0 again\n",
+                     s + 1, o_.stages.size(), address);
+      };
+      take(stable_watch, *us, o_.stable);
+      take(canary_watch, *uc, o_.canary);
+      ws = stable_watch.window();
+      wc = canary_watch.window();
       const bool judged = stage.canary > 0 && wc.requests >= o_.min_requests;
       std::string breach;
       if (judged && wc.error_rate() > o_.max_error_rate)
@@ -419,10 +548,12 @@ int Rollout::run() {
       }
       break;
     }
+    if (g_interrupted) return interrupted(s);  // not passed: it did not run its course
     fmt::print("stage {}/{} {}:{}: stable {} | canary {} -> ok\n", s + 1, o_.stages.size(), stage.stable,
                stage.canary, describe(ws), describe(wc));
     std::fflush(stdout);
   }
+  if (g_interrupted) return interrupted(o_.stages.size() - 1);
   fmt::print("rollout complete: {} {} : {} {}\n", o_.stable, o_.stages.back().stable, o_.canary,
              o_.stages.back().canary);
   return 0;
@@ -437,7 +568,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--stages", options->stages_text, "STABLE:CANARY weights per stage (default 95:5,80:20,50:50,0:100)");
   cmd->add_option("--hold", options->hold_text, "Time each stage is watched (default 5m)");
   cmd->add_option("--max-error-rate", options->max_error_rate_text, "Largest canary 5xx rate (default 1%)");
-  cmd->add_option("--min-requests", options->min_requests, "Canary requests needed to judge a stage (default 200)");
+  cmd->add_option("--min-requests", options->min_requests_text, "Canary requests needed to judge a stage (default 200)");
   cmd->add_option("--max-p99", options->max_p99_text, "Largest canary p99 response time (e.g. 300ms)");
   cmd->add_option("--poll", options->poll_text, "How often counters are read (default 1s)");
   cmd->add_flag("--dry-run", options->dry_run, "Print the plan; change nothing");

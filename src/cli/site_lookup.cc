@@ -63,7 +63,8 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
       at.index = index;
       at.upstreams_path = fmt::format("/config/apps/http/servers/srv{}/routes/{}/handle/0/routes/0/handle/0/upstreams", s, r);
       try {
-        at.upstreams = &route.at("handle").at(0).at("routes").at(0).at("handle").at(0).at("upstreams");
+        at.reverse_proxy = &route.at("handle").at(0).at("routes").at(0).at("handle").at(0);
+        at.upstreams = &at.reverse_proxy->at("upstreams");
       } catch (const json::exception&) {
         why = "site " + site + " has no reverse_proxy upstreams";
         return std::nullopt;

@@ -13,6 +13,7 @@ struct SiteLocation {
   size_t index = 0;          // sites numbered across servers in order (srv0's routes first)
   std::string upstreams_path;  // /config/.../upstreams of its reverse_proxy
   const nlohmann::json* upstreams = nullptr;  // that array, in the given config
+  const nlohmann::json* reverse_proxy = nullptr;  // the handler holding it (load_balancing...), idem
 };
 
 // SITE is one of the site's host names (any case, as routing matches them),

@@ -81,7 +81,12 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
     const bool fast = limit <= 0 || b.ewma_latency_ms < kRecoverHysteresis * limit;
     const bool clean = b.ewma_error <= kRecoverHysteresis * options.error_threshold;
     if (b.factor >= 1.0) {
-      if (++o.full >= kMaxRecoverHold) o.hold = 1;
+      if (++o.full >= kMaxRecoverHold) {
+        // Settled at full weight: the recovery is over, so a later cut is a
+        // new incident, not the last step overshooting (no doubled hold).
+        o.hold = 1;
+        o.last_up = false;
+      }
       continue;
     }
     if (!(fast && clean)) {

@@ -41,7 +41,8 @@
 //   within bounds (1 at first). A backend cut right after a recovery step
 //   (its latency depends on its load, so the step overshot) doubles its hold,
 //   up to kMaxRecoverHold (16); the hold is back to 1 once the backend has
-//   stayed at its full weight for kMaxRecoverHold intervals.
+//   stayed at its full weight for kMaxRecoverHold intervals, and a cut after
+//   that is a new incident: its recovery starts at hold 1 again.
 //
 // Nothing here reads a clock or takes a lock.
 #pragma once
@@ -98,7 +99,7 @@ struct AdaptiveInput {
   // Backoff state (carried from one evaluation to the next by the caller).
   unsigned hold = 1;            // clean intervals needed to recover a step
   unsigned clean = 0;           // consecutive clean intervals so far
-  bool last_up = false;         // the last change was a recovery step
+  bool last_up = false;         // the last change was a recovery step (cleared after kMaxRecoverHold intervals at full)
   unsigned full = 0;            // consecutive intervals at factor 1
 };
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -194,6 +195,56 @@ TEST_F(AdminProcessTest, ControlCommands) {
   // Nobody there now: the system's reason, without Boost's source location.
   EXPECT_EQ(heft(dir, {"upstreams", "--address", address()}, out), 1) << out;
   EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
+}
+
+// A listener that accepts and never answers (a hung heft, something else on
+// the port): every command gives up after the admin request timeout (10 s)
+// and says so. The client's synchronous calls ignored its timeout, and each
+// command waited for good.
+TEST_F(AdminProcessTest, ListenerThatNeverAnswersTimesEveryCommandOut) {
+  uint16_t silent_port = 0;
+  const int listener = listen_on_loopback(silent_port, 1s);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> done{false};
+  std::vector<int> accepted;
+  std::thread acceptor([&] {
+    while (!done)  // accept() gives up every second (SO_RCVTIMEO) to look at `done`
+      if (const int c = ::accept(listener, nullptr, nullptr); c >= 0) accepted.push_back(c);
+  });
+  const std::string silent = fmt::format("127.0.0.1:{}", silent_port);
+  write_file(dir + "/Heftfile", heftfile(1, 1));
+  const std::vector<std::vector<std::string>> commands = {
+      {"upstreams"},
+      {"weight", "0", "127.0.0.1:1", "2"},
+      {"reload", "--config", dir + "/Heftfile"},
+      {"stop"},
+      {"rollout", "--site", "0", "--stable", "127.0.0.1:1", "--canary", "127.0.0.1:2"},
+  };
+  // All at once, so the test waits one timeout, not five.
+  std::vector<Process> running;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < commands.size(); ++i) {
+    std::vector<std::string> argv{HEFT_BINARY};
+    argv.insert(argv.end(), commands[i].begin(), commands[i].end());
+    argv.insert(argv.end(), {"--address", silent});
+    running.emplace_back(argv, fmt::format("{}/cmd{}.log", dir, i));
+  }
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const auto code = running[i].wait(20s);  // the 10 s timeout and a margin
+    const auto took = std::chrono::steady_clock::now() - start;
+    const std::string out = running[i].log();
+    EXPECT_EQ(code.value_or(-1), commands[i][0] == "rollout" ? 2 : 1) << commands[i][0] << ": " << out;
+    EXPECT_GE(took, 9s) << commands[i][0];
+    EXPECT_LT(took, 16s) << commands[i][0];
+    EXPECT_NE(out.find(fmt::format("cannot reach the admin API at {}: timed out after 10s (connected, but no answer)",
+                                   silent)),
+              std::string::npos)
+        << commands[i][0] << ": " << out;
+  }
+  done = true;
+  acceptor.join();
+  for (int c : accepted) ::close(c);
+  ::close(listener);
 }
 
 // Idle admin connections cannot take heft's descriptors: past the cap (64) a

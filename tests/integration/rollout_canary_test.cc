@@ -1,6 +1,8 @@
 // `heft rollout` against a running heft and demo backends (docs/rollout.md).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "health_load_util.h"
@@ -17,16 +19,34 @@ struct RolloutFleet {
   uint16_t admin = free_port();
   Process heft;
 
+  // `proxy_lines`: more lines for the reverse_proxy block ("lb_policy first\n").
   explicit RolloutFleet(const std::vector<std::string>& canary_options = {},
-                        const std::string& canary_config = "weight 0") {
+                        const std::string& canary_config = "weight 0", const std::string& proxy_lines = "") {
     stable = start_backend(dir, "stable");
     canary = start_backend(dir, "canary", canary_options);
     heft = start_heft(dir,
                       fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
-                                  admin, port, stable.port, canary.port, canary_config),
+                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n{}\t}}\n}}\n",
+                                  admin, port, stable.port, canary.port, canary_config, proxy_lines),
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
+  }
+  // heft again on the same files with --resume (the state file holds the admin changes).
+  void restart_heft_resuming() {
+    heft.signal(SIGTERM);
+    if (!heft.wait(20s)) throw std::runtime_error("heft did not stop; log:\n" + heft.log());
+    heft = Process({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--resume", "--state", dir + "/autosave.json"},
+                   dir + "/heft2.log");
+    if (!wait_for_port(port, 10s) || !wait_for_port(admin, 10s))
+      throw std::runtime_error("heft did not start again; log:\n" + heft.log());
+  }
+  // The site's upstreams array as the admin API has it.
+  nlohmann::json upstreams() {
+    HttpClient c(admin);
+    Response config = c.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin));
+    auto parsed = nlohmann::json::parse(config.body, nullptr, false);
+    const nlohmann::json::json_pointer at("/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams");
+    return parsed.is_object() && parsed.contains(at) ? parsed[at] : nlohmann::json();
   }
   Process start_rollout(const std::vector<std::string>& extra) {
     std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", fmt::format(":{}", port), "--stable",
@@ -156,6 +176,188 @@ TEST(Rollout, InterruptLeavesAConsistentReportedState) {
     EXPECT_EQ(p.wait(5s).value_or(-1), 130) << p.log();
     EXPECT_NE(p.log().find("ROLLED BACK"), std::string::npos) << p.log();
     EXPECT_EQ(f.answers()["stable"], 20);
+  }
+}
+
+// Ctrl-C while the rollout waits on a heft that does not answer (stopped):
+// handled at once, exit 130. The signal used to be lost: the read went on
+// (std::signal's SA_RESTART) and, the hold being over when heft answered,
+// the rollout reported "rollout complete" with exit 0.
+TEST(Rollout, InterruptWhileHeftDoesNotAnswerIsNotLost) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "2s", "--poll", "250ms", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  f.heft.signal(SIGSTOP);
+  std::this_thread::sleep_for(2500ms);  // past the hold: the rollout waits in a read
+  p.signal(SIGINT);
+  auto code = p.wait(3s);  // while heft is still stopped
+  const bool while_stopped = code.has_value();
+  f.heft.signal(SIGCONT);
+  if (!code) code = p.wait(20s);
+  EXPECT_EQ(code.value_or(-1), 130) << p.log();
+  EXPECT_TRUE(while_stopped) << "the interrupt waited for heft to answer";
+  EXPECT_EQ(p.log().find("rollout complete"), std::string::npos) << p.log();
+  EXPECT_NE(p.log().find("INTERRUPTED during stage 1/1: left at"), std::string::npos) << p.log();
+}
+
+// --rollback-on-abort with the admin API gone: the rollback fails, and the
+// state line says the weights are unknown (it said "(rolled back)" whatever
+// happened).
+TEST(Rollout, FailedRollbackOnAbortIsNotReportedAsRolledBack) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "30s", "--poll", "5s", "--rollback-on-abort"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  std::this_thread::sleep_for(300ms);  // past the stage's first read; the next is seconds away
+  f.heft.kill_now();
+  p.signal(SIGINT);
+  EXPECT_EQ(p.wait(20s).value_or(-1), 130) << p.log();
+  const std::string out = p.log();
+  EXPECT_NE(out.find("ROLLBACK FAILED"), std::string::npos) << out;
+  EXPECT_EQ(out.find("(rolled back)"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("state: unknown, the rollback was not confirmed (before it: 127.0.0.1:{} 50 : "
+                                 "127.0.0.1:{} 50, the last applied stage)",
+                                 f.stable.port, f.canary.port)),
+            std::string::npos)
+      << out;
+}
+
+// Whether process `pid` is stopped (SIGSTOP): state T in /proc/PID/stat.
+bool is_stopped(pid_t pid) {
+  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T';
+}
+
+// How many sockets process `pid` has open.
+int open_sockets(pid_t pid) {
+  int count = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator(fmt::format("/proc/{}/fd", pid), ec))
+    if (std::filesystem::read_symlink(fd.path(), ec).string().starts_with("socket:")) ++count;
+  return count;
+}
+
+// SIGSTOPs `p` at a moment it is between two admin requests (no socket open),
+// so that what happens to heft meanwhile cannot fail a request half done.
+bool stop_between_requests(Process& p) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    p.signal(SIGSTOP);
+    for (int i = 0; i < 100 && !is_stopped(p.pid()); ++i) std::this_thread::sleep_for(1ms);
+    if (is_stopped(p.pid()) && open_sockets(p.pid()) == 0) return true;
+    p.signal(SIGCONT);
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// `n` sequential requests through heft; false if one got no answer.
+bool send_requests(uint16_t port, int n) {
+  HttpClient c(port);
+  for (int i = 0; i < n; ++i)
+    if (c.get("/").status == 0) return false;
+  return true;
+}
+
+// heft restarted with --resume during a stage: its counters start from 0
+// again. The canary had 200 requests, 20 of them 5xx, at the stage's start;
+// after the restart it serves 300, 12 of them 5xx (4 % < 5 %). Judged on
+// 300 - 200 = 100 requests beside the raw 12 errors (12 %), it was a false
+// breach; now the whole window counts from the restart.
+TEST(Rollout, CountersGoingDownWithARestartAreJudgedFromTheRestart) {
+  RolloutFleet f({"--fail-rate", "0.1"}, "weight 100");
+  ASSERT_TRUE(send_requests(f.port, 400));  // 200 each, the canary's every 10th failed
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "3s", "--poll", "1s", "--min-requests", "50",
+                               "--max-error-rate", "5%"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  std::this_thread::sleep_for(200ms);  // past the stage's first read
+  ASSERT_TRUE(stop_between_requests(p)) << p.log();
+  f.restart_heft_resuming();
+  HttpClient control(f.canary.port);
+  ASSERT_EQ(control.request("POST /_control/fail_rate?value=0.04 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+                .status,
+            200);
+  ASSERT_TRUE(send_requests(f.port, 600));  // 300 each, the canary's every 25th failed
+  p.signal(SIGCONT);
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 0) << out;
+  EXPECT_EQ(out.find("BREACH"), std::string::npos) << out;
+  EXPECT_NE(out.find(fmt::format("the counters of 127.0.0.1:{} went down", f.canary.port)), std::string::npos) << out;
+  EXPECT_NE(out.find("canary 300 req, "), std::string::npos) << out;
+  EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+}
+
+// A reload puts the Heftfile's weights back during a stage: the rollout stops
+// (exit 1) and leaves them, instead of judging weights it did not set and
+// reporting success.
+TEST(Rollout, StageUndoneByAReloadStopsTheRollout) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "3s", "--poll", "250ms", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  Process reload({HEFT_BINARY, "reload", "--config", f.dir + "/Heftfile", "--address",
+                  fmt::format("127.0.0.1:{}", f.admin)},
+                 f.dir + "/reload.log");
+  ASSERT_EQ(reload.wait(30s).value_or(-1), 0) << reload.log();
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 1) << out;
+  EXPECT_NE(out.find(fmt::format("STOPPED at stage 1/1 50:50: the weights are no longer the stage's: 127.0.0.1:{} "
+                                 "100 : 127.0.0.1:{} 0 now",
+                                 f.stable.port, f.canary.port)),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("rollout complete"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ROLLED BACK"), std::string::npos) << out;
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
+}
+
+// Options with a negative number are refused before anything changes (CLI11
+// read --min-requests -5 into its unsigned as 18446744073709551611 and the
+// rollout went ahead).
+TEST(Rollout, NegativeNumbersAreRefusedAndNothingChanges) {
+  RolloutFleet f;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--min-requests", "-5"}, "bad --min-requests \"-5\""},
+      {{"--min-requests=-1"}, "bad --min-requests \"-1\""},
+      {{"--min-requests", "2.5"}, "bad --min-requests \"2.5\""},
+      {{"--hold=-1s"}, "bad --hold"},
+      {{"--poll=-250ms"}, "bad --poll"},
+      {{"--max-p99=-5ms"}, "bad --max-p99"},
+      {{"--max-error-rate=-1%"}, "bad --max-error-rate"},
+      {{"--stages", "95:-5"}, "bad stage \"95:-5\""},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> extra = args;
+    if (args[0] != "--stages") extra.insert(extra.end(), {"--stages", "50:50"});
+    if (!args[0].starts_with("--hold")) extra.insert(extra.end(), {"--hold", "1s"});
+    auto [code, out] = f.rollout(extra);
+    EXPECT_EQ(code, 2) << args[0] << ": " << out;
+    EXPECT_NE(out.find(message), std::string::npos) << args[0] << ": " << out;
+    EXPECT_EQ(out.find("applied"), std::string::npos) << out;
+  }
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
+}
+
+// A pool whose policy ignores weights would give the "5 %" canary an equal
+// turn (round_robin) or all or nothing (first): refused up front, naming the
+// policy, nothing changed.
+TEST(Rollout, PolicyThatIgnoresWeightsIsRefusedAndNothingChanges) {
+  for (const std::string policy : {"round_robin", "first"}) {
+    RolloutFleet f({}, "weight 0", "\t\tlb_policy " + policy + "\n");
+    auto [code, out] = f.rollout({"--stages", "95:5,0:100", "--hold", "1s", "--min-requests", "0"});
+    EXPECT_EQ(code, 2) << policy << ": " << out;
+    EXPECT_NE(out.find("balances with lb_policy " + policy + ", which ignores weights"), std::string::npos) << out;
+    EXPECT_EQ(out.find("applied"), std::string::npos) << out;
+    auto upstreams = f.upstreams();
+    ASSERT_TRUE(upstreams.is_array()) << upstreams;
+    EXPECT_EQ(upstreams[0].value("weight", 1), 100) << upstreams;
+    EXPECT_EQ(upstreams[1].value("weight", 1), 0) << upstreams;
   }
 }
 

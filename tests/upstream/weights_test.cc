@@ -300,6 +300,64 @@ TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   EXPECT_NEAR(double(c[2]), 1000, 2);
 }
 
+// After a full recovery and kMaxRecoverHold intervals at full weight, the
+// next incident is a new one: it recovers one step per interval again, as
+// fast as the first. (The reset set the hold back to 1 but left "the last
+// change was a recovery step" set, so the next cut doubled the hold: every
+// later incident recovered at half speed.)
+TEST(PoolAdaptive, RecoveryAfterSettlingAtFullWeightIsNotSlowedDown) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  // One slow interval of C, then fast ones until it is back at full weight:
+  // the intervals (counted from the first fast one) that took a recovery step.
+  const auto incident = [&] {
+    interval(pool, now, {100, 100, 100}, {10ms, 10ms, 200ms});
+    EXPECT_LT(pool.snapshot()->factor(2), 1.0);
+    std::vector<int> steps;
+    for (int k = 1; k <= 40 && pool.snapshot()->factor(2) < 1.0; ++k)
+      for (const WeightEvent& e : interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms}))
+        if (e.reason == WeightReason::recover) steps.push_back(k);
+    EXPECT_EQ(pool.snapshot()->factor(2), 1.0);
+    return steps;
+  };
+  const std::vector<int> first = incident();
+  ASSERT_GE(first.size(), 2u);
+  for (size_t j = 1; j < first.size(); ++j) EXPECT_EQ(first[j], first[j - 1] + 1) << "hold 1: a step per interval";
+  // Settled: kMaxRecoverHold intervals and more at full weight.
+  for (unsigned k = 0; k < kMaxRecoverHold + 4; ++k) interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms});
+  ASSERT_EQ(pool.snapshot()->factor(2), 1.0);
+  EXPECT_EQ(incident(), first);
+}
+
+// The backoff itself: a cut right after a recovery step doubles the hold; a
+// cut after kMaxRecoverHold intervals at full weight does not.
+TEST(AdaptiveEvaluate, HoldDoublesOnlyWhenCutRightAfterARecoveryStep) {
+  AdaptiveOptions o = adaptive_options();
+  o.latency_threshold = 50ms;
+  AdaptiveInput slow{100, 100, 0, 0.75};
+  slow.last_up = true;
+  EXPECT_EQ(adaptive_evaluate(o, {slow})[0].hold, 2u);
+  AdaptiveInput fast{100, 10, 0, 1.0};
+  fast.last_up = true;  // its last change was the step to full weight
+  for (unsigned k = 0; k < kMaxRecoverHold; ++k) {
+    const AdaptiveOutput out = adaptive_evaluate(o, {fast})[0];
+    fast.hold = out.hold;
+    fast.clean = out.clean;
+    fast.last_up = out.last_up;
+    fast.full = out.full;
+  }
+  EXPECT_EQ(fast.hold, 1u);
+  EXPECT_FALSE(fast.last_up);
+  AdaptiveInput cut = fast;
+  cut.ewma_latency_ms = 100;
+  const AdaptiveOutput out = adaptive_evaluate(o, {cut})[0];
+  EXPECT_EQ(out.reason, WeightReason::latency);
+  EXPECT_EQ(out.hold, 1u);
+}
+
 // A backend cut low in a quiet pool gets fewer responses per interval than a
 // judgement needs: its intervals are carried until it has enough, so it is
 // judged over longer spans and still regains its weight (it used to stay at
