@@ -226,7 +226,13 @@ void load_trace(std::string_view text, Scenario& scenario) {
   scenario.has_trace = true;
   scenario.trace_times.clear();
   scenario.trace_keys.clear();
-  std::vector<std::pair<double, uint64_t>> rows;
+  scenario.trace_keyed.clear();
+  struct Row {
+    double time;
+    uint64_t key;
+    bool keyed;
+  };
+  std::vector<Row> rows;
   bool any_key = false;
   size_t line_no = 0;
   size_t start = 0;
@@ -241,22 +247,26 @@ void load_trace(std::string_view text, Scenario& scenario) {
     std::string_view time_text = line.substr(0, space);
     double t = parse_number(time_text, fmt::format("trace line {}", line_no));
     if (t < 0) fail(fmt::format("trace line {}: negative time", line_no));
-    uint64_t key = 0;
+    Row row{t, 0, false};
     if (space != std::string_view::npos) {
       std::string_view key_text = trim(line.substr(space + 1));
       if (!key_text.empty()) {
-        key = balance::hash_key(key_text);
-        any_key = true;
+        row.key = balance::hash_key(key_text);
+        row.keyed = any_key = true;
       }
     }
-    rows.emplace_back(t, key);
+    rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time < b.time; });
   scenario.trace_times.reserve(rows.size());
-  for (const auto& r : rows) scenario.trace_times.push_back(r.first);
+  for (const Row& r : rows) scenario.trace_times.push_back(r.time);
   if (any_key) {
     scenario.trace_keys.reserve(rows.size());
-    for (const auto& r : rows) scenario.trace_keys.push_back(r.second);
+    scenario.trace_keyed.reserve(rows.size());
+    for (const Row& r : rows) {
+      scenario.trace_keys.push_back(r.key);
+      scenario.trace_keyed.push_back(r.keyed);
+    }
   }
 }
 

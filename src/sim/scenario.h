@@ -71,7 +71,8 @@ struct Scenario {
   double rate = 100;       // Poisson arrivals per second (when there is no trace)
   bool has_trace = false;
   std::vector<double> trace_times;     // sorted arrival times, seconds
-  std::vector<uint64_t> trace_keys;    // hash_key() of each arrival's key (empty: none)
+  std::vector<uint64_t> trace_keys;    // hash_key() of each arrival's key (empty: no line has one)
+  std::vector<bool> trace_keyed;       // beside trace_keys: whether the line gave a key (else it is 0)
   std::vector<ServerSpec> servers;
   std::vector<balance::PolicyKind> policies = {balance::PolicyKind::round_robin,
                                                balance::PolicyKind::weighted_round_robin,
@@ -105,7 +106,8 @@ std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what = "--weights");
 
 // Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
-// starting with '#' are skipped. Sorts the arrivals by time (stable).
+// starting with '#' are skipped. Sorts the arrivals by time (stable). A line
+// without a key is placed as a keyless request is, even among keyed lines.
 void load_trace(std::string_view text, Scenario& scenario);
 
 // A scenario from its JSON form (docs/sim.md). A "trace" member names a file:

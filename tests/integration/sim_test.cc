@@ -247,4 +247,34 @@ TEST(SimCommandTest, SeedSvgPathAndPlurals) {
   EXPECT_NE(four.stdout_text.find("s1 (4 workers x"), std::string::npos) << four.stdout_text;
 }
 
+// A temporary directory for one test's files, removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream((path / name).string(), std::ios::binary) << text;
+    return (path / name).string();
+  }
+};
+
+// A keyless line of a keyed trace is placed at random by weight (it was
+// hashed as key 0: 99.9 % on one server).
+TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {
+  TempDir dir("heft_sim_keys");
+  std::string text = "0.000 alice\n";
+  for (int i = 1; i < 1000; ++i) text += std::to_string(0.001 * i) + "\n";
+  const std::string trace = dir.file("t.txt", text);
+  Output run = run_heft("sim --trace " + trace +
+                        " --duration 2s --servers 1x,1x,1x --weights 5,3,2 --policies hash --service 1ms --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto servers = nlohmann::json::parse(run.stdout_text)["scenarios"][0]["policies"][0]["servers"];
+  EXPECT_NEAR(servers[0]["share"].get<double>(), 0.5, 0.05);
+  EXPECT_NEAR(servers[1]["share"].get<double>(), 0.3, 0.05);
+  EXPECT_NEAR(servers[2]["share"].get<double>(), 0.2, 0.05);
+}
+
 }  // namespace

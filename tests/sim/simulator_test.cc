@@ -327,6 +327,39 @@ TEST(ArrivalsTest, TraceReplaysArrivalsAndKeys) {
   EXPECT_NEAR(r.policies[1].servers[0].share, 1.0 / 3, 0.01);
 }
 
+// A trace whose lines mix keys and no keys: a keyless line is placed as a
+// keyless request is, from the request's own random stream, as if the trace had
+// no keys at all (it was hashed as key 0: all 999 keyless arrivals on s1).
+TEST(ArrivalsTest, KeylessLinesOfAKeyedTraceArePlacedAtRandomByWeight) {
+  Scenario s;
+  s.duration_s = 2;
+  for (uint32_t weight : {5u, 3u, 2u}) {
+    ServerSpec server;
+    server.service_s = 0.001;
+    server.weight = weight;
+    s.servers.push_back(server);
+  }
+  s.policies = {PolicyKind::hash};
+  std::string keyless = "0.000\n", keyed = "0.000 alice\n";
+  for (int i = 1; i < 1000; ++i) {
+    keyless += fmt::format("{:.4f}\n", 0.001 * i);
+    keyed += fmt::format("{:.4f}\n", 0.001 * i);
+  }
+  Scenario without_keys = s;
+  load_trace(keyless, without_keys);
+  load_trace(keyed, s);
+  const PolicyResult mixed = simulate(s).policies[0];
+  const PolicyResult plain = simulate(without_keys).policies[0];
+  ASSERT_EQ(mixed.arrivals, 1000u);
+  EXPECT_NEAR(mixed.servers[0].share, 0.5, 0.05);
+  EXPECT_NEAR(mixed.servers[1].share, 0.3, 0.05);
+  EXPECT_NEAR(mixed.servers[2].share, 0.2, 0.05);
+  // Only alice's request may land elsewhere than in the keyless trace.
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(static_cast<double>(mixed.servers[i].requests), static_cast<double>(plain.servers[i].requests), 1)
+        << i;
+}
+
 TEST(ScenarioTest, ParsesFlagsAndJson) {
   EXPECT_DOUBLE_EQ(parse_duration("600s"), 600);
   EXPECT_DOUBLE_EQ(parse_duration("20ms"), 0.02);
