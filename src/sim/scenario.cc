@@ -239,10 +239,12 @@ void load_trace(std::string_view text, Scenario& scenario) {
   for (size_t guard = 0; start < text.size() && guard <= text.size(); ++guard) {
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
-    std::string_view line = trim(text.substr(start, end - start));
+    std::string_view line = text.substr(start, end - start);
     start = end + 1;
     ++line_no;
-    if (line.empty() || line.front() == '#') continue;
+    // A comment runs from '#' to the end of the line; it is no part of the key.
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
     size_t space = line.find_first_of(" \t,");
     std::string_view time_text = line.substr(0, space);
     double t = parse_number(time_text, fmt::format("trace line {}", line_no));

@@ -105,8 +105,8 @@ std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 // "3,1,1": weights 0..kMaxWeight; `what` names the flag in errors.
 std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what = "--weights");
 
-// Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
-// starting with '#' are skipped. Sorts the arrivals by time (stable). A line
+// Trace text: one arrival per line, "<seconds> [key]"; a '#' starts a comment
+// anywhere on a line, and blank or comment-only lines are skipped. Sorts the arrivals by time (stable). A line
 // without a key is placed as a keyless request is, even among keyed lines.
 void load_trace(std::string_view text, Scenario& scenario);
 

@@ -322,5 +322,17 @@ TEST(ScenarioValidateTest, BucketCountIsNotRoundedUpByBinaryNoise) {
   EXPECT_EQ(bucket_count(s), 8'572u);
 }
 
+// A '#' starts a comment anywhere on a trace line: "0.010   # arrival 0" is
+// an arrival without a key (the comment was hashed as its key).
+TEST(TraceTest, CommentsAreStrippedBeforeTheKey) {
+  Scenario s;
+  load_trace("# time key\n0.010   # arrival 0\n0.020#no space\n  # indented\n", s);
+  EXPECT_EQ(s.trace_times, (std::vector<double>{0.010, 0.020}));
+  EXPECT_TRUE(s.trace_keys.empty()) << "no line has a key";
+  load_trace("0.010 bob # first\n0.020 bob\n", s);
+  ASSERT_EQ(s.trace_keys.size(), 2u);
+  EXPECT_EQ(s.trace_keys[0], s.trace_keys[1]);
+}
+
 }  // namespace
 }  // namespace heft::sim
