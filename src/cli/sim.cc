@@ -72,7 +72,11 @@ void load_trace_file(const std::string& path, const char* what, sim::Scenario& s
 void apply_overrides(const SimFlags& f, sim::Scenario& s) {
   if (f.seed_opt->count()) s.seed = sim::parse_seed(f.seed);
   if (f.rate_opt->count()) s.rate = f.rate;
-  if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration, "--duration");
+  if (!f.duration.empty()) {
+    s.duration_s = sim::parse_duration(f.duration, "--duration");
+    // Not left to validate(): there 0 means "not given" (a trace's span, or 60 s).
+    if (!(s.duration_s > 0)) throw std::invalid_argument("--duration must be positive");
+  }
   if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket, "--bucket");
   if (!f.policies.empty()) s.policies = sim::parse_policies(f.policies);
   if (!f.hash_strategy.empty()) {
@@ -161,6 +165,16 @@ void run_sim(const SimFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   }
+  // A trace's arrivals beyond a given duration are not replayed: say how many.
+  for (const sim::Scenario& s : scenarios) {
+    const uint64_t cut = s.has_trace ? sim::trace_arrivals_after_duration(s) : 0;
+    if (cut == 0) continue;
+    const std::string duration =
+        !f.duration.empty() ? "--duration " + f.duration : fmt::format("the scenario's duration {:g}s", s.duration_s);
+    const std::string scenario = scenarios.size() > 1 ? s.name + ": " : "";  // --example runs two
+    fmt::print(stderr, "heft sim: {}{} trace arrival{} at or after {} {} not replayed\n", scenario, cut,
+               cut == 1 ? "" : "s", duration, cut == 1 ? "was" : "were");
+  }
   // Opened before the runs, which may take a minute: a path that cannot be
   // written is a bad argument, found at once.
   std::ofstream svg;
@@ -201,7 +215,7 @@ void setup(CLI::App& root) {
                   "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s "
                   "(repeatable)");
   f->rate_opt = cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
-  cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default 60s)");
+  cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default: a trace's span, else 60s)");
   cmd->add_option("--trace", f->trace, "Replay arrivals: one time in seconds per line, optional key");
   cmd->add_option("--policies", f->policies, "Policies to compare (default round_robin,weighted_round_robin,least_conn)");
   cmd->add_option("--weights", f->weights, "Weights in server order (default: sizes in units)");

@@ -272,6 +272,21 @@ void load_trace(std::string_view text, Scenario& scenario) {
   }
 }
 
+double trace_span(const Scenario& scenario) {
+  const std::vector<double>& times = scenario.trace_times;
+  if (times.empty()) return 0;
+  const double first = times.front(), last = times.back();
+  const double mean_gap = times.size() > 1 ? (last - first) / static_cast<double>(times.size() - 1) : 0;
+  const double span = last + (mean_gap > 0 ? mean_gap : 0.001);
+  // A gap too small to add to a late time still lets the last arrival in.
+  return span > last ? span : std::nextafter(last, std::numeric_limits<double>::infinity());
+}
+
+uint64_t trace_arrivals_after_duration(const Scenario& scenario) {
+  const auto& times = scenario.trace_times;
+  return static_cast<uint64_t>(times.end() - std::lower_bound(times.begin(), times.end(), scenario.duration_s));
+}
+
 namespace {
 
 // JSON members are checked one by one (type, sign, integer-ness, range) so an
@@ -494,6 +509,8 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
   if (s.servers.size() > 4096) fail(fmt::format("{} servers; at most 4096 are simulated", s.servers.size()));
+  if (s.duration_s == 0)
+    s.duration_s = s.has_trace && !s.trace_times.empty() ? trace_span(s) : kDefaultDurationS;
   if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
   if (!s.has_trace) {
     if (!(s.rate > 0) || !std::isfinite(s.rate))

@@ -36,6 +36,8 @@ inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 // The longest duration, in shortest service times: simulated time (a double of
 // seconds) then still resolves a millionth of a service time (2^52 x 1e-6).
 inline constexpr double kMaxDurationInServiceTimes = 4.5e9;
+// The duration when none is given and no trace has a span to offer.
+inline constexpr double kDefaultDurationS = 60;
 
 enum class ServiceDist { fixed, exponential, lognormal };
 
@@ -67,7 +69,9 @@ struct Event {
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
-  double duration_s = 60;  // arrivals in [0, duration); utilisation is measured over it
+  // Arrivals in [0, duration); utilisation is measured over it. 0: not given,
+  // and validate() makes it the trace's span (trace_span()), else 60 s.
+  double duration_s = 0;
   double rate = 100;       // Poisson arrivals per second (when there is no trace)
   bool has_trace = false;
   std::vector<double> trace_times;     // sorted arrival times, seconds
@@ -110,12 +114,21 @@ std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what
 // without a key is placed as a keyless request is, even among keyed lines.
 void load_trace(std::string_view text, Scenario& scenario);
 
+// The duration a trace covers: its last arrival plus the mean gap between its
+// arrivals, so n arrivals g apart from 0 span n x g (1,000 at 1 ms: 1 s). With
+// no gap to measure (one arrival, or all at one time), the last arrival + 1 ms.
+// 0 for an empty trace.
+double trace_span(const Scenario& scenario);
+
+// How many of the trace's arrivals are at or after the duration: never replayed.
+uint64_t trace_arrivals_after_duration(const Scenario& scenario);
+
 // A scenario from its JSON form (docs/sim.md). A "trace" member names a file:
 // returned in `trace_path` for the caller to read with load_trace().
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
 
 // Checks and normalises: names unique and non-empty, sizes > 0, events naming
-// known servers, sorted events, default bucket, and default weights: every
+// known servers, sorted events, default duration and bucket, and default weights: every
 // server without a weight gets its units, all scaled by the smallest whole
 // number that makes them whole (1.5x,1x -> 3,2; 3x,1x,1x -> 3,1,1). Throws
 // std::invalid_argument.

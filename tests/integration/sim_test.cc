@@ -261,6 +261,39 @@ struct TempDir {
   }
 };
 
+// A trace of `count` arrivals `gap_s` apart from 0, one time per line.
+std::string even_trace(int count, double gap_s) {
+  std::string text;
+  for (int i = 0; i < count; ++i) text += std::to_string(gap_s * i) + "\n";
+  return text;
+}
+
+// A trace is measured over its own span unless a duration is given; arrivals a
+// given duration cuts off are named on stderr (they were dropped silently, and
+// a 6 s trace was measured over 60 s: 10 % busy instead of 100 %).
+TEST(SimCommandTest, TraceDurationIsItsSpanAndCutArrivalsAreNamed) {
+  TempDir dir("heft_sim_span");
+  const std::string trace = dir.file("six.txt", even_trace(6000, 0.001));
+  const std::string args =
+      "sim --servers 1x --service 1ms --dist fixed --policies round_robin --json --trace " + trace;
+  Output span = run_heft(args);
+  ASSERT_EQ(span.exit_code, 0);
+  const auto j = nlohmann::json::parse(span.stdout_text)["scenarios"][0];
+  EXPECT_NEAR(j["duration_s"].get<double>(), 6.0, 1e-9);
+  EXPECT_NEAR(j["policies"][0]["servers"][0]["utilisation"].get<double>(), 1.0, 1e-6);
+  EXPECT_EQ(run_heft_stderr(args).stdout_text, "") << "nothing cut, nothing to say";
+  Output cut = run_heft_stderr(args + " --duration 2s");
+  EXPECT_EQ(cut.exit_code, 0);
+  EXPECT_EQ(cut.stdout_text, "heft sim: 4000 trace arrivals at or after --duration 2s were not replayed\n");
+  const std::string scenario = dir.file(
+      "s.json", R"({"duration": "3s", "trace": "six.txt", "servers": [{"name": "a", "service": "1ms"}]})");
+  Output file_cut = run_heft_stderr("sim --scenario " + scenario);
+  EXPECT_EQ(file_cut.exit_code, 0);
+  EXPECT_NE(file_cut.stdout_text.find("3000 trace arrivals at or after the scenario's duration 3s"),
+            std::string::npos)
+      << file_cut.stdout_text;
+}
+
 // A keyless line of a keyed trace is placed at random by weight (it was
 // hashed as key 0: 99.9 % on one server).
 TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {

@@ -360,6 +360,40 @@ TEST(ArrivalsTest, KeylessLinesOfAKeyedTraceArePlacedAtRandomByWeight) {
         << i;
 }
 
+// Without a duration, a trace is measured over its own span (last arrival plus
+// one mean gap), not the default 60 s: a 6 s trace keeping one worker busy all
+// the time is 100 % busy, not 10 %. A duration that is given stays.
+TEST(ArrivalsTest, TraceWithoutDurationIsMeasuredOverItsSpan) {
+  Scenario s;
+  ServerSpec server;
+  server.service_s = 0.001;
+  server.dist = ServiceDist::fixed;
+  s.servers.push_back(server);
+  s.policies = {PolicyKind::round_robin};
+  std::string trace;
+  for (int i = 0; i < 6000; ++i) trace += fmt::format("{:.3f}\n", 0.001 * i);
+  Scenario given = s;
+  load_trace(trace, s);
+  const SimResult r = simulate(s);
+  EXPECT_NEAR(r.scenario.duration_s, 6.0, 1e-9);
+  EXPECT_EQ(r.policies[0].arrivals, 6000u);
+  EXPECT_NEAR(r.policies[0].servers[0].utilisation, 1.0, 1e-6);
+  given.duration_s = 3;
+  load_trace(trace, given);
+  const SimResult three = simulate(given);
+  EXPECT_DOUBLE_EQ(three.scenario.duration_s, 3);
+  EXPECT_EQ(three.policies[0].arrivals, 3000u);
+  validate(given);
+  EXPECT_EQ(trace_arrivals_after_duration(given), 3000u);
+  // One arrival (no gap to measure): its time plus a millisecond.
+  Scenario single = s;
+  single.duration_s = 0;
+  load_trace("2.5\n", single);
+  validate(single);
+  EXPECT_DOUBLE_EQ(single.duration_s, 2.501);
+  EXPECT_EQ(trace_arrivals_after_duration(single), 0u);
+}
+
 TEST(ScenarioTest, ParsesFlagsAndJson) {
   EXPECT_DOUBLE_EQ(parse_duration("600s"), 600);
   EXPECT_DOUBLE_EQ(parse_duration("20ms"), 0.02);
