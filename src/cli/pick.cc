@@ -26,6 +26,7 @@ struct PickOptions {
   std::string names;
   std::string active;
   std::string keys;
+  CLI::Option* keys_option = nullptr;  // given or not: --keys '' is one empty key
   int count = 0;
   CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
   std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
@@ -96,7 +97,7 @@ int run_pick(const PickOptions& o) {
       throw BadArguments(fmt::format("--active has {} counts for {} weights", active.size(), weights.size()));
     for (size_t i = 0; i < active.size(); ++i) balancer.live(i).active = active[i];
   }
-  std::vector<std::string> keys = o.keys.empty() ? std::vector<std::string>{} : split(o.keys);
+  std::vector<std::string> keys = o.keys_option->count() > 0 ? split(o.keys) : std::vector<std::string>{};
   // Only hash reads the key; elsewhere --keys would silently set the count.
   if (!keys.empty() && *kind != PolicyKind::hash)
     throw BadArguments(fmt::format("--keys: policy {} does not hash keys (only hash does)", policy_name(*kind)));
@@ -130,9 +131,13 @@ int run_pick(const PickOptions& o) {
   for (int step = 0; step < count; ++step) {
     PickContext ctx;
     ctx.random = rng();
-    // Without keys, hash places each pick as the proxy places a request
-    // without its key: at random in proportion to the weights (docs/hashing.md).
-    if (*kind == PolicyKind::hash) ctx.key_hash = keys.empty() ? rng() : hash_key(keys[step % keys.size()]);
+    // Without a key (no --keys, or an empty one), hash places the pick as the
+    // proxy places a request without its key: at random in proportion to the
+    // weights (docs/hashing.md, "Keys and identities").
+    if (*kind == PolicyKind::hash) {
+      const bool keyed = !keys.empty() && !keys[step % keys.size()].empty();
+      ctx.key_hash = keyed ? hash_key(keys[step % keys.size()]) : rng();
+    }
     std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
     auto choice = balancer.pick(ctx);
     std::string chosen = choice ? names[*choice] : "-";
@@ -196,9 +201,13 @@ int run_pick(const PickOptions& o) {
         fmt::print("{}\n", line);
       }
     } else {
-      for (const auto& row : trace)
-        fmt::print("{:>5}  {}{}\n", row["pick"].get<int>(), row["chosen"].get<std::string>(),
-                   row.contains("key") ? "  (key " + row["key"].get<std::string>() + ")" : "");
+      for (const auto& row : trace) {
+        std::string key;
+        if (row.contains("key"))
+          key = row["key"].get<std::string>().empty() ? "  (empty key: at random by weight)"
+                                                      : "  (key " + row["key"].get<std::string>() + ")";
+        fmt::print("{:>5}  {}{}\n", row["pick"].get<int>(), row["chosen"].get<std::string>(), key);
+      }
     }
   }
   std::string line;
@@ -225,7 +234,8 @@ void setup(CLI::App& root) {
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
   cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
-  cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy only)");
+  options->keys_option = cmd->add_option(
+      "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed (random, p2c, hash without --keys)")->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");
