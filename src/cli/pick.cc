@@ -25,6 +25,7 @@ struct PickOptions {
   std::string weights;
   std::string names;
   std::string active;
+  CLI::Option* active_option = nullptr;
   std::string keys;
   CLI::Option* keys_option = nullptr;  // given or not: --keys '' is one empty key
   int count = 0;
@@ -91,7 +92,13 @@ int run_pick(const PickOptions& o) {
   Balancer balancer({*kind, *strategy}, specs);
 
   std::vector<uint32_t> active;
-  if (!o.active.empty()) {
+  // Only least_conn and p2c read active counts; for the others --active printed
+  // a table of load ratios the pick never looked at.
+  const bool reads_active = *kind == PolicyKind::least_conn || *kind == PolicyKind::p2c;
+  if (o.active_option->count() > 0 && !reads_active)
+    throw BadArguments(fmt::format("--active: policy {} does not read active counts (least_conn and p2c do)",
+                                   policy_name(*kind)));
+  if (o.active_option->count() > 0) {
     active = parse_numbers(o.active, "active", UINT32_MAX);
     if (active.size() != weights.size())
       throw BadArguments(fmt::format("--active has {} counts for {} weights", active.size(), weights.size()));
@@ -233,7 +240,8 @@ void setup(CLI::App& root) {
   cmd->add_option("--names", options->names, "comma-separated distinct names (default A,B,C...)");
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
-  cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
+  options->active_option =
+      cmd->add_option("--active", options->active, "active requests per backend (least_conn and p2c only)");
   options->keys_option = cmd->add_option(
       "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();

@@ -163,4 +163,19 @@ TEST(HeftPick, EmptyKeysSplitByWeight) {
   EXPECT_EQ(nlohmann::json::parse(one.out)["sequence"].size(), 1u);
 }
 
+// --active is for the policies that read active counts (least_conn, p2c); the
+// others ignored it and printed an active / weight table anyway.
+TEST(HeftPick, ActiveIsOnlyForPoliciesThatReadIt) {
+  for (const char* policy : {"weighted_round_robin", "round_robin", "random", "first", "hash"}) {
+    PickRun r = heft(std::string("pick --policy ") + policy + " --weights 2,5 --active 10,15");
+    EXPECT_EQ(r.exit_code, 2) << policy << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << policy << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string("--active: policy ") + policy + " does not read active counts"),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(heft("pick --policy p2c --weights 2,5 --active 10,15").exit_code, 0);
+  EXPECT_EQ(heft("pick --policy least_conn --weights 2,5 --active 10,15").exit_code, 0);
+}
+
 }  // namespace
