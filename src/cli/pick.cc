@@ -3,9 +3,12 @@
 //   heft pick --policy weighted_round_robin --weights 5,1,1 --count 7 --trace
 //   heft pick --policy least_conn --weights 2,5 --active 10,15
 //   heft pick --policy hash --weights 5,3,2 --keys alice,bob --json
+//   heft pick --policy hash --weights 5,3,2 --keys-file keys.txt
 #include <fmt/format.h>
 
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -28,6 +31,8 @@ struct PickOptions {
   CLI::Option* active_option = nullptr;
   std::string keys;
   CLI::Option* keys_option = nullptr;  // given or not: --keys '' is one empty key
+  std::string keys_file;               // one key per line: more keys than an argument holds
+  CLI::Option* keys_file_option = nullptr;
   int count = 0;
   CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
   std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
@@ -57,6 +62,29 @@ std::vector<uint32_t> parse_numbers(const std::string& text, const char* what, u
     out.push_back(value);
   }
   return out;
+}
+
+constexpr size_t kMaxKeys = 1'000'000;
+
+// One key per line; an empty line is an empty key, a final newline ends the
+// last line, and a CR before the newline is not part of the key.
+std::vector<std::string> read_keys_file(const std::string& path) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw BadArguments(fmt::format("--keys-file: '{}' is a directory", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw BadArguments(fmt::format("--keys-file: cannot read '{}'", path));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (keys.size() == kMaxKeys)
+      throw BadArguments(fmt::format("{}:{}: more than {} keys", path, kMaxKeys + 1, kMaxKeys));
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    keys.push_back(std::move(line));
+  }
+  if (in.bad()) throw BadArguments(fmt::format("--keys-file: reading '{}' failed", path));
+  if (keys.empty())
+    throw BadArguments(fmt::format("--keys-file: '{}' has no keys (an empty line is an empty key)", path));
+  return keys;
 }
 
 std::string default_name(size_t i) {
@@ -104,17 +132,22 @@ int run_pick(const PickOptions& o) {
       throw BadArguments(fmt::format("--active has {} counts for {} weights", active.size(), weights.size()));
     for (size_t i = 0; i < active.size(); ++i) balancer.live(i).active = active[i];
   }
-  std::vector<std::string> keys = o.keys_option->count() > 0 ? split(o.keys) : std::vector<std::string>{};
+  const bool keys_given = o.keys_option->count() > 0, keys_file_given = o.keys_file_option->count() > 0;
+  if (keys_given && keys_file_given) throw BadArguments("--keys and --keys-file are exclusive");
+  const char* keys_flag = keys_file_given ? "--keys-file" : "--keys";
   // Only hash reads the key; elsewhere --keys would silently set the count.
-  if (!keys.empty() && *kind != PolicyKind::hash)
-    throw BadArguments(fmt::format("--keys: policy {} does not hash keys (only hash does)", policy_name(*kind)));
+  if ((keys_given || keys_file_given) && *kind != PolicyKind::hash)
+    throw BadArguments(fmt::format("{}: policy {} does not hash keys (only hash does)", keys_flag, policy_name(*kind)));
+  std::vector<std::string> keys = keys_file_given ? read_keys_file(o.keys_file)
+                                  : keys_given    ? split(o.keys)
+                                                  : std::vector<std::string>{};
   uint64_t total = 0;
   for (uint32_t w : weights) total += w;
   int count = o.count;
   if (o.count_option && o.count_option->count() > 0) {
     if (count < 1 || count > 1'000'000) throw BadArguments(fmt::format("--count must be 1..1000000, got {}", count));
   } else {
-    if (keys.size() > 1'000'000) throw BadArguments("--keys: at most 1000000 keys");
+    if (keys.size() > kMaxKeys) throw BadArguments(fmt::format("{}: at most {} keys", keys_flag, kMaxKeys));
     count = !keys.empty() ? static_cast<int>(keys.size())
                           : (!active.empty() ? 1 : static_cast<int>(std::clamp<uint64_t>(total, 1, 100)));
   }
@@ -244,6 +277,8 @@ void setup(CLI::App& root) {
       cmd->add_option("--active", options->active, "active requests per backend (least_conn and p2c only)");
   options->keys_option = cmd->add_option(
       "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
+  options->keys_file_option = cmd->add_option(
+      "--keys-file", options->keys_file, "keys to hash, one per line (hash only; an empty line is an empty key)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed (random, p2c, hash without --keys)")->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");

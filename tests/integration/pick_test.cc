@@ -178,4 +178,49 @@ TEST(HeftPick, ActiveIsOnlyForPoliciesThatReadIt) {
   EXPECT_EQ(heft("pick --policy least_conn --weights 2,5 --active 10,15").exit_code, 0);
 }
 
+// --keys-file: one key per line (an empty line is an empty key), for more keys
+// than one argument can carry; the same picks as --keys.
+TEST(HeftPick, KeysFile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_pick_keys_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string keys, lines;
+  for (int i = 0; i < 200; ++i) {
+    keys.append(i ? "," : "").append("user-").append(std::to_string(i));
+    lines.append("user-").append(std::to_string(i)).append("\n");
+  }
+  const std::string file = (dir / "keys.txt").string();
+  std::ofstream(file) << lines;
+  const std::string base = "pick --policy hash --weights 5,3,2 --json ";
+  PickRun from_file = heft(base + "--keys-file " + file);
+  PickRun from_flag = heft(base + "--keys " + keys);
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.out;
+  EXPECT_EQ(from_file.out, from_flag.out);
+  // CRLF lines are the same keys; an empty line is an empty key (a pick of its own).
+  const std::string crlf = (dir / "crlf.txt").string();
+  std::ofstream(crlf) << "user-0\r\n\r\nuser-1\r\n";
+  PickRun mixed = heft(base + "--keys-file " + crlf);
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.out;
+  const auto seq = nlohmann::json::parse(mixed.out)["sequence"];
+  const auto flag_seq = nlohmann::json::parse(from_flag.out)["sequence"];
+  ASSERT_EQ(seq.size(), 3u);
+  EXPECT_EQ(seq[0], flag_seq[0]);
+  EXPECT_EQ(seq[2], flag_seq[1]);
+  // More than a million keys: the error names the file and the line.
+  const std::string many = (dir / "many.txt").string();
+  std::ofstream(many) << std::string(1'000'001, '\n');
+  const std::pair<std::string, std::string> cases[] = {
+      {base + "--keys a --keys-file " + file, "--keys and --keys-file are exclusive"},
+      {base + "--keys-file " + (dir / "none.txt").string(), "--keys-file: cannot read"},
+      {base + "--keys-file " + many, many + ":1000001: "},
+      {"pick --weights 5,1 --keys-file " + file, "does not hash keys"},
+  };
+  for (const auto& [args, message] : cases) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
