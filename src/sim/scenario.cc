@@ -129,10 +129,13 @@ std::vector<double> parse_units(std::string_view text) {
 ServerSpec parse_server(std::string_view text) {
   ServerSpec s;
   bool size_given = false, units_given = false;
+  std::unordered_set<std::string_view> keys;
   for (std::string_view part : split(text, ',')) {
     size_t eq = part.find('=');
     if (eq == std::string_view::npos) fail(fmt::format("--server: '{}' is not key=value", part));
     std::string_view key = trim(part.substr(0, eq)), value = trim(part.substr(eq + 1));
+    // The second would silently replace the first.
+    if (!keys.insert(key).second) fail(fmt::format("--server: key '{}' is given twice", key));
     if (key == "name") {
       s.name = std::string(value);
     } else if (key == "size") {
@@ -206,6 +209,7 @@ Event parse_event(std::string_view text) {
 }
 
 std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
+  if (trim(text).empty()) fail("--policies is empty: name at least one policy");
   std::vector<balance::PolicyKind> out;
   for (std::string_view part : split(text, ',')) {
     auto kind = balance::parse_policy(part);
@@ -383,6 +387,45 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
 
 }  // namespace
 
+nlohmann::json parse_scenario_text(std::string_view text) {
+  // The path of the value being parsed, one frame per enclosing object or array.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;                     // array: the element being parsed
+    std::string key;                      // object: the member being parsed
+    std::unordered_set<std::string> keys;  // object: the members seen
+  };
+  std::vector<Frame> frames;
+  const auto path = [&frames] {
+    std::string out;
+    for (const Frame& f : frames)
+      out += f.array ? fmt::format("[{}]", f.index) : (out.empty() ? "" : ".") + f.key;
+    return out;
+  };
+  const auto element_done = [&frames] {
+    if (!frames.empty() && frames.back().array) ++frames.back().index;
+  };
+  using Event = json::parse_event_t;
+  return json::parse(text, [&](int, Event event, json& parsed) {
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start: frames.emplace_back().array = event == Event::array_start; break;
+      case Event::object_end:
+      case Event::array_end:
+        frames.pop_back();
+        element_done();
+        break;
+      case Event::key:
+        frames.back().key = parsed.get<std::string>();
+        if (!frames.back().keys.insert(frames.back().key).second)
+          fail(fmt::format("scenario: {}: is given twice (a JSON parser would keep only the last)", path()));
+        break;
+      case Event::value: element_done(); break;
+    }
+    return true;
+  });
+}
+
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
   if (!j.is_object()) fail("scenario: expected a JSON object");
   Scenario s;
@@ -398,10 +441,13 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       s.rate = json_positive(v, key);
     } else if (key == "trace") {
       const std::string path = json_string(v, key);
+      if (path.empty()) json_fail(key, "must name a file", v);
       if (trace_path) *trace_path = path;
       s.has_trace = true;
     } else if (key == "bucket") {
       s.bucket_s = json_duration(v, key);
+      // 0 would read as "not given" (duration / 60).
+      if (!(s.bucket_s > 0)) json_fail(key, "must be a positive duration", v);
     } else if (key == "hash_strategy") {
       auto h = balance::parse_hash_strategy(json_string(v, key));
       if (!h) json_fail(key, "must be ring or maglev", v);
@@ -577,8 +623,8 @@ void validate(Scenario& s) {
       fail(fmt::format("event at {}s: weight must be 0..{}", e.at_s, kMaxWeight));
   }
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
-  if (!std::isfinite(s.bucket_s)) fail("--bucket must be finite");
-  if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
+  if (!std::isfinite(s.bucket_s) || s.bucket_s < 0) fail("--bucket must be positive and finite");
+  if (s.bucket_s == 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
   const double points = static_cast<double>(bucket_count(s)) * static_cast<double>(s.servers.size());
   if (points > static_cast<double>(kMaxSeriesPoints))

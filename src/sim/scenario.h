@@ -83,7 +83,7 @@ struct Scenario {
                                                balance::PolicyKind::least_conn};
   balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
   std::vector<Event> events;  // sorted by time (stable) by validate()
-  double bucket_s = 0;        // utilisation time-series bucket; 0: duration / 60
+  double bucket_s = 0;        // utilisation time-series bucket; 0: not given, validate() makes it duration / 60
 };
 
 // "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
@@ -122,6 +122,12 @@ double trace_span(const Scenario& scenario);
 
 // How many of the trace's arrivals are at or after the duration: never replayed.
 uint64_t trace_arrivals_after_duration(const Scenario& scenario);
+
+// A scenario file's text as JSON. A member given twice in one object is an
+// error naming its path ("scenario: servers[0].size: is given twice"), where
+// the JSON parser alone keeps the last. Syntax errors throw
+// nlohmann::json::exception, as nlohmann::json::parse() does.
+nlohmann::json parse_scenario_text(std::string_view text);
 
 // A scenario from its JSON form (docs/sim.md). A "trace" member names a file:
 // returned in `trace_path` for the caller to read with load_trace().

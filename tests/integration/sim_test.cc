@@ -294,6 +294,31 @@ TEST(SimCommandTest, TraceDurationIsItsSpanAndCutArrivalsAreNamed) {
       << file_cut.stdout_text;
 }
 
+// Values that were silently replaced are errors naming the flag or member:
+// a zero bucket (it became duration / 60), an empty --policies (the defaults),
+// a server name used twice (the last one was kept), a key twice in one object.
+TEST(SimCommandTest, ZeroBucketEmptyPoliciesAndDuplicatesAreRejected) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --bucket 0s", "--bucket");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --bucket 0", "--bucket");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --policies ''", "--policies");
+  expect_rejected("sim --servers 1x --rate 10 --duration ''", "--duration");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --weights ''", "--weights");
+  expect_rejected("sim --servers 1x --duration 2s --trace ''", "--trace");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --hash-strategy ''", "--hash-strategy");
+  expect_rejected("sim --server name=a --server name=a --rate 10 --duration 2s", "'a'");
+  expect_rejected("sim --server name=a,name=b --rate 10 --duration 2s", "--server: key 'name' is given twice");
+  TempDir dir("heft_sim_dup");
+  expect_rejected("sim --scenario " + dir.file("b.json", R"({"bucket": "0s", "servers": [{"name": "a"}]})"),
+                  "scenario: bucket:");
+  expect_rejected("sim --scenario " + dir.file("n.json", R"({"servers": [{"name": "a"}, {"name": "a"}]})"), "'a'");
+  expect_rejected(
+      "sim --scenario " + dir.file("k.json", R"({"duration": "2s", "duration": "9s", "servers": [{"name": "a"}]})"),
+      "scenario: duration: is given twice");
+  expect_rejected(
+      "sim --scenario " + dir.file("ks.json", R"({"servers": [{"name": "a", "size": 1, "size": 2}]})"),
+      "scenario: servers[0].size: is given twice");
+}
+
 // A keyless line of a keyed trace is placed at random by weight (it was
 // hashed as key 0: 99.9 % on one server).
 TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {

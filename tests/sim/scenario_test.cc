@@ -334,5 +334,31 @@ TEST(TraceTest, CommentsAreStrippedBeforeTheKey) {
   EXPECT_EQ(s.trace_keys[0], s.trace_keys[1]);
 }
 
+// A zero bucket was silently replaced by duration / 60; two servers of one name
+// are an error in a file as on the command line.
+TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
+  EXPECT_NE(scenario_error(R"("bucket": "0s")").find("scenario: bucket:"), std::string::npos);
+  EXPECT_NE(scenario_error(R"("bucket": 0)").find("scenario: bucket:"), std::string::npos);
+  const std::string twice = error_of([] {
+    Scenario s = scenario_from_json(
+        nlohmann::json::parse(R"({"servers": [{"name": "a", "size": 1}, {"name": "a", "size": 2}]})"), nullptr);
+    validate(s);
+  });
+  EXPECT_NE(twice.find("'a'"), std::string::npos) << twice;
+  // A member twice in one object (the parser kept the last): named by its path.
+  EXPECT_NE(error_of([] { parse_scenario_text(R"({"duration": "2s", "duration": "9s"})"); })
+                .find("scenario: duration: is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_scenario_text(R"({"events": ["1s:a:fail", [1, {"x": 2}]], "servers": [{"name": "a", "size": 1},
+                                      {"name": "b", "size": 1, "name": "c"}]})");
+            }).find("scenario: servers[1].name: is given twice"),
+            std::string::npos);
+  // The same key in different objects is fine.
+  EXPECT_EQ(parse_scenario_text(R"({"servers": [{"name": "a"}, {"name": "b"}], "name": "x"})")["name"], "x");
+  EXPECT_NE(error_of([] { parse_server("name=a,size=2,name=b"); }).find("--server: key 'name' is given twice"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace heft::sim
