@@ -19,6 +19,8 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
 
+constexpr std::string_view kSlowFactorRange = "1e-6..1e6";  // kMinSlowFactor..kMaxSlowFactor, as people write them
+
 std::string_view trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return {};
@@ -195,6 +197,8 @@ Event parse_event(std::string_view text) {
   if (verb == "slow") {
     e.kind = Event::Kind::slow;
     e.factor = positive(parse_number(value, "--event slow"), "--event slow factor");
+    if (!(e.factor >= kMinSlowFactor && e.factor <= kMaxSlowFactor))
+      fail(fmt::format("--event '{}': slow factor must be {}", text, kSlowFactorRange));
   } else if (verb == "fail") {
     e.kind = Event::Kind::fail;
   } else if (verb == "recover") {
@@ -609,8 +613,8 @@ void validate(Scenario& s) {
   set_default_weights(s.servers);
   for (const Event& e : s.events) {
     if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");
-    if (e.kind == Event::Kind::slow && (!(e.factor > 0) || !std::isfinite(e.factor)))
-      fail(fmt::format("event at {}s: slow factor must be positive and finite", e.at_s));
+    if (e.kind == Event::Kind::slow && !(e.factor >= kMinSlowFactor && e.factor <= kMaxSlowFactor))
+      fail(fmt::format("event at {}s: slow factor must be {}", e.at_s, kSlowFactorRange));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
         fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));

@@ -36,6 +36,11 @@ inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 // The longest duration, in shortest service times: simulated time (a double of
 // seconds) then still resolves a millionth of a service time (2^52 x 1e-6).
 inline constexpr double kMaxDurationInServiceTimes = 4.5e9;
+// A slow event's factor. 1e300 ran latencies far past what the latency
+// histogram holds (2^64 ns, 585 years: p99 showed 18374686479.67 s); a million
+// times a 5 ms service is 83 minutes, and a millionth is a speed-up nobody models.
+inline constexpr double kMinSlowFactor = 1e-6;
+inline constexpr double kMaxSlowFactor = 1e6;
 // The duration when none is given and no trace has a span to offer.
 inline constexpr double kDefaultDurationS = 60;
 
@@ -61,7 +66,7 @@ struct Event {
   double at_s = 0;
   Kind kind = Kind::slow;
   std::string server;             // slow, fail, recover, weight
-  double factor = 1;              // slow: service times x factor (absolute, 1 = normal speed)
+  double factor = 1;              // slow: service times x factor (absolute, 1 = normal speed; kMin/kMaxSlowFactor)
   uint32_t weight = 0;            // weight: the server's new weight
   std::vector<uint32_t> weights;  // weights: every server's new weight, in order
 };

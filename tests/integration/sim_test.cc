@@ -319,6 +319,12 @@ TEST(SimCommandTest, ZeroBucketEmptyPoliciesAndDuplicatesAreRejected) {
       "scenario: servers[0].size: is given twice");
 }
 
+// The slow factor is bounded (1e300 saturated the latency histogram).
+TEST(SimCommandTest, SlowFactorIsBounded) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1e300", "--event '1s:s1:slow=1e300'");
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1000").exit_code, 0);
+}
+
 // A keyless line of a keyed trace is placed at random by weight (it was
 // hashed as key 0: 99.9 % on one server).
 TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {

@@ -334,6 +334,23 @@ TEST(TraceTest, CommentsAreStrippedBeforeTheKey) {
   EXPECT_EQ(s.trace_keys[0], s.trace_keys[1]);
 }
 
+// A slow factor far outside 1e-6..1e6 saturated the latency histogram
+// (p99 18374686479.67 s for slow=1e300): an error naming the event.
+TEST(ScenarioFlagsTest, SlowFactorIsBounded) {
+  EXPECT_NE(error_of([] { parse_event("1s:s1:slow=1e300"); }).find("--event '1s:s1:slow=1e300'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("1s:s1:slow=1e-300"); }).find("slow"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_event("1s:s1:slow=1e6").factor, 1e6);
+  EXPECT_DOUBLE_EQ(parse_event("1s:s1:slow=1e-6").factor, 1e-6);
+  EXPECT_NE(scenario_error(R"("events": ["1s:a:slow=1e9"])").find("scenario: events[0]"), std::string::npos);
+  // Library callers too.
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.events.push_back(parse_event("1s:s1:slow=2"));
+  s.events[0].factor = 1e7;
+  EXPECT_NE(error_of([&] { validate(s); }).find("slow factor"), std::string::npos);
+}
+
 // A zero bucket was silently replaced by duration / 60; two servers of one name
 // are an error in a file as on the command line.
 TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
