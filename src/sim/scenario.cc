@@ -95,27 +95,45 @@ uint64_t parse_seed(std::string_view text) {
 
 double parse_duration(std::string_view text, std::string_view what) {
   text = trim(text);
-  struct Unit {
-    std::string_view suffix;
-    double seconds;
+  const auto not_a_duration = [&] {
+    fail(fmt::format("{}: '{}' is not a duration (600s, 1m30s, 1.5s, 250ms, 20us, or a number of seconds)", what,
+                     text));
   };
-  // Longest suffixes first so "ms" is not read as "s".
-  constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
-  double v = 0;
-  bool unit_found = false;
-  for (const Unit& u : kUnits) {
-    if (text.size() > u.suffix.size() && text.ends_with(u.suffix)) {
-      std::string_view number = text.substr(0, text.size() - u.suffix.size());
-      if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
-      v = parse_number(number, what) * u.seconds;
-      unit_found = true;
-      break;
+  if (text.empty()) not_a_duration();
+  const char* const end = text.data() + text.size();
+  double seconds = 0;
+  bool negative = false;
+  // A bare number is seconds, as sim has always read it (the Heftfile wants a unit).
+  auto [bare_end, bare_ec] = std::from_chars(text.data(), end, seconds);
+  if (bare_ec == std::errc() && bare_end == end) {
+    if (!std::isfinite(seconds)) not_a_duration();  // "inf", "nan"
+  } else {
+    // Otherwise a sum of <number><unit> terms, as the Heftfile writes durations
+    // (1m30s, 1h30m, 1.5s, 1d), plus "us": sim models sub-millisecond services.
+    struct Unit {
+      std::string_view name;
+      double seconds;
+    };
+    constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+    seconds = 0;
+    for (const char* p = text.data(); p != end;) {
+      double number = 0;
+      auto [number_end, ec] = std::from_chars(p, end, number);
+      if (ec != std::errc() || !std::isfinite(number)) not_a_duration();  // also "inf" and "nan"
+      const char* unit_end = number_end;
+      while (unit_end != end && *unit_end >= 'a' && *unit_end <= 'z') ++unit_end;
+      const std::string_view unit(number_end, static_cast<size_t>(unit_end - number_end));
+      const Unit* found =
+          std::find_if(std::begin(kUnits), std::end(kUnits), [&](const Unit& u) { return u.name == unit; });
+      if (found == std::end(kUnits)) not_a_duration();  // "1m30": the last term has no unit
+      negative = negative || number < 0;
+      seconds += number * found->seconds;
+      p = unit_end;
     }
   }
-  if (!unit_found) v = parse_number(text, what);
-  if (v < 0) fail(fmt::format("{}: '{}' is negative", what, text));
-  if (!std::isfinite(v)) fail(fmt::format("{}: '{}' is too large", what, text));  // 1e308h
-  return v;
+  if (!std::isfinite(seconds) && !negative) fail(fmt::format("{}: '{}' is too large", what, text));  // 1e308h
+  if (negative || seconds < 0) fail(fmt::format("{}: '{}' is negative", what, text));
+  return seconds;
 }
 
 std::vector<double> parse_units(std::string_view text) {
@@ -333,16 +351,16 @@ double json_non_negative(const json& v, std::string_view path) {
   return v.get<double>();
 }
 
-// "20ms" or a number of seconds, >= 0.
+// "20ms", "1m30s" or a number of seconds, >= 0.
 double json_duration(const json& v, std::string_view path) {
   if (v.is_string()) {
     try {
       return parse_duration(v.get<std::string>());
     } catch (const std::invalid_argument&) {
-      json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+      json_fail(path, "must be a duration (\"20ms\", \"1m30s\" or seconds)", v);
     }
   }
-  if (!v.is_number()) json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+  if (!v.is_number()) json_fail(path, "must be a duration (\"20ms\", \"1m30s\" or seconds)", v);
   return json_non_negative(v, path);
 }
 

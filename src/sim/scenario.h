@@ -94,8 +94,9 @@ struct Scenario {
 // "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
 uint64_t parse_seed(std::string_view text);
 
-// "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds; `what`
-// names the flag or key in errors ("--bucket: '-1s' is negative").
+// "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
+// ("1m30s", "1.5s"), or a bare number of seconds (the Heftfile wants a unit);
+// `what` names the flag or key in errors ("--bucket: '-1s' is negative").
 double parse_duration(std::string_view text, std::string_view what = "duration");
 
 // "3x,1x,1x" (or "3,1,1"): units per server.

@@ -138,7 +138,7 @@ TEST(SimCommandTest, ErrorsNameTheFlagOrTheFile) {
   std::ofstream(trace) << "0.1\n0.2\n";
   expect_rejected("sim --servers 1x --trace " + trace + " --rate 5", "--rate does not apply to a trace");
   expect_rejected("sim --servers 1x --bucket -1s", "--bucket: '-1s' is negative");
-  expect_rejected("sim --servers 1x --service abc", "--service: 'abc' is not a number");
+  expect_rejected("sim --servers 1x --service abc", "--service: 'abc' is not a duration");
   expect_rejected("sim --server name=big,service=abc", "--server service: 'abc'");
   expect_rejected("sim --servers 1x --event xs:s1:fail", "--event time: 'xs'");
   expect_rejected("sim --servers 1x --duration 1e15s --rate 1e-10", "too long for the shortest service time");
@@ -317,6 +317,18 @@ TEST(SimCommandTest, ZeroBucketEmptyPoliciesAndDuplicatesAreRejected) {
   expect_rejected(
       "sim --scenario " + dir.file("ks.json", R"({"servers": [{"name": "a", "size": 1, "size": 2}]})"),
       "scenario: servers[0].size: is given twice");
+}
+
+// Durations as the Heftfile writes them ("1m30s" was "'1m30' is not a number").
+TEST(SimCommandTest, CompoundDurations) {
+  Output run = run_heft("sim --servers 1x,1x --rate 10 --duration 1m30s --event 1m:s1:fail --bucket 1.5s "
+                        "--policies round_robin --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto j = nlohmann::json::parse(run.stdout_text)["scenarios"][0];
+  EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 90);
+  EXPECT_DOUBLE_EQ(j["bucket_s"].get<double>(), 1.5);
+  EXPECT_EQ(j["events"][0], "60s:s1:fail");
+  expect_rejected("sim --servers 1x --rate 10 --duration 1m30", "--duration: '1m30' is not a duration");
 }
 
 // The slow factor is bounded (1e300 saturated the latency histogram).

@@ -334,6 +334,26 @@ TEST(TraceTest, CommentsAreStrippedBeforeTheKey) {
   EXPECT_EQ(s.trace_keys[0], s.trace_keys[1]);
 }
 
+// Durations read as the Heftfile's do ("1m30s", "1.5s", "1d"), plus "us" and a
+// bare number of seconds; an error echoes the whole text.
+TEST(ScenarioFlagsTest, DurationsTakeTheHeftfilesForms) {
+  EXPECT_DOUBLE_EQ(parse_duration("1m30s"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5s"), 1.5);
+  EXPECT_DOUBLE_EQ(parse_duration("1d"), 86400);
+  EXPECT_DOUBLE_EQ(parse_duration("1s500ms"), 1.5);
+  EXPECT_DOUBLE_EQ(parse_duration("250us"), 250e-6);
+  EXPECT_DOUBLE_EQ(parse_duration("0"), 0);
+  EXPECT_DOUBLE_EQ(parse_duration("90"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("1e-3s"), 1e-3);
+  EXPECT_NE(error_of([] { parse_duration("1m30", "--duration"); }).find("--duration: '1m30' is not a duration"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("1x", "--duration"); }).find("'1x'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("1m-30s", "--duration"); }).find("negative"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("s", "--duration"); }).find("'s'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("", "--duration"); }).find("--duration"), std::string::npos);
+}
+
 // A slow factor far outside 1e-6..1e6 saturated the latency histogram
 // (p99 18374686479.67 s for slow=1e300): an error naming the event.
 TEST(ScenarioFlagsTest, SlowFactorIsBounded) {
