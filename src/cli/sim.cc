@@ -108,6 +108,13 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   int sources = f.given("--example") + f.given("--scenario") + (f.given("--servers") || f.given("--server"));
   if (sources != 1)
     throw std::invalid_argument("give exactly one of --example, --scenario, or --servers/--server");
+  // They shape the servers --servers makes; anywhere else they did nothing.
+  for (const char* flag : {"--service", "--dist", "--sigma", "--unit-workers"}) {
+    if (f.given(flag) && !f.given("--servers"))
+      throw std::invalid_argument(fmt::format(
+          "{} needs --servers (a --server takes service=, dist=, sigma= and size=; a scenario file, its members)",
+          flag));
+  }
   if (f.given("--example")) {
     if (f.example != "seed") throw std::invalid_argument("--example: the only example is 'seed'");
     out.push_back(sim::seed_example(false));

@@ -319,6 +319,15 @@ TEST(SimCommandTest, ZeroBucketEmptyPoliciesAndDuplicatesAreRejected) {
       "scenario: servers[0].size: is given twice");
 }
 
+// --servers's options do nothing for --server or --example: an error, not silence.
+TEST(SimCommandTest, ServersOptionsNeedServers) {
+  for (const char* option : {"--service 1ms", "--dist fixed", "--sigma 1", "--unit-workers 4"}) {
+    const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+    expect_rejected(std::string("sim --server name=a --rate 10 --duration 2s ") + option, name + " needs --servers");
+    expect_rejected(std::string("sim --example seed --duration 2s ") + option, name + " needs --servers");
+  }
+}
+
 // Durations as the Heftfile writes them ("1m30s" was "'1m30' is not a number").
 TEST(SimCommandTest, CompoundDurations) {
   Output run = run_heft("sim --servers 1x,1x --rate 10 --duration 1m30s --event 1m:s1:fail --bucket 1.5s "
