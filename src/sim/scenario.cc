@@ -189,19 +189,14 @@ ServerSpec parse_server(std::string_view text) {
 }
 
 Event parse_event(std::string_view text) {
-  std::vector<std::string_view> parts;
-  // Split on the first two ':' only: "weights=1,1,1" holds no ':' but keep it general.
-  size_t first = text.find(':');
+  // The time ends at the first ':' and the action starts after the last (no
+  // action holds one), so a server may be named by address: "127.0.0.1:22001".
+  const size_t first = text.find(':'), last = text.rfind(':');
   if (first == std::string_view::npos) fail(fmt::format("--event '{}': expected TIME:SERVER:ACTION", text));
   Event e;
   e.at_s = parse_duration(text.substr(0, first), "--event time");
-  std::string_view rest = trim(text.substr(first + 1));
-  std::string_view action = rest;
-  size_t second = rest.find(':');
-  if (second != std::string_view::npos) {
-    e.server = std::string(trim(rest.substr(0, second)));
-    action = trim(rest.substr(second + 1));
-  }
+  const std::string_view action = trim(text.substr(last + 1));
+  if (last != first) e.server = std::string(trim(text.substr(first + 1, last - first - 1)));
   size_t eq = action.find('=');
   std::string_view verb = trim(action.substr(0, eq));
   std::string_view value = eq == std::string_view::npos ? std::string_view{} : trim(action.substr(eq + 1));

@@ -106,7 +106,8 @@ std::vector<double> parse_units(std::string_view text);
 ServerSpec parse_server(std::string_view text);
 
 // "300s:big:slow=2", "300s:big:fail", "400s:big:recover", "300s:big:weight=5",
-// "300s:weights=1,1,1".
+// "300s:weights=1,1,1". Split at the first and the last ':', so the server's
+// name may hold colons: "300s:127.0.0.1:22001:fail".
 Event parse_event(std::string_view text);
 
 // "round_robin,weighted_round_robin,least_conn"

@@ -340,6 +340,17 @@ TEST(SimCommandTest, CompoundDurations) {
   expect_rejected("sim --servers 1x --rate 10 --duration 1m30", "--duration: '1m30' is not a duration");
 }
 
+// Events for servers named by address, as the proxy's hash identities are.
+TEST(SimCommandTest, AddressNamedServers) {
+  Output run = run_heft(
+      "sim --server name=127.0.0.1:22001 --server name=127.0.0.1:22002 --rate 10 --duration 10s "
+      "--event 5s:127.0.0.1:22001:fail --policies round_robin --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto j = nlohmann::json::parse(run.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["events"][0], "5s:127.0.0.1:22001:fail");
+  EXPECT_GT(j["policies"][0]["servers"][1]["share"].get<double>(), 0.7);
+}
+
 // The slow factor is bounded (1e300 saturated the latency histogram).
 TEST(SimCommandTest, SlowFactorIsBounded) {
   expect_rejected("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1e300", "--event '1s:s1:slow=1e300'");

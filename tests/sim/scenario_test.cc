@@ -354,6 +354,21 @@ TEST(ScenarioFlagsTest, DurationsTakeTheHeftfilesForms) {
   EXPECT_NE(error_of([] { parse_duration("", "--duration"); }).find("--duration"), std::string::npos);
 }
 
+// TIME:SERVER:ACTION splits at the first and the last colon, so a server may be
+// named after the address the proxy hashes by ("127.0.0.1:22001").
+TEST(ScenarioFlagsTest, EventServerNamesMayHoldColons) {
+  const Event failed = parse_event("10s:127.0.0.1:22001:fail");
+  EXPECT_EQ(failed.server, "127.0.0.1:22001");
+  EXPECT_EQ(failed.kind, Event::Kind::fail);
+  const Event slow = parse_event("10s:[::1]:22001:slow=2");
+  EXPECT_EQ(slow.server, "[::1]:22001");
+  EXPECT_EQ(slow.kind, Event::Kind::slow);
+  EXPECT_DOUBLE_EQ(slow.factor, 2);
+  EXPECT_EQ(event_text(slow), "10s:[::1]:22001:slow=2");
+  EXPECT_EQ(parse_event("5s:weights=1,2").weights, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(parse_event("5s:a:weight=3").server, "a");
+}
+
 // A slow factor far outside 1e-6..1e6 saturated the latency histogram
 // (p99 18374686479.67 s for slow=1e300): an error naming the event.
 TEST(ScenarioFlagsTest, SlowFactorIsBounded) {
