@@ -409,6 +409,8 @@ SimResult simulate(const Scenario& scenario) {
   validate(result.scenario);
   for (balance::PolicyKind policy : result.scenario.policies)
     result.policies.push_back(simulate_policy(result.scenario, policy));
+  if (result.scenario.has_trace)
+    result.trace_arrivals = result.scenario.trace_times.size() - trace_arrivals_after_duration(result.scenario);
   result.scenario.trace_times.clear();
   result.scenario.trace_times.shrink_to_fit();
   result.scenario.trace_keys.clear();

@@ -351,6 +351,23 @@ TEST(SimCommandTest, AddressNamedServers) {
   EXPECT_GT(j["policies"][0]["servers"][1]["share"].get<double>(), 0.7);
 }
 
+// A slow rate keeps its digits in the header ("0.0 req/s" before), and a trace
+// scenario's JSON counts its arrivals (it said "trace").
+TEST(SimCommandTest, SmallRatesAndTraceArrivalCounts) {
+  Output slow = run_heft("sim --servers 1x --rate 0.001 --duration 2s");
+  ASSERT_EQ(slow.exit_code, 0);
+  EXPECT_NE(slow.stdout_text.find("0.001 req/s Poisson"), std::string::npos) << slow.stdout_text;
+  Output usual = run_heft("sim --servers 1x --rate 578.7 --duration 2s");
+  EXPECT_NE(usual.stdout_text.find("578.7 req/s Poisson"), std::string::npos) << usual.stdout_text;
+  TempDir dir("heft_sim_count");
+  const std::string trace = dir.file("t.txt", even_trace(50, 0.01));
+  Output traced = run_heft("sim --servers 1x --duration 0.3s --json --trace " + trace);
+  ASSERT_EQ(traced.exit_code, 0);
+  const auto j = nlohmann::json::parse(traced.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["arrivals"], 30);
+  EXPECT_EQ(j["policies"][0]["arrivals"], 30);
+}
+
 // The slow factor is bounded (1e300 saturated the latency histogram).
 TEST(SimCommandTest, SlowFactorIsBounded) {
   expect_rejected("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1e300", "--event '1s:s1:slow=1e300'");
