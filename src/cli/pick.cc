@@ -3,9 +3,12 @@
 //   heft pick --policy weighted_round_robin --weights 5,1,1 --count 7 --trace
 //   heft pick --policy least_conn --weights 2,5 --active 10,15
 //   heft pick --policy hash --weights 5,3,2 --keys alice,bob --json
+//   heft pick --policy hash --weights 5,3,2 --keys-file keys.txt
 #include <fmt/format.h>
 
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -25,7 +28,11 @@ struct PickOptions {
   std::string weights;
   std::string names;
   std::string active;
+  CLI::Option* active_option = nullptr;
   std::string keys;
+  CLI::Option* keys_option = nullptr;  // given or not: --keys '' is one empty key
+  std::string keys_file;               // one key per line: more keys than an argument holds
+  CLI::Option* keys_file_option = nullptr;
   int count = 0;
   CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
   std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
@@ -55,6 +62,29 @@ std::vector<uint32_t> parse_numbers(const std::string& text, const char* what, u
     out.push_back(value);
   }
   return out;
+}
+
+constexpr size_t kMaxKeys = 1'000'000;
+
+// One key per line; an empty line is an empty key, a final newline ends the
+// last line, and a CR before the newline is not part of the key.
+std::vector<std::string> read_keys_file(const std::string& path) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw BadArguments(fmt::format("--keys-file: '{}' is a directory", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw BadArguments(fmt::format("--keys-file: cannot read '{}'", path));
+  std::vector<std::string> keys;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (keys.size() == kMaxKeys)
+      throw BadArguments(fmt::format("{}:{}: more than {} keys", path, kMaxKeys + 1, kMaxKeys));
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    keys.push_back(std::move(line));
+  }
+  if (in.bad()) throw BadArguments(fmt::format("--keys-file: reading '{}' failed", path));
+  if (keys.empty())
+    throw BadArguments(fmt::format("--keys-file: '{}' has no keys (an empty line is an empty key)", path));
+  return keys;
 }
 
 std::string default_name(size_t i) {
@@ -90,23 +120,34 @@ int run_pick(const PickOptions& o) {
   Balancer balancer({*kind, *strategy}, specs);
 
   std::vector<uint32_t> active;
-  if (!o.active.empty()) {
+  // Only least_conn and p2c read active counts; for the others --active printed
+  // a table of load ratios the pick never looked at.
+  const bool reads_active = *kind == PolicyKind::least_conn || *kind == PolicyKind::p2c;
+  if (o.active_option->count() > 0 && !reads_active)
+    throw BadArguments(fmt::format("--active: policy {} does not read active counts (least_conn and p2c do)",
+                                   policy_name(*kind)));
+  if (o.active_option->count() > 0) {
     active = parse_numbers(o.active, "active", UINT32_MAX);
     if (active.size() != weights.size())
       throw BadArguments(fmt::format("--active has {} counts for {} weights", active.size(), weights.size()));
     for (size_t i = 0; i < active.size(); ++i) balancer.live(i).active = active[i];
   }
-  std::vector<std::string> keys = o.keys.empty() ? std::vector<std::string>{} : split(o.keys);
+  const bool keys_given = o.keys_option->count() > 0, keys_file_given = o.keys_file_option->count() > 0;
+  if (keys_given && keys_file_given) throw BadArguments("--keys and --keys-file are exclusive");
+  const char* keys_flag = keys_file_given ? "--keys-file" : "--keys";
   // Only hash reads the key; elsewhere --keys would silently set the count.
-  if (!keys.empty() && *kind != PolicyKind::hash)
-    throw BadArguments(fmt::format("--keys: policy {} does not hash keys (only hash does)", policy_name(*kind)));
+  if ((keys_given || keys_file_given) && *kind != PolicyKind::hash)
+    throw BadArguments(fmt::format("{}: policy {} does not hash keys (only hash does)", keys_flag, policy_name(*kind)));
+  std::vector<std::string> keys = keys_file_given ? read_keys_file(o.keys_file)
+                                  : keys_given    ? split(o.keys)
+                                                  : std::vector<std::string>{};
   uint64_t total = 0;
   for (uint32_t w : weights) total += w;
   int count = o.count;
   if (o.count_option && o.count_option->count() > 0) {
     if (count < 1 || count > 1'000'000) throw BadArguments(fmt::format("--count must be 1..1000000, got {}", count));
   } else {
-    if (keys.size() > 1'000'000) throw BadArguments("--keys: at most 1000000 keys");
+    if (keys.size() > kMaxKeys) throw BadArguments(fmt::format("{}: at most {} keys", keys_flag, kMaxKeys));
     count = !keys.empty() ? static_cast<int>(keys.size())
                           : (!active.empty() ? 1 : static_cast<int>(std::clamp<uint64_t>(total, 1, 100)));
   }
@@ -130,9 +171,13 @@ int run_pick(const PickOptions& o) {
   for (int step = 0; step < count; ++step) {
     PickContext ctx;
     ctx.random = rng();
-    // Without keys, hash places each pick as the proxy places a request
-    // without its key: at random in proportion to the weights (docs/hashing.md).
-    if (*kind == PolicyKind::hash) ctx.key_hash = keys.empty() ? rng() : hash_key(keys[step % keys.size()]);
+    // Without a key (no --keys, or an empty one), hash places the pick as the
+    // proxy places a request without its key: at random in proportion to the
+    // weights (docs/hashing.md, "Keys and identities").
+    if (*kind == PolicyKind::hash) {
+      const bool keyed = !keys.empty() && !keys[step % keys.size()].empty();
+      ctx.key_hash = keyed ? hash_key(keys[step % keys.size()]) : rng();
+    }
     std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
     auto choice = balancer.pick(ctx);
     std::string chosen = choice ? names[*choice] : "-";
@@ -196,9 +241,13 @@ int run_pick(const PickOptions& o) {
         fmt::print("{}\n", line);
       }
     } else {
-      for (const auto& row : trace)
-        fmt::print("{:>5}  {}{}\n", row["pick"].get<int>(), row["chosen"].get<std::string>(),
-                   row.contains("key") ? "  (key " + row["key"].get<std::string>() + ")" : "");
+      for (const auto& row : trace) {
+        std::string key;
+        if (row.contains("key"))
+          key = row["key"].get<std::string>().empty() ? "  (empty key: at random by weight)"
+                                                      : "  (key " + row["key"].get<std::string>() + ")";
+        fmt::print("{:>5}  {}{}\n", row["pick"].get<int>(), row["chosen"].get<std::string>(), key);
+      }
     }
   }
   std::string line;
@@ -224,8 +273,12 @@ void setup(CLI::App& root) {
   cmd->add_option("--names", options->names, "comma-separated distinct names (default A,B,C...)");
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
-  cmd->add_option("--active", options->active, "active requests per backend (least_conn, p2c)");
-  cmd->add_option("--keys", options->keys, "comma-separated keys to hash (hash policy only)");
+  options->active_option =
+      cmd->add_option("--active", options->active, "active requests per backend (least_conn and p2c only)");
+  options->keys_option = cmd->add_option(
+      "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
+  options->keys_file_option = cmd->add_option(
+      "--keys-file", options->keys_file, "keys to hash, one per line (hash only; an empty line is an empty key)");
   cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed (random, p2c, hash without --keys)")->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");

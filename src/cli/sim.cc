@@ -43,9 +43,10 @@ struct SimFlags {
   bool json = false;
   bool csv = false;
   std::string svg;
-  // Which optional flags were given (to override a file or an example).
-  CLI::Option* seed_opt = nullptr;
-  CLI::Option* rate_opt = nullptr;
+  // Whether a flag was given: an empty value ("--policies ''") is an error
+  // for its parser, not a silent "not given".
+  CLI::App* command = nullptr;
+  bool given(const char* flag) const { return command->count(flag) > 0; }
 };
 
 std::string read_file(const std::string& path, const char* what) {
@@ -70,17 +71,25 @@ void load_trace_file(const std::string& path, const char* what, sim::Scenario& s
 
 // Flags that refine any scenario (from flags, a file or an example).
 void apply_overrides(const SimFlags& f, sim::Scenario& s) {
-  if (f.seed_opt->count()) s.seed = sim::parse_seed(f.seed);
-  if (f.rate_opt->count()) s.rate = f.rate;
-  if (!f.duration.empty()) s.duration_s = sim::parse_duration(f.duration, "--duration");
-  if (!f.bucket.empty()) s.bucket_s = sim::parse_duration(f.bucket, "--bucket");
-  if (!f.policies.empty()) s.policies = sim::parse_policies(f.policies);
-  if (!f.hash_strategy.empty()) {
+  if (f.given("--seed")) s.seed = sim::parse_seed(f.seed);
+  if (f.given("--rate")) s.rate = f.rate;
+  if (f.given("--duration")) {
+    s.duration_s = sim::parse_duration(f.duration, "--duration");
+    // Not left to validate(): there 0 means "not given" (a trace's span, or 60 s).
+    if (!(s.duration_s > 0)) throw std::invalid_argument("--duration must be positive");
+  }
+  if (f.given("--bucket")) {
+    s.bucket_s = sim::parse_duration(f.bucket, "--bucket");
+    // Not left to validate(): there 0 means "not given" (duration / 60).
+    if (!(s.bucket_s > 0)) throw std::invalid_argument("--bucket must be positive");
+  }
+  if (f.given("--policies")) s.policies = sim::parse_policies(f.policies);
+  if (f.given("--hash-strategy")) {
     auto h = balance::parse_hash_strategy(f.hash_strategy);
     if (!h) throw std::invalid_argument("--hash-strategy is ring or maglev");
     s.hash_strategy = *h;
   }
-  if (!f.weights.empty()) {
+  if (f.given("--weights")) {
     auto w = sim::parse_weights(f.weights);
     if (w.size() != s.servers.size())
       throw std::invalid_argument("--weights: " + std::to_string(w.size()) + " weights for " +
@@ -88,32 +97,39 @@ void apply_overrides(const SimFlags& f, sim::Scenario& s) {
     for (size_t i = 0; i < w.size(); ++i) s.servers[i].weight = w[i];
   }
   for (const std::string& e : f.events) s.events.push_back(sim::parse_event(e));
-  if (!f.trace.empty()) load_trace_file(f.trace, "--trace", s);
-  if (f.rate_opt->count() && s.has_trace)
+  if (f.given("--trace")) load_trace_file(f.trace, "--trace", s);
+  if (f.given("--rate") && s.has_trace)
     throw std::invalid_argument("--rate does not apply to a trace: its arrivals are replayed as they are");
   sim::validate(s);
 }
 
 std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   std::vector<sim::Scenario> out;
-  int sources = !f.example.empty() + !f.scenario_file.empty() + (!f.servers.empty() || !f.server.empty());
+  int sources = f.given("--example") + f.given("--scenario") + (f.given("--servers") || f.given("--server"));
   if (sources != 1)
     throw std::invalid_argument("give exactly one of --example, --scenario, or --servers/--server");
-  if (!f.example.empty()) {
+  // They shape the servers --servers makes; anywhere else they did nothing.
+  for (const char* flag : {"--service", "--dist", "--sigma", "--unit-workers"}) {
+    if (f.given(flag) && !f.given("--servers"))
+      throw std::invalid_argument(fmt::format(
+          "{} needs --servers (a --server takes service=, dist=, sigma= and size=; a scenario file, its members)",
+          flag));
+  }
+  if (f.given("--example")) {
     if (f.example != "seed") throw std::invalid_argument("--example: the only example is 'seed'");
     out.push_back(sim::seed_example(false));
     out.push_back(sim::seed_example(true));
-  } else if (!f.scenario_file.empty()) {
+  } else if (f.given("--scenario")) {
     nlohmann::json j;
     // Any of the parser's errors: a syntax error, or a number beyond a double (1e400).
     try {
-      j = nlohmann::json::parse(read_file(f.scenario_file, "--scenario"));
+      j = sim::parse_scenario_text(read_file(f.scenario_file, "--scenario"));
     } catch (const nlohmann::json::exception& e) {
       throw std::invalid_argument(fmt::format("--scenario '{}': {}", f.scenario_file, e.what()));
     }
     std::string trace_path;
     sim::Scenario s = sim::scenario_from_json(j, &trace_path);
-    if (!trace_path.empty() && f.trace.empty()) {
+    if (!trace_path.empty() && !f.given("--trace")) {
       std::filesystem::path p(trace_path);
       if (p.is_relative()) p = std::filesystem::path(f.scenario_file).parent_path() / p;
       load_trace_file(p.string(), "scenario trace", s);
@@ -122,7 +138,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   } else {
     sim::Scenario s;
     s.name = "heft sim";
-    if (!f.servers.empty()) {
+    if (f.given("--servers")) {
       auto dist = sim::parse_service_dist(f.dist);
       if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
       if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
@@ -161,10 +177,20 @@ void run_sim(const SimFlags& f) {
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   }
+  // A trace's arrivals beyond a given duration are not replayed: say how many.
+  for (const sim::Scenario& s : scenarios) {
+    const uint64_t cut = s.has_trace ? sim::trace_arrivals_after_duration(s) : 0;
+    if (cut == 0) continue;
+    const std::string duration =
+        f.given("--duration") ? "--duration " + f.duration : fmt::format("the scenario's duration {:g}s", s.duration_s);
+    const std::string scenario = scenarios.size() > 1 ? s.name + ": " : "";  // --example runs two
+    fmt::print(stderr, "heft sim: {}{} trace arrival{} at or after {} {} not replayed\n", scenario, cut,
+               cut == 1 ? "" : "s", duration, cut == 1 ? "was" : "were");
+  }
   // Opened before the runs, which may take a minute: a path that cannot be
   // written is a bad argument, found at once.
   std::ofstream svg;
-  if (!f.svg.empty()) {
+  if (f.given("--svg")) {
     svg.open(f.svg, std::ios::binary | std::ios::trunc);
     if (!svg) throw BadArguments("--svg: cannot write '" + f.svg + "'");
   }
@@ -200,13 +226,14 @@ void setup(CLI::App& root) {
   cmd->add_option("--server", f->server,
                   "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s "
                   "(repeatable)");
-  f->rate_opt = cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
-  cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default 60s)");
+  f->command = cmd;
+  cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
+  cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default: a trace's span, else 60s)");
   cmd->add_option("--trace", f->trace, "Replay arrivals: one time in seconds per line, optional key");
   cmd->add_option("--policies", f->policies, "Policies to compare (default round_robin,weighted_round_robin,least_conn)");
   cmd->add_option("--weights", f->weights, "Weights in server order (default: sizes in units)");
   cmd->add_option("--event", f->events, "TIME:SERVER:slow=F|fail|recover|weight=N, or TIME:weights=A,B,.. (repeatable)");
-  f->seed_opt = cmd->add_option("--seed", f->seed, "Random seed: same seed, same output")->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Random seed: same seed, same output")->capture_default_str();
   cmd->add_option("--bucket", f->bucket, "Utilisation time-series bucket (default duration / 60)");
   cmd->add_option("--hash-strategy", f->hash_strategy, "For the hash policy: ring or maglev");
   cmd->add_flag("--json", f->json, "Print the results as JSON");

@@ -208,7 +208,11 @@ Plan make_plan(const PlanInputs& in) {
   // A hair of tolerance so 10.000000000001 groups' worth of rounding noise is 10.
   const double groups_needed = std::ceil(plan.small_server_equivalents / plan.group_capacity - 1e-9);
   if (groups_needed > kMaxGroups) {
-    throw std::invalid_argument(fmt::format("the plan needs {} groups, more than {}", groups_needed, kMaxGroups));
+    // Groups = peak / (server rps x target busy) / group capacity: every flag but --planned-peak.
+    throw std::invalid_argument(fmt::format(
+        "--dau x --requests-per-user x --peak-factor / (--server-rps x --target-busy x the sum of --group): "
+        "the plan needs {:.3g} groups, more than heft plan handles ({:g})",
+        groups_needed, kMaxGroups));
   }
   plan.groups = std::max<int64_t>(1, static_cast<int64_t>(groups_needed));
 

@@ -10,11 +10,6 @@ namespace {
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", fraction * 100); }
 
-std::string arrivals_text(const Scenario& s) {
-  if (s.has_trace) return fmt::format("trace arrivals for {:g} s", s.duration_s);
-  return fmt::format("{:.1f} req/s Poisson for {:g} s", s.rate, s.duration_s);
-}
-
 nlohmann::ordered_json latency_json(const LatencySummary& l) {
   nlohmann::ordered_json j;
   j["mean_s"] = l.mean_s;
@@ -26,6 +21,17 @@ nlohmann::ordered_json latency_json(const LatencySummary& l) {
 }
 
 }  // namespace
+
+std::string format_rate(double rps) {
+  // {:.1f} alone showed 0.001 req/s as 0.0.
+  return rps >= 1 ? fmt::format("{:.1f}", rps) : fmt::format("{:.3g}", rps);
+}
+
+std::string arrivals_text(const SimResult& result) {
+  const Scenario& s = result.scenario;
+  if (s.has_trace) return fmt::format("{} trace arrivals for {:g} s", result.trace_arrivals, s.duration_s);
+  return fmt::format("{} req/s Poisson for {:g} s", format_rate(s.rate), s.duration_s);
+}
 
 std::string format_latency(double s) {
   if (s < 1e-3) return fmt::format("{:.0f} us", s * 1e6);
@@ -39,7 +45,7 @@ std::string format_table(const std::vector<SimResult>& results) {
     const SimResult& res = results[r];
     const Scenario& sc = res.scenario;
     if (r > 0) out += '\n';
-    out += fmt::format("{}: {}, seed {}\n", sc.name, arrivals_text(sc), sc.seed);
+    out += fmt::format("{}: {}, seed {}\n", sc.name, arrivals_text(res), sc.seed);
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
@@ -96,7 +102,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
     js["name"] = sc.name;
     js["seed"] = sc.seed;
     js["duration_s"] = sc.duration_s;
-    if (sc.has_trace) js["arrivals"] = "trace";
+    if (sc.has_trace) js["arrivals"] = res.trace_arrivals;  // the count replayed (it was the word "trace")
     else js["rate"] = sc.rate;
     js["bucket_s"] = sc.bucket_s;
     js["servers"] = nlohmann::ordered_json::array();

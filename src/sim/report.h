@@ -16,6 +16,12 @@ namespace heft::sim {
 // "20.1 ms", "2.35 s", "850 us".
 std::string format_latency(double seconds);
 
+// "578.7", "100.0", "0.001": one decimal from 1 req/s up, else 3 significant digits.
+std::string format_rate(double rps);
+
+// "578.7 req/s Poisson for 600 s", "6000 trace arrivals for 6 s".
+std::string arrivals_text(const SimResult& result);
+
 std::string format_table(const std::vector<SimResult>& results);
 nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results);
 std::string format_csv(const std::vector<SimResult>& results);

@@ -198,8 +198,7 @@ std::string format_svg(const std::vector<SimResult>& results) {
     const double top = kTitleH + r * row_h;
     std::string events;
     for (const Event& e : sc.events) events += (events.empty() ? "" : ", ") + event_text(e);
-    std::string arrivals = sc.has_trace ? fmt::format("trace, {:g} s", sc.duration_s)
-                                        : fmt::format("{:.1f} req/s Poisson, {:g} s", sc.rate, sc.duration_s);
+    std::string arrivals = arrivals_text(res);
     out += fmt::format(R"(<text x="10" y="{:.1f}" class="scenario">{} ({}, seed {}{}{}; buckets of {:g} s)</text>)" "\n",
                        top + 18, escape(sc.name), arrivals, sc.seed, events.empty() ? "" : "; events: ",
                        escape(events), sc.bucket_s);

@@ -19,6 +19,8 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
 
+constexpr std::string_view kSlowFactorRange = "1e-6..1e6";  // kMinSlowFactor..kMaxSlowFactor, as people write them
+
 std::string_view trim(std::string_view s) {
   size_t b = s.find_first_not_of(" \t\r\n");
   if (b == std::string_view::npos) return {};
@@ -93,27 +95,45 @@ uint64_t parse_seed(std::string_view text) {
 
 double parse_duration(std::string_view text, std::string_view what) {
   text = trim(text);
-  struct Unit {
-    std::string_view suffix;
-    double seconds;
+  const auto not_a_duration = [&] {
+    fail(fmt::format("{}: '{}' is not a duration (600s, 1m30s, 1.5s, 250ms, 20us, or a number of seconds)", what,
+                     text));
   };
-  // Longest suffixes first so "ms" is not read as "s".
-  constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
-  double v = 0;
-  bool unit_found = false;
-  for (const Unit& u : kUnits) {
-    if (text.size() > u.suffix.size() && text.ends_with(u.suffix)) {
-      std::string_view number = text.substr(0, text.size() - u.suffix.size());
-      if (number.back() < '0' || number.back() > '9') continue;  // "ms" seen as "m" + "s"
-      v = parse_number(number, what) * u.seconds;
-      unit_found = true;
-      break;
+  if (text.empty()) not_a_duration();
+  const char* const end = text.data() + text.size();
+  double seconds = 0;
+  bool negative = false;
+  // A bare number is seconds, as sim has always read it (the Heftfile wants a unit).
+  auto [bare_end, bare_ec] = std::from_chars(text.data(), end, seconds);
+  if (bare_ec == std::errc() && bare_end == end) {
+    if (!std::isfinite(seconds)) not_a_duration();  // "inf", "nan"
+  } else {
+    // Otherwise a sum of <number><unit> terms, as the Heftfile writes durations
+    // (1m30s, 1h30m, 1.5s, 1d), plus "us": sim models sub-millisecond services.
+    struct Unit {
+      std::string_view name;
+      double seconds;
+    };
+    constexpr Unit kUnits[] = {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+    seconds = 0;
+    for (const char* p = text.data(); p != end;) {
+      double number = 0;
+      auto [number_end, ec] = std::from_chars(p, end, number);
+      if (ec != std::errc() || !std::isfinite(number)) not_a_duration();  // also "inf" and "nan"
+      const char* unit_end = number_end;
+      while (unit_end != end && *unit_end >= 'a' && *unit_end <= 'z') ++unit_end;
+      const std::string_view unit(number_end, static_cast<size_t>(unit_end - number_end));
+      const Unit* found =
+          std::find_if(std::begin(kUnits), std::end(kUnits), [&](const Unit& u) { return u.name == unit; });
+      if (found == std::end(kUnits)) not_a_duration();  // "1m30": the last term has no unit
+      negative = negative || number < 0;
+      seconds += number * found->seconds;
+      p = unit_end;
     }
   }
-  if (!unit_found) v = parse_number(text, what);
-  if (v < 0) fail(fmt::format("{}: '{}' is negative", what, text));
-  if (!std::isfinite(v)) fail(fmt::format("{}: '{}' is too large", what, text));  // 1e308h
-  return v;
+  if (!std::isfinite(seconds) && !negative) fail(fmt::format("{}: '{}' is too large", what, text));  // 1e308h
+  if (negative || seconds < 0) fail(fmt::format("{}: '{}' is negative", what, text));
+  return seconds;
 }
 
 std::vector<double> parse_units(std::string_view text) {
@@ -129,10 +149,13 @@ std::vector<double> parse_units(std::string_view text) {
 ServerSpec parse_server(std::string_view text) {
   ServerSpec s;
   bool size_given = false, units_given = false;
+  std::unordered_set<std::string_view> keys;
   for (std::string_view part : split(text, ',')) {
     size_t eq = part.find('=');
     if (eq == std::string_view::npos) fail(fmt::format("--server: '{}' is not key=value", part));
     std::string_view key = trim(part.substr(0, eq)), value = trim(part.substr(eq + 1));
+    // The second would silently replace the first.
+    if (!keys.insert(key).second) fail(fmt::format("--server: key '{}' is given twice", key));
     if (key == "name") {
       s.name = std::string(value);
     } else if (key == "size") {
@@ -166,19 +189,14 @@ ServerSpec parse_server(std::string_view text) {
 }
 
 Event parse_event(std::string_view text) {
-  std::vector<std::string_view> parts;
-  // Split on the first two ':' only: "weights=1,1,1" holds no ':' but keep it general.
-  size_t first = text.find(':');
+  // The time ends at the first ':' and the action starts after the last (no
+  // action holds one), so a server may be named by address: "127.0.0.1:22001".
+  const size_t first = text.find(':'), last = text.rfind(':');
   if (first == std::string_view::npos) fail(fmt::format("--event '{}': expected TIME:SERVER:ACTION", text));
   Event e;
   e.at_s = parse_duration(text.substr(0, first), "--event time");
-  std::string_view rest = trim(text.substr(first + 1));
-  std::string_view action = rest;
-  size_t second = rest.find(':');
-  if (second != std::string_view::npos) {
-    e.server = std::string(trim(rest.substr(0, second)));
-    action = trim(rest.substr(second + 1));
-  }
+  const std::string_view action = trim(text.substr(last + 1));
+  if (last != first) e.server = std::string(trim(text.substr(first + 1, last - first - 1)));
   size_t eq = action.find('=');
   std::string_view verb = trim(action.substr(0, eq));
   std::string_view value = eq == std::string_view::npos ? std::string_view{} : trim(action.substr(eq + 1));
@@ -192,6 +210,8 @@ Event parse_event(std::string_view text) {
   if (verb == "slow") {
     e.kind = Event::Kind::slow;
     e.factor = positive(parse_number(value, "--event slow"), "--event slow factor");
+    if (!(e.factor >= kMinSlowFactor && e.factor <= kMaxSlowFactor))
+      fail(fmt::format("--event '{}': slow factor must be {}", text, kSlowFactorRange));
   } else if (verb == "fail") {
     e.kind = Event::Kind::fail;
   } else if (verb == "recover") {
@@ -206,6 +226,7 @@ Event parse_event(std::string_view text) {
 }
 
 std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
+  if (trim(text).empty()) fail("--policies is empty: name at least one policy");
   std::vector<balance::PolicyKind> out;
   for (std::string_view part : split(text, ',')) {
     auto kind = balance::parse_policy(part);
@@ -226,38 +247,65 @@ void load_trace(std::string_view text, Scenario& scenario) {
   scenario.has_trace = true;
   scenario.trace_times.clear();
   scenario.trace_keys.clear();
-  std::vector<std::pair<double, uint64_t>> rows;
+  scenario.trace_keyed.clear();
+  struct Row {
+    double time;
+    uint64_t key;
+    bool keyed;
+  };
+  std::vector<Row> rows;
   bool any_key = false;
   size_t line_no = 0;
   size_t start = 0;
   for (size_t guard = 0; start < text.size() && guard <= text.size(); ++guard) {
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
-    std::string_view line = trim(text.substr(start, end - start));
+    std::string_view line = text.substr(start, end - start);
     start = end + 1;
     ++line_no;
-    if (line.empty() || line.front() == '#') continue;
+    // A comment runs from '#' to the end of the line; it is no part of the key.
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
     size_t space = line.find_first_of(" \t,");
     std::string_view time_text = line.substr(0, space);
     double t = parse_number(time_text, fmt::format("trace line {}", line_no));
     if (t < 0) fail(fmt::format("trace line {}: negative time", line_no));
-    uint64_t key = 0;
+    Row row{t, 0, false};
     if (space != std::string_view::npos) {
       std::string_view key_text = trim(line.substr(space + 1));
       if (!key_text.empty()) {
-        key = balance::hash_key(key_text);
-        any_key = true;
+        row.key = balance::hash_key(key_text);
+        row.keyed = any_key = true;
       }
     }
-    rows.emplace_back(t, key);
+    rows.push_back(row);
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time < b.time; });
   scenario.trace_times.reserve(rows.size());
-  for (const auto& r : rows) scenario.trace_times.push_back(r.first);
+  for (const Row& r : rows) scenario.trace_times.push_back(r.time);
   if (any_key) {
     scenario.trace_keys.reserve(rows.size());
-    for (const auto& r : rows) scenario.trace_keys.push_back(r.second);
+    scenario.trace_keyed.reserve(rows.size());
+    for (const Row& r : rows) {
+      scenario.trace_keys.push_back(r.key);
+      scenario.trace_keyed.push_back(r.keyed);
+    }
   }
+}
+
+double trace_span(const Scenario& scenario) {
+  const std::vector<double>& times = scenario.trace_times;
+  if (times.empty()) return 0;
+  const double first = times.front(), last = times.back();
+  const double mean_gap = times.size() > 1 ? (last - first) / static_cast<double>(times.size() - 1) : 0;
+  const double span = last + (mean_gap > 0 ? mean_gap : 0.001);
+  // A gap too small to add to a late time still lets the last arrival in.
+  return span > last ? span : std::nextafter(last, std::numeric_limits<double>::infinity());
+}
+
+uint64_t trace_arrivals_after_duration(const Scenario& scenario) {
+  const auto& times = scenario.trace_times;
+  return static_cast<uint64_t>(times.end() - std::lower_bound(times.begin(), times.end(), scenario.duration_s));
 }
 
 namespace {
@@ -298,16 +346,16 @@ double json_non_negative(const json& v, std::string_view path) {
   return v.get<double>();
 }
 
-// "20ms" or a number of seconds, >= 0.
+// "20ms", "1m30s" or a number of seconds, >= 0.
 double json_duration(const json& v, std::string_view path) {
   if (v.is_string()) {
     try {
       return parse_duration(v.get<std::string>());
     } catch (const std::invalid_argument&) {
-      json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+      json_fail(path, "must be a duration (\"20ms\", \"1m30s\" or seconds)", v);
     }
   }
-  if (!v.is_number()) json_fail(path, "must be a duration (\"20ms\" or seconds)", v);
+  if (!v.is_number()) json_fail(path, "must be a duration (\"20ms\", \"1m30s\" or seconds)", v);
   return json_non_negative(v, path);
 }
 
@@ -356,6 +404,45 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
 
 }  // namespace
 
+nlohmann::json parse_scenario_text(std::string_view text) {
+  // The path of the value being parsed, one frame per enclosing object or array.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;                     // array: the element being parsed
+    std::string key;                      // object: the member being parsed
+    std::unordered_set<std::string> keys;  // object: the members seen
+  };
+  std::vector<Frame> frames;
+  const auto path = [&frames] {
+    std::string out;
+    for (const Frame& f : frames)
+      out += f.array ? fmt::format("[{}]", f.index) : (out.empty() ? "" : ".") + f.key;
+    return out;
+  };
+  const auto element_done = [&frames] {
+    if (!frames.empty() && frames.back().array) ++frames.back().index;
+  };
+  using Event = json::parse_event_t;
+  return json::parse(text, [&](int, Event event, json& parsed) {
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start: frames.emplace_back().array = event == Event::array_start; break;
+      case Event::object_end:
+      case Event::array_end:
+        frames.pop_back();
+        element_done();
+        break;
+      case Event::key:
+        frames.back().key = parsed.get<std::string>();
+        if (!frames.back().keys.insert(frames.back().key).second)
+          fail(fmt::format("scenario: {}: is given twice (a JSON parser would keep only the last)", path()));
+        break;
+      case Event::value: element_done(); break;
+    }
+    return true;
+  });
+}
+
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
   if (!j.is_object()) fail("scenario: expected a JSON object");
   Scenario s;
@@ -371,10 +458,13 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       s.rate = json_positive(v, key);
     } else if (key == "trace") {
       const std::string path = json_string(v, key);
+      if (path.empty()) json_fail(key, "must name a file", v);
       if (trace_path) *trace_path = path;
       s.has_trace = true;
     } else if (key == "bucket") {
       s.bucket_s = json_duration(v, key);
+      // 0 would read as "not given" (duration / 60).
+      if (!(s.bucket_s > 0)) json_fail(key, "must be a positive duration", v);
     } else if (key == "hash_strategy") {
       auto h = balance::parse_hash_strategy(json_string(v, key));
       if (!h) json_fail(key, "must be ring or maglev", v);
@@ -482,6 +572,8 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
   if (s.servers.size() > 4096) fail(fmt::format("{} servers; at most 4096 are simulated", s.servers.size()));
+  if (s.duration_s == 0)
+    s.duration_s = s.has_trace && !s.trace_times.empty() ? trace_span(s) : kDefaultDurationS;
   if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
   if (!s.has_trace) {
     if (!(s.rate > 0) || !std::isfinite(s.rate))
@@ -534,8 +626,8 @@ void validate(Scenario& s) {
   set_default_weights(s.servers);
   for (const Event& e : s.events) {
     if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");
-    if (e.kind == Event::Kind::slow && (!(e.factor > 0) || !std::isfinite(e.factor)))
-      fail(fmt::format("event at {}s: slow factor must be positive and finite", e.at_s));
+    if (e.kind == Event::Kind::slow && !(e.factor >= kMinSlowFactor && e.factor <= kMaxSlowFactor))
+      fail(fmt::format("event at {}s: slow factor must be {}", e.at_s, kSlowFactorRange));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
         fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));
@@ -548,8 +640,8 @@ void validate(Scenario& s) {
       fail(fmt::format("event at {}s: weight must be 0..{}", e.at_s, kMaxWeight));
   }
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
-  if (!std::isfinite(s.bucket_s)) fail("--bucket must be finite");
-  if (s.bucket_s <= 0) s.bucket_s = s.duration_s / 60;
+  if (!std::isfinite(s.bucket_s) || s.bucket_s < 0) fail("--bucket must be positive and finite");
+  if (s.bucket_s == 0) s.bucket_s = s.duration_s / 60;
   if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
   const double points = static_cast<double>(bucket_count(s)) * static_cast<double>(s.servers.size());
   if (points > static_cast<double>(kMaxSeriesPoints))

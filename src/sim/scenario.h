@@ -36,6 +36,13 @@ inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 // The longest duration, in shortest service times: simulated time (a double of
 // seconds) then still resolves a millionth of a service time (2^52 x 1e-6).
 inline constexpr double kMaxDurationInServiceTimes = 4.5e9;
+// A slow event's factor. 1e300 ran latencies far past what the latency
+// histogram holds (2^64 ns, 585 years: p99 showed 18374686479.67 s); a million
+// times a 5 ms service is 83 minutes, and a millionth is a speed-up nobody models.
+inline constexpr double kMinSlowFactor = 1e-6;
+inline constexpr double kMaxSlowFactor = 1e6;
+// The duration when none is given and no trace has a span to offer.
+inline constexpr double kDefaultDurationS = 60;
 
 enum class ServiceDist { fixed, exponential, lognormal };
 
@@ -59,7 +66,7 @@ struct Event {
   double at_s = 0;
   Kind kind = Kind::slow;
   std::string server;             // slow, fail, recover, weight
-  double factor = 1;              // slow: service times x factor (absolute, 1 = normal speed)
+  double factor = 1;              // slow: service times x factor (absolute, 1 = normal speed; kMin/kMaxSlowFactor)
   uint32_t weight = 0;            // weight: the server's new weight
   std::vector<uint32_t> weights;  // weights: every server's new weight, in order
 };
@@ -67,25 +74,29 @@ struct Event {
 struct Scenario {
   std::string name = "scenario";
   uint64_t seed = 1;
-  double duration_s = 60;  // arrivals in [0, duration); utilisation is measured over it
+  // Arrivals in [0, duration); utilisation is measured over it. 0: not given,
+  // and validate() makes it the trace's span (trace_span()), else 60 s.
+  double duration_s = 0;
   double rate = 100;       // Poisson arrivals per second (when there is no trace)
   bool has_trace = false;
   std::vector<double> trace_times;     // sorted arrival times, seconds
-  std::vector<uint64_t> trace_keys;    // hash_key() of each arrival's key (empty: none)
+  std::vector<uint64_t> trace_keys;    // hash_key() of each arrival's key (empty: no line has one)
+  std::vector<bool> trace_keyed;       // beside trace_keys: whether the line gave a key (else it is 0)
   std::vector<ServerSpec> servers;
   std::vector<balance::PolicyKind> policies = {balance::PolicyKind::round_robin,
                                                balance::PolicyKind::weighted_round_robin,
                                                balance::PolicyKind::least_conn};
   balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
   std::vector<Event> events;  // sorted by time (stable) by validate()
-  double bucket_s = 0;        // utilisation time-series bucket; 0: duration / 60
+  double bucket_s = 0;        // utilisation time-series bucket; 0: not given, validate() makes it duration / 60
 };
 
 // "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
 uint64_t parse_seed(std::string_view text);
 
-// "600s", "20ms", "250us", "2m", "1h", or a bare number of seconds; `what`
-// names the flag or key in errors ("--bucket: '-1s' is negative").
+// "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
+// ("1m30s", "1.5s"), or a bare number of seconds (the Heftfile wants a unit);
+// `what` names the flag or key in errors ("--bucket: '-1s' is negative").
 double parse_duration(std::string_view text, std::string_view what = "duration");
 
 // "3x,1x,1x" (or "3,1,1"): units per server.
@@ -95,7 +106,8 @@ std::vector<double> parse_units(std::string_view text);
 ServerSpec parse_server(std::string_view text);
 
 // "300s:big:slow=2", "300s:big:fail", "400s:big:recover", "300s:big:weight=5",
-// "300s:weights=1,1,1".
+// "300s:weights=1,1,1". Split at the first and the last ':', so the server's
+// name may hold colons: "300s:127.0.0.1:22001:fail".
 Event parse_event(std::string_view text);
 
 // "round_robin,weighted_round_robin,least_conn"
@@ -104,16 +116,32 @@ std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 // "3,1,1": weights 0..kMaxWeight; `what` names the flag in errors.
 std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what = "--weights");
 
-// Trace text: one arrival per line, "<seconds> [key]"; blank lines and lines
-// starting with '#' are skipped. Sorts the arrivals by time (stable).
+// Trace text: one arrival per line, "<seconds> [key]"; a '#' starts a comment
+// anywhere on a line, and blank or comment-only lines are skipped. Sorts the arrivals by time (stable). A line
+// without a key is placed as a keyless request is, even among keyed lines.
 void load_trace(std::string_view text, Scenario& scenario);
+
+// The duration a trace covers: its last arrival plus the mean gap between its
+// arrivals, so n arrivals g apart from 0 span n x g (1,000 at 1 ms: 1 s). With
+// no gap to measure (one arrival, or all at one time), the last arrival + 1 ms.
+// 0 for an empty trace.
+double trace_span(const Scenario& scenario);
+
+// How many of the trace's arrivals are at or after the duration: never replayed.
+uint64_t trace_arrivals_after_duration(const Scenario& scenario);
+
+// A scenario file's text as JSON. A member given twice in one object is an
+// error naming its path ("scenario: servers[0].size: is given twice"), where
+// the JSON parser alone keeps the last. Syntax errors throw
+// nlohmann::json::exception, as nlohmann::json::parse() does.
+nlohmann::json parse_scenario_text(std::string_view text);
 
 // A scenario from its JSON form (docs/sim.md). A "trace" member names a file:
 // returned in `trace_path` for the caller to read with load_trace().
 Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path);
 
 // Checks and normalises: names unique and non-empty, sizes > 0, events naming
-// known servers, sorted events, default bucket, and default weights: every
+// known servers, sorted events, default duration and bucket, and default weights: every
 // server without a weight gets its units, all scaled by the smallest whole
 // number that makes them whole (1.5x,1x -> 3,2; 3x,1x,1x -> 3,1,1). Throws
 // std::invalid_argument.

@@ -246,7 +246,11 @@ class Run {
     balance::PickContext ctx;
     // Drawn only for the policies that read them; either way a function of (seed, k).
     if (needs_random_) ctx.random = stream_.draw(k, kPick);
-    if (needs_key_) ctx.key_hash = k < sc_.trace_keys.size() ? sc_.trace_keys[k] : stream_.draw(k, kKey);
+    // A trace line without a key is placed as a keyless request: from its own stream.
+    if (needs_key_) {
+      const bool keyed = k < sc_.trace_keyed.size() && sc_.trace_keyed[k];
+      ctx.key_hash = keyed ? sc_.trace_keys[k] : stream_.draw(k, kKey);
+    }
     auto picked = balancer_->pick(ctx);
     if (!picked) {
       ++result_.unrouted;
@@ -405,10 +409,14 @@ SimResult simulate(const Scenario& scenario) {
   validate(result.scenario);
   for (balance::PolicyKind policy : result.scenario.policies)
     result.policies.push_back(simulate_policy(result.scenario, policy));
+  if (result.scenario.has_trace)
+    result.trace_arrivals = result.scenario.trace_times.size() - trace_arrivals_after_duration(result.scenario);
   result.scenario.trace_times.clear();
   result.scenario.trace_times.shrink_to_fit();
   result.scenario.trace_keys.clear();
   result.scenario.trace_keys.shrink_to_fit();
+  result.scenario.trace_keyed.clear();
+  result.scenario.trace_keyed.shrink_to_fit();
   return result;
 }
 

@@ -60,6 +60,7 @@ struct PolicyResult {
 
 struct SimResult {
   Scenario scenario;  // as run (validated); trace arrivals dropped to keep it small
+  uint64_t trace_arrivals = 0;  // a trace's arrivals before the duration: those replayed
   std::vector<PolicyResult> policies;
 };
 

@@ -1,11 +1,14 @@
 // `heft pick` as a user runs it: a real process, its output and exit code.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <map>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -134,6 +137,90 @@ TEST(HeftPick, HashWithoutKeysSplitsByWeight) {
   PickRun none = heft("pick --weights 0,0 --json");
   ASSERT_EQ(none.exit_code, 0) << none.out;
   EXPECT_EQ(nlohmann::json::parse(none.out)["sequence"], nlohmann::json::array({"-"}));
+}
+
+// Counts of each name in a --json run's sequence.
+std::map<std::string, int> sequence_counts(const std::string& json_text) {
+  const auto out = nlohmann::json::parse(json_text);  // kept: the loop must not range over a temporary's member
+  std::map<std::string, int> counts;
+  for (const auto& s : out["sequence"]) counts[s.get<std::string>()]++;
+  return counts;
+}
+
+// An empty key is placed as the proxy places a request with an empty key: at
+// random in proportion to the weights (it was hashed: all on one backend).
+TEST(HeftPick, EmptyKeysSplitByWeight) {
+  const std::string commas(9999, ',');  // 10,000 empty keys
+  PickRun run = heft("pick --policy hash --weights 5,3,2 --names a,b,c --json --keys " + commas);
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  auto counts = sequence_counts(run.out);
+  EXPECT_NEAR(counts["a"], 5000, 300);
+  EXPECT_NEAR(counts["b"], 3000, 300);
+  EXPECT_NEAR(counts["c"], 2000, 300);
+  // A lone empty key is one pick, not "no keys".
+  PickRun one = heft("pick --policy hash --weights 5,3,2 --keys '' --json");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["sequence"].size(), 1u);
+}
+
+// --active is for the policies that read active counts (least_conn, p2c); the
+// others ignored it and printed an active / weight table anyway.
+TEST(HeftPick, ActiveIsOnlyForPoliciesThatReadIt) {
+  for (const char* policy : {"weighted_round_robin", "round_robin", "random", "first", "hash"}) {
+    PickRun r = heft(std::string("pick --policy ") + policy + " --weights 2,5 --active 10,15");
+    EXPECT_EQ(r.exit_code, 2) << policy << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << policy << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string("--active: policy ") + policy + " does not read active counts"),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(heft("pick --policy p2c --weights 2,5 --active 10,15").exit_code, 0);
+  EXPECT_EQ(heft("pick --policy least_conn --weights 2,5 --active 10,15").exit_code, 0);
+}
+
+// --keys-file: one key per line (an empty line is an empty key), for more keys
+// than one argument can carry; the same picks as --keys.
+TEST(HeftPick, KeysFile) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_pick_keys_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string keys, lines;
+  for (int i = 0; i < 200; ++i) {
+    keys.append(i ? "," : "").append("user-").append(std::to_string(i));
+    lines.append("user-").append(std::to_string(i)).append("\n");
+  }
+  const std::string file = (dir / "keys.txt").string();
+  std::ofstream(file) << lines;
+  const std::string base = "pick --policy hash --weights 5,3,2 --json ";
+  PickRun from_file = heft(base + "--keys-file " + file);
+  PickRun from_flag = heft(base + "--keys " + keys);
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.out;
+  EXPECT_EQ(from_file.out, from_flag.out);
+  // CRLF lines are the same keys; an empty line is an empty key (a pick of its own).
+  const std::string crlf = (dir / "crlf.txt").string();
+  std::ofstream(crlf) << "user-0\r\n\r\nuser-1\r\n";
+  PickRun mixed = heft(base + "--keys-file " + crlf);
+  ASSERT_EQ(mixed.exit_code, 0) << mixed.out;
+  const auto seq = nlohmann::json::parse(mixed.out)["sequence"];
+  const auto flag_seq = nlohmann::json::parse(from_flag.out)["sequence"];
+  ASSERT_EQ(seq.size(), 3u);
+  EXPECT_EQ(seq[0], flag_seq[0]);
+  EXPECT_EQ(seq[2], flag_seq[1]);
+  // More than a million keys: the error names the file and the line.
+  const std::string many = (dir / "many.txt").string();
+  std::ofstream(many) << std::string(1'000'001, '\n');
+  const std::pair<std::string, std::string> cases[] = {
+      {base + "--keys a --keys-file " + file, "--keys and --keys-file are exclusive"},
+      {base + "--keys-file " + (dir / "none.txt").string(), "--keys-file: cannot read"},
+      {base + "--keys-file " + many, many + ":1000001: "},
+      {"pick --weights 5,1 --keys-file " + file, "does not hash keys"},
+  };
+  for (const auto& [args, message] : cases) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -138,7 +138,7 @@ TEST(SimCommandTest, ErrorsNameTheFlagOrTheFile) {
   std::ofstream(trace) << "0.1\n0.2\n";
   expect_rejected("sim --servers 1x --trace " + trace + " --rate 5", "--rate does not apply to a trace");
   expect_rejected("sim --servers 1x --bucket -1s", "--bucket: '-1s' is negative");
-  expect_rejected("sim --servers 1x --service abc", "--service: 'abc' is not a number");
+  expect_rejected("sim --servers 1x --service abc", "--service: 'abc' is not a duration");
   expect_rejected("sim --server name=big,service=abc", "--server service: 'abc'");
   expect_rejected("sim --servers 1x --event xs:s1:fail", "--event time: 'xs'");
   expect_rejected("sim --servers 1x --duration 1e15s --rate 1e-10", "too long for the shortest service time");
@@ -245,6 +245,149 @@ TEST(SimCommandTest, SeedSvgPathAndPlurals) {
   EXPECT_NE(big.stdout_text.find("s1 (1 worker x"), std::string::npos) << big.stdout_text;
   Output four = run_heft("sim --servers 1x --unit-workers 4 --rate 10 --duration 2s");
   EXPECT_NE(four.stdout_text.find("s1 (4 workers x"), std::string::npos) << four.stdout_text;
+}
+
+// A temporary directory for one test's files, removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream((path / name).string(), std::ios::binary) << text;
+    return (path / name).string();
+  }
+};
+
+// A trace of `count` arrivals `gap_s` apart from 0, one time per line.
+std::string even_trace(int count, double gap_s) {
+  std::string text;
+  for (int i = 0; i < count; ++i) text += std::to_string(gap_s * i) + "\n";
+  return text;
+}
+
+// A trace is measured over its own span unless a duration is given; arrivals a
+// given duration cuts off are named on stderr (they were dropped silently, and
+// a 6 s trace was measured over 60 s: 10 % busy instead of 100 %).
+TEST(SimCommandTest, TraceDurationIsItsSpanAndCutArrivalsAreNamed) {
+  TempDir dir("heft_sim_span");
+  const std::string trace = dir.file("six.txt", even_trace(6000, 0.001));
+  const std::string args =
+      "sim --servers 1x --service 1ms --dist fixed --policies round_robin --json --trace " + trace;
+  Output span = run_heft(args);
+  ASSERT_EQ(span.exit_code, 0);
+  const auto j = nlohmann::json::parse(span.stdout_text)["scenarios"][0];
+  EXPECT_NEAR(j["duration_s"].get<double>(), 6.0, 1e-9);
+  EXPECT_NEAR(j["policies"][0]["servers"][0]["utilisation"].get<double>(), 1.0, 1e-6);
+  EXPECT_EQ(run_heft_stderr(args).stdout_text, "") << "nothing cut, nothing to say";
+  Output cut = run_heft_stderr(args + " --duration 2s");
+  EXPECT_EQ(cut.exit_code, 0);
+  EXPECT_EQ(cut.stdout_text, "heft sim: 4000 trace arrivals at or after --duration 2s were not replayed\n");
+  const std::string scenario = dir.file(
+      "s.json", R"({"duration": "3s", "trace": "six.txt", "servers": [{"name": "a", "service": "1ms"}]})");
+  Output file_cut = run_heft_stderr("sim --scenario " + scenario);
+  EXPECT_EQ(file_cut.exit_code, 0);
+  EXPECT_NE(file_cut.stdout_text.find("3000 trace arrivals at or after the scenario's duration 3s"),
+            std::string::npos)
+      << file_cut.stdout_text;
+}
+
+// Values that were silently replaced are errors naming the flag or member:
+// a zero bucket (it became duration / 60), an empty --policies (the defaults),
+// a server name used twice (the last one was kept), a key twice in one object.
+TEST(SimCommandTest, ZeroBucketEmptyPoliciesAndDuplicatesAreRejected) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --bucket 0s", "--bucket");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --bucket 0", "--bucket");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --policies ''", "--policies");
+  expect_rejected("sim --servers 1x --rate 10 --duration ''", "--duration");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --weights ''", "--weights");
+  expect_rejected("sim --servers 1x --duration 2s --trace ''", "--trace");
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --hash-strategy ''", "--hash-strategy");
+  expect_rejected("sim --server name=a --server name=a --rate 10 --duration 2s", "'a'");
+  expect_rejected("sim --server name=a,name=b --rate 10 --duration 2s", "--server: key 'name' is given twice");
+  TempDir dir("heft_sim_dup");
+  expect_rejected("sim --scenario " + dir.file("b.json", R"({"bucket": "0s", "servers": [{"name": "a"}]})"),
+                  "scenario: bucket:");
+  expect_rejected("sim --scenario " + dir.file("n.json", R"({"servers": [{"name": "a"}, {"name": "a"}]})"), "'a'");
+  expect_rejected(
+      "sim --scenario " + dir.file("k.json", R"({"duration": "2s", "duration": "9s", "servers": [{"name": "a"}]})"),
+      "scenario: duration: is given twice");
+  expect_rejected(
+      "sim --scenario " + dir.file("ks.json", R"({"servers": [{"name": "a", "size": 1, "size": 2}]})"),
+      "scenario: servers[0].size: is given twice");
+}
+
+// --servers's options do nothing for --server or --example: an error, not silence.
+TEST(SimCommandTest, ServersOptionsNeedServers) {
+  for (const char* option : {"--service 1ms", "--dist fixed", "--sigma 1", "--unit-workers 4"}) {
+    const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+    expect_rejected(std::string("sim --server name=a --rate 10 --duration 2s ") + option, name + " needs --servers");
+    expect_rejected(std::string("sim --example seed --duration 2s ") + option, name + " needs --servers");
+  }
+}
+
+// Durations as the Heftfile writes them ("1m30s" was "'1m30' is not a number").
+TEST(SimCommandTest, CompoundDurations) {
+  Output run = run_heft("sim --servers 1x,1x --rate 10 --duration 1m30s --event 1m:s1:fail --bucket 1.5s "
+                        "--policies round_robin --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto j = nlohmann::json::parse(run.stdout_text)["scenarios"][0];
+  EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 90);
+  EXPECT_DOUBLE_EQ(j["bucket_s"].get<double>(), 1.5);
+  EXPECT_EQ(j["events"][0], "60s:s1:fail");
+  expect_rejected("sim --servers 1x --rate 10 --duration 1m30", "--duration: '1m30' is not a duration");
+}
+
+// Events for servers named by address, as the proxy's hash identities are.
+TEST(SimCommandTest, AddressNamedServers) {
+  Output run = run_heft(
+      "sim --server name=127.0.0.1:22001 --server name=127.0.0.1:22002 --rate 10 --duration 10s "
+      "--event 5s:127.0.0.1:22001:fail --policies round_robin --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto j = nlohmann::json::parse(run.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["events"][0], "5s:127.0.0.1:22001:fail");
+  EXPECT_GT(j["policies"][0]["servers"][1]["share"].get<double>(), 0.7);
+}
+
+// A slow rate keeps its digits in the header ("0.0 req/s" before), and a trace
+// scenario's JSON counts its arrivals (it said "trace").
+TEST(SimCommandTest, SmallRatesAndTraceArrivalCounts) {
+  Output slow = run_heft("sim --servers 1x --rate 0.001 --duration 2s");
+  ASSERT_EQ(slow.exit_code, 0);
+  EXPECT_NE(slow.stdout_text.find("0.001 req/s Poisson"), std::string::npos) << slow.stdout_text;
+  Output usual = run_heft("sim --servers 1x --rate 578.7 --duration 2s");
+  EXPECT_NE(usual.stdout_text.find("578.7 req/s Poisson"), std::string::npos) << usual.stdout_text;
+  TempDir dir("heft_sim_count");
+  const std::string trace = dir.file("t.txt", even_trace(50, 0.01));
+  Output traced = run_heft("sim --servers 1x --duration 0.3s --json --trace " + trace);
+  ASSERT_EQ(traced.exit_code, 0);
+  const auto j = nlohmann::json::parse(traced.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["arrivals"], 30);
+  EXPECT_EQ(j["policies"][0]["arrivals"], 30);
+}
+
+// The slow factor is bounded (1e300 saturated the latency histogram).
+TEST(SimCommandTest, SlowFactorIsBounded) {
+  expect_rejected("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1e300", "--event '1s:s1:slow=1e300'");
+  EXPECT_EQ(run_heft("sim --servers 1x --rate 10 --duration 2s --event 1s:s1:slow=1000").exit_code, 0);
+}
+
+// A keyless line of a keyed trace is placed at random by weight (it was
+// hashed as key 0: 99.9 % on one server).
+TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {
+  TempDir dir("heft_sim_keys");
+  std::string text = "0.000 alice\n";
+  for (int i = 1; i < 1000; ++i) text += std::to_string(0.001 * i) + "\n";
+  const std::string trace = dir.file("t.txt", text);
+  Output run = run_heft("sim --trace " + trace +
+                        " --duration 2s --servers 1x,1x,1x --weights 5,3,2 --policies hash --service 1ms --json");
+  ASSERT_EQ(run.exit_code, 0);
+  const auto servers = nlohmann::json::parse(run.stdout_text)["scenarios"][0]["policies"][0]["servers"];
+  EXPECT_NEAR(servers[0]["share"].get<double>(), 0.5, 0.05);
+  EXPECT_NEAR(servers[1]["share"].get<double>(), 0.3, 0.05);
+  EXPECT_NEAR(servers[2]["share"].get<double>(), 0.2, 0.05);
 }
 
 }  // namespace

@@ -261,6 +261,22 @@ TEST(PlannerTest, OverflowingResultsThrowNamingTheFlags) {
   EXPECT_EQ(j.dump().find("null"), std::string::npos) << j.dump();
 }
 
+// Too many groups: the error names the flags whose quotient the count is
+// ("the plan needs 9.6e+300 groups" named none of them).
+TEST(PlannerTest, TooManyGroupsNamesTheFlags) {
+  PlanInputs in;
+  in.group = {1e-300};
+  std::string error;
+  try {
+    make_plan(in);
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+  }
+  for (const char* flag : {"--dau", "--requests-per-user", "--peak-factor", "--server-rps", "--target-busy", "--group"})
+    EXPECT_NE(error.find(flag), std::string::npos) << flag << ": " << error;
+  EXPECT_NE(error.find("groups"), std::string::npos) << error;
+}
+
 TEST(PlannerTest, OneGroupIsSingular) {
   PlanInputs in;
   in.daily_active_users = 10;

@@ -322,5 +322,95 @@ TEST(ScenarioValidateTest, BucketCountIsNotRoundedUpByBinaryNoise) {
   EXPECT_EQ(bucket_count(s), 8'572u);
 }
 
+// A '#' starts a comment anywhere on a trace line: "0.010   # arrival 0" is
+// an arrival without a key (the comment was hashed as its key).
+TEST(TraceTest, CommentsAreStrippedBeforeTheKey) {
+  Scenario s;
+  load_trace("# time key\n0.010   # arrival 0\n0.020#no space\n  # indented\n", s);
+  EXPECT_EQ(s.trace_times, (std::vector<double>{0.010, 0.020}));
+  EXPECT_TRUE(s.trace_keys.empty()) << "no line has a key";
+  load_trace("0.010 bob # first\n0.020 bob\n", s);
+  ASSERT_EQ(s.trace_keys.size(), 2u);
+  EXPECT_EQ(s.trace_keys[0], s.trace_keys[1]);
+}
+
+// Durations read as the Heftfile's do ("1m30s", "1.5s", "1d"), plus "us" and a
+// bare number of seconds; an error echoes the whole text.
+TEST(ScenarioFlagsTest, DurationsTakeTheHeftfilesForms) {
+  EXPECT_DOUBLE_EQ(parse_duration("1m30s"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("1h30m"), 5400);
+  EXPECT_DOUBLE_EQ(parse_duration("1.5s"), 1.5);
+  EXPECT_DOUBLE_EQ(parse_duration("1d"), 86400);
+  EXPECT_DOUBLE_EQ(parse_duration("1s500ms"), 1.5);
+  EXPECT_DOUBLE_EQ(parse_duration("250us"), 250e-6);
+  EXPECT_DOUBLE_EQ(parse_duration("0"), 0);
+  EXPECT_DOUBLE_EQ(parse_duration("90"), 90);
+  EXPECT_DOUBLE_EQ(parse_duration("1e-3s"), 1e-3);
+  EXPECT_NE(error_of([] { parse_duration("1m30", "--duration"); }).find("--duration: '1m30' is not a duration"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("1x", "--duration"); }).find("'1x'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("1m-30s", "--duration"); }).find("negative"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("s", "--duration"); }).find("'s'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_duration("", "--duration"); }).find("--duration"), std::string::npos);
+}
+
+// TIME:SERVER:ACTION splits at the first and the last colon, so a server may be
+// named after the address the proxy hashes by ("127.0.0.1:22001").
+TEST(ScenarioFlagsTest, EventServerNamesMayHoldColons) {
+  const Event failed = parse_event("10s:127.0.0.1:22001:fail");
+  EXPECT_EQ(failed.server, "127.0.0.1:22001");
+  EXPECT_EQ(failed.kind, Event::Kind::fail);
+  const Event slow = parse_event("10s:[::1]:22001:slow=2");
+  EXPECT_EQ(slow.server, "[::1]:22001");
+  EXPECT_EQ(slow.kind, Event::Kind::slow);
+  EXPECT_DOUBLE_EQ(slow.factor, 2);
+  EXPECT_EQ(event_text(slow), "10s:[::1]:22001:slow=2");
+  EXPECT_EQ(parse_event("5s:weights=1,2").weights, (std::vector<uint32_t>{1, 2}));
+  EXPECT_EQ(parse_event("5s:a:weight=3").server, "a");
+}
+
+// A slow factor far outside 1e-6..1e6 saturated the latency histogram
+// (p99 18374686479.67 s for slow=1e300): an error naming the event.
+TEST(ScenarioFlagsTest, SlowFactorIsBounded) {
+  EXPECT_NE(error_of([] { parse_event("1s:s1:slow=1e300"); }).find("--event '1s:s1:slow=1e300'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_event("1s:s1:slow=1e-300"); }).find("slow"), std::string::npos);
+  EXPECT_DOUBLE_EQ(parse_event("1s:s1:slow=1e6").factor, 1e6);
+  EXPECT_DOUBLE_EQ(parse_event("1s:s1:slow=1e-6").factor, 1e-6);
+  EXPECT_NE(scenario_error(R"("events": ["1s:a:slow=1e9"])").find("scenario: events[0]"), std::string::npos);
+  // Library callers too.
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.events.push_back(parse_event("1s:s1:slow=2"));
+  s.events[0].factor = 1e7;
+  EXPECT_NE(error_of([&] { validate(s); }).find("slow factor"), std::string::npos);
+}
+
+// A zero bucket was silently replaced by duration / 60; two servers of one name
+// are an error in a file as on the command line.
+TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
+  EXPECT_NE(scenario_error(R"("bucket": "0s")").find("scenario: bucket:"), std::string::npos);
+  EXPECT_NE(scenario_error(R"("bucket": 0)").find("scenario: bucket:"), std::string::npos);
+  const std::string twice = error_of([] {
+    Scenario s = scenario_from_json(
+        nlohmann::json::parse(R"({"servers": [{"name": "a", "size": 1}, {"name": "a", "size": 2}]})"), nullptr);
+    validate(s);
+  });
+  EXPECT_NE(twice.find("'a'"), std::string::npos) << twice;
+  // A member twice in one object (the parser kept the last): named by its path.
+  EXPECT_NE(error_of([] { parse_scenario_text(R"({"duration": "2s", "duration": "9s"})"); })
+                .find("scenario: duration: is given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_scenario_text(R"({"events": ["1s:a:fail", [1, {"x": 2}]], "servers": [{"name": "a", "size": 1},
+                                      {"name": "b", "size": 1, "name": "c"}]})");
+            }).find("scenario: servers[1].name: is given twice"),
+            std::string::npos);
+  // The same key in different objects is fine.
+  EXPECT_EQ(parse_scenario_text(R"({"servers": [{"name": "a"}, {"name": "b"}], "name": "x"})")["name"], "x");
+  EXPECT_NE(error_of([] { parse_server("name=a,size=2,name=b"); }).find("--server: key 'name' is given twice"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace heft::sim

@@ -327,6 +327,73 @@ TEST(ArrivalsTest, TraceReplaysArrivalsAndKeys) {
   EXPECT_NEAR(r.policies[1].servers[0].share, 1.0 / 3, 0.01);
 }
 
+// A trace whose lines mix keys and no keys: a keyless line is placed as a
+// keyless request is, from the request's own random stream, as if the trace had
+// no keys at all (it was hashed as key 0: all 999 keyless arrivals on s1).
+TEST(ArrivalsTest, KeylessLinesOfAKeyedTraceArePlacedAtRandomByWeight) {
+  Scenario s;
+  s.duration_s = 2;
+  for (uint32_t weight : {5u, 3u, 2u}) {
+    ServerSpec server;
+    server.service_s = 0.001;
+    server.weight = weight;
+    s.servers.push_back(server);
+  }
+  s.policies = {PolicyKind::hash};
+  std::string keyless = "0.000\n", keyed = "0.000 alice\n";
+  for (int i = 1; i < 1000; ++i) {
+    keyless += fmt::format("{:.4f}\n", 0.001 * i);
+    keyed += fmt::format("{:.4f}\n", 0.001 * i);
+  }
+  Scenario without_keys = s;
+  load_trace(keyless, without_keys);
+  load_trace(keyed, s);
+  const PolicyResult mixed = simulate(s).policies[0];
+  const PolicyResult plain = simulate(without_keys).policies[0];
+  ASSERT_EQ(mixed.arrivals, 1000u);
+  EXPECT_NEAR(mixed.servers[0].share, 0.5, 0.05);
+  EXPECT_NEAR(mixed.servers[1].share, 0.3, 0.05);
+  EXPECT_NEAR(mixed.servers[2].share, 0.2, 0.05);
+  // Only alice's request may land elsewhere than in the keyless trace.
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(static_cast<double>(mixed.servers[i].requests), static_cast<double>(plain.servers[i].requests), 1)
+        << i;
+}
+
+// Without a duration, a trace is measured over its own span (last arrival plus
+// one mean gap), not the default 60 s: a 6 s trace keeping one worker busy all
+// the time is 100 % busy, not 10 %. A duration that is given stays.
+TEST(ArrivalsTest, TraceWithoutDurationIsMeasuredOverItsSpan) {
+  Scenario s;
+  ServerSpec server;
+  server.service_s = 0.001;
+  server.dist = ServiceDist::fixed;
+  s.servers.push_back(server);
+  s.policies = {PolicyKind::round_robin};
+  std::string trace;
+  for (int i = 0; i < 6000; ++i) trace += fmt::format("{:.3f}\n", 0.001 * i);
+  Scenario given = s;
+  load_trace(trace, s);
+  const SimResult r = simulate(s);
+  EXPECT_NEAR(r.scenario.duration_s, 6.0, 1e-9);
+  EXPECT_EQ(r.policies[0].arrivals, 6000u);
+  EXPECT_NEAR(r.policies[0].servers[0].utilisation, 1.0, 1e-6);
+  given.duration_s = 3;
+  load_trace(trace, given);
+  const SimResult three = simulate(given);
+  EXPECT_DOUBLE_EQ(three.scenario.duration_s, 3);
+  EXPECT_EQ(three.policies[0].arrivals, 3000u);
+  validate(given);
+  EXPECT_EQ(trace_arrivals_after_duration(given), 3000u);
+  // One arrival (no gap to measure): its time plus a millisecond.
+  Scenario single = s;
+  single.duration_s = 0;
+  load_trace("2.5\n", single);
+  validate(single);
+  EXPECT_DOUBLE_EQ(single.duration_s, 2.501);
+  EXPECT_EQ(trace_arrivals_after_duration(single), 0u);
+}
+
 TEST(ScenarioTest, ParsesFlagsAndJson) {
   EXPECT_DOUBLE_EQ(parse_duration("600s"), 600);
   EXPECT_DOUBLE_EQ(parse_duration("20ms"), 0.02);
