@@ -612,6 +612,10 @@ class Session {
   }
   bool nodelay_ = false;
   bool resumed_ = false;  // back from parking
+  // A switched (101) connection: forward_response() sets tunnel_pending_,
+  // attempt() moves the connection to tunnel_, handle() splices it.
+  bool tunnel_pending_ = false;
+  std::unique_ptr<UpstreamConnection> tunnel_;
   std::size_t later_minor_at_ = 0;  // read_head()'s HeadScan::later_minor_at
   // The client's last read came back short (the socket was drained then), so
   // the next one may wait in the ReadyWatch; any other read of the client
@@ -1163,10 +1167,11 @@ Task<bool> Session::handle(RequestParser& parser) {
     record_.upstream = snapshot->backend(i).name;
     AttemptResult result;
     const auto attempt_start = now;
-    {
-      ActiveGuard active(snapshot->balancer(), i);
-      result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
-    }
+    // A tunnel (WebSocket) keeps its backend counted active while it runs,
+    // as nginx's least_conn counts an upgraded connection.
+    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i);
+    result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
+    if (!tunnel_) active.reset();
     const auto attempt_end = Clock::now();
     {
       // Per-backend counters and adaptive weights: status as the client would see it.
@@ -1208,6 +1213,13 @@ Task<bool> Session::handle(RequestParser& parser) {
       case Outcome::done:
         if (result.failed) snapshot->report_failure(i, Clock::now());
         else snapshot->report_success(i);
+        if (tunnel_) {
+          // Counted and logged at the switch (docs/admin.md); then the tunnel.
+          finish_request();
+          co_await splice(*tunnel_);
+          tunnel_.reset();
+          co_return false;
+        }
         co_return result.keep_alive && !closing();
       case Outcome::client_gone: co_return false;
       case Outcome::local_error:
@@ -1419,8 +1431,9 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     if (failure_status && !last_chance && !interim_relayed_ && untried_available(snapshot, tried))
       co_return AttemptResult{Outcome::bad_status, status};
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
-    if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
-        conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
+    if (std::exchange(tunnel_pending_, false)) tunnel_ = std::move(conn);
+    else if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
+             conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
       park(w, idle_list, std::move(conn));
     result.failed = result.outcome == Outcome::done && failure_status;
     if (result.outcome == Outcome::done) result.status = status;
@@ -1540,7 +1553,11 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     before_client_write();
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
     if (ec) co_return AttemptResult{Outcome::client_gone};
-    co_await splice(conn);
+    // The tunnel runs once the switch is recorded and logged (handle()),
+    // so its lifetime is not counted as the backend's response time. An
+    // upgrade whose request body still streams is spliced here (rare).
+    if (parser.is_done()) tunnel_pending_ = true;
+    else co_await splice(conn);
     co_return AttemptResult{Outcome::done, 101, false};
   }
 

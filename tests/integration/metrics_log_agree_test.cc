@@ -384,6 +384,56 @@ TEST(MetricsAndAccessLog, ClientGoneWhileWaitingClosesTheBackendConnectionAndLog
   EXPECT_EQ(heft.wait(15s), 0);
 }
 
+// An upgraded connection (WebSocket) is logged and counted at its 101, as
+// documented: it was logged when the tunnel closed, with the tunnel's whole
+// life as its duration and as the backend's response time (which adaptive
+// weights then cut as latency). While the tunnel runs, the backend counts
+// as active (least_conn), as nginx counts an upgraded connection.
+TEST(MetricsAndAccessLog, UpgradedConnectionIsRecordedAtItsSwitch) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port(), admin_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy 127.0.0.1:{}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, a.port, log_path), port);
+  HttpClient ws(port);
+  ASSERT_TRUE(ws.send_raw("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
+  ASSERT_EQ(ws.read_response(true).status, 101);
+  // The tunnel stays open: the line is there already.
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 1);
+  ASSERT_EQ(lines.size(), 1u) << "no access log line while the tunnel is open";
+  EXPECT_EQ(lines[0]["status"], 101);
+  EXPECT_LT(lines[0]["duration"].get<double>(), 1.0) << lines[0];
+  HttpClient admin(admin_port);
+  const auto scrape = [&] {
+    return admin.request(fmt::format("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port)).body;
+  };
+  const nlohmann::json upstreams = nlohmann::json::parse(
+      admin.request(fmt::format("GET /reverse_proxy/upstreams HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin_port)).body);
+  ASSERT_EQ(upstreams.size(), 1u);
+  EXPECT_EQ(upstreams[0]["active"], 1) << "the tunnel's backend counts as active while it runs";
+  std::this_thread::sleep_for(1500ms);
+  ws.close();
+  std::this_thread::sleep_for(200ms);
+  const std::string metrics = scrape();
+  EXPECT_LT(metric_sum(metrics, "heft_upstream_response_duration_seconds_sum"), 1.0) << metrics;
+  EXPECT_LT(metric_sum(metrics, "heft_request_duration_seconds_sum"), 1.0) << metrics;
+  EXPECT_EQ(metric_sum(metrics, "heft_requests_total", "code=\"101\""), 1) << metrics;
+  EXPECT_EQ(log_lines(log_path, 1).size(), 1u) << "logged once";
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(15s), 0);
+}
+
 // Requests the end of the grace period cuts are logged as they stand: 499
 // for one whose response head was not sent yet, the status and the body
 // bytes sent for one whose was, both naming the backend they were at.
