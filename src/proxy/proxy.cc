@@ -358,8 +358,10 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
       for (const SiteRoute& old : previous->sites) {
         if (old.site.hosts == site.hosts && old.site.port == site.port && old.pool) {
           route.pool = old.pool;
-          // Keep balancing state of backends that stayed (same name).
-          if (!(old.site.proxy == site.proxy)) route.pool->update(pool_config);
+          // Keep balancing state of backends that stayed (same name). A
+          // site at another index gets its pool renamed ("site0"), or its
+          // weight events would name the index it had, as health lines do not.
+          if (!(old.site.proxy == site.proxy) || old.index != i) route.pool->update(pool_config);
           break;
         }
       }

@@ -228,6 +228,30 @@ TEST(SlowStart, BackendsAllOutServeTheFirstRequestsAfterFailTimeout) {
 // only go up: a reload that takes a backend out and brings it back (its
 // state, and the pool's counts in it, start afresh), or one that gives the
 // site a new pool (another host), does not take them back.
+// A reload that moves a site to another index renames its pool: its weight
+// events named the index it had ("pool site1") while health lines and
+// `heft upstreams` used the new one.
+TEST(SlowStart, WeightEventsNameTheSitesIndexAfterAReloadMovedIt) {
+  std::string dir = make_temp_dir();
+  Backend good = start_backend(dir, "good");
+  const uint16_t first = free_port(), second = free_port(), dead = free_port();
+  const std::string moved = fmt::format(
+      ":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} 127.0.0.1:{}\n\t\tmax_fails 1\n\t\tfail_timeout 1s\n"
+      "\t\tslow_start 2s\n\t}}\n}}\n",
+      second, good.port, dead);
+  Process heft = start_heft(dir, fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n{}", first,
+                                             good.port, moved),
+                            second);
+  write_file(dir + "/Heftfile", "{\n\tadmin off\n\tworkers 1\n}\n" + moved);  // the site moves to index 0
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  HttpClient client(second);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(client.get("/").status, 200);  // one meets the dead backend, retried
+  // Back after fail_timeout, on trial and ramping: a slow_start event.
+  EXPECT_TRUE(wait_for_log(heft, fmt::format("pool site0 backend 127.0.0.1:{}: weight factor", dead), 10s)) << heft.log();
+  EXPECT_EQ(heft.log().find("pool site1 backend"), std::string::npos) << heft.log();
+}
+
 TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
   Fleet f;
   for (const char* n : {"a", "b"}) f.add(n);
