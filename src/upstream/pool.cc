@@ -159,15 +159,16 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   s.failures_total.fetch_add(1, std::memory_order_relaxed);
   // A lone backend is never out (nginx); neither is its effective weight
   // lowered: it gets every request whatever its weight, so the dip would be
-  // shown but mean nothing.
-  if (config_.backends.size() == 1) return;
-  balancer_->report_failure(i);
+  // shown but mean nothing. Its failures are still counted in the window
+  // (the upstreams view's `fails`).
+  const bool lone = config_.backends.size() == 1;
+  if (!lone) balancer_->report_failure(i);
   if (b.max_fails == 0) return;
   bool taken_out = false;
   {
     std::lock_guard lock(s.mu);
     const uint32_t fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
-    if (!s.out && (s.trial || fails >= b.max_fails)) {
+    if (!lone && !s.out && (s.trial || fails >= b.max_fails)) {
       s.out = true;
       s.trial = false;
       s.out_until = now + b.fail_timeout;

@@ -230,6 +230,7 @@ TEST(PassiveFailures, LoneBackendStaysUpAtItsFullWeight) {
   EXPECT_STREQ(snap->state_name(0), "up");
   EXPECT_DOUBLE_EQ(snap->display_effective_weight(0), 4.0);
   EXPECT_EQ(snap->state(0).failures_total.load(), 5u);
+  EXPECT_EQ(snap->recent_fails(0, t0 + 5ms), 2u);  // shown (at most max_fails), never acted on (it showed 0)
   EXPECT_EQ(snap->pick({}, t0 + 5ms), std::optional<uint32_t>(0));
   // With a second backend the same failures count and dip (nginx's rule).
   Pool two(pool_of(2, 2, 1000ms, 0ms, 4));
