@@ -351,17 +351,20 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.weight_factor; });
   std::map<std::string, uint64_t> health_changes, weight_decisions;
   {
+    // The current backends' series from 0 on, kept in the registry: a backend
+    // or site removed later keeps its series at their last value, 0 included
+    // (docs/admin.md), instead of the zero series vanishing.
     Registry& r = registry();
     std::lock_guard lock(r.rare_mu);
+    for (const UpstreamGauge& g : gauges) {
+      r.health_changes.try_emplace(std::string(make_key(g.server, g.site, g.upstream)), 0);
+      for (int reason = 0; reason < upstream::kWeightReasons; ++reason)
+        r.weight_decisions.try_emplace(
+            std::string(make_key(g.server, g.site, upstream::reason_name(static_cast<upstream::WeightReason>(reason)))),
+            0);
+    }
     health_changes = r.health_changes;
     weight_decisions = r.weight_decisions;
-  }
-  for (const UpstreamGauge& g : gauges) {
-    health_changes.try_emplace(std::string(make_key(g.server, g.site, g.upstream)), 0);
-    for (int reason = 0; reason < upstream::kWeightReasons; ++reason)
-      weight_decisions.try_emplace(
-          std::string(make_key(g.server, g.site, upstream::reason_name(static_cast<upstream::WeightReason>(reason)))),
-          0);
   }
   counters(out, "heft_upstream_health_changes_total", "Active health check state changes of a backend.",
            {"server", "site", "upstream"}, health_changes);

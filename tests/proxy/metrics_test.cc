@@ -240,9 +240,12 @@ TEST(Metrics, HealthChangesAndWeightDecisionsOnlyGoUp) {
   EXPECT_EQ(e.value("heft_upstream_weight_decisions_total",
                     {{"server", "srv0"}, {"site", "0"}, {"reason", "slow_start_done"}}),
             0);
-  // The first backend gone (a reload without it), then back.
+  // The first backend gone (a reload without it), then back; the second gone:
+  // its zero series stay too (they vanished).
   e = Exposition::parse(render_metrics({{"srv0", "0", "127.0.0.1:9002", 0, 1, 1, true, 1}}));
   EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
+  e = Exposition::parse(render_metrics({{"srv0", "0", "127.0.0.1:9001", 0, 1, 1, true, 1}}));
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", second), 0);
   e = Exposition::parse(render_metrics(both));
   EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
   EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", slow_start), 1);
