@@ -225,8 +225,11 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
     host = host.substr(0, colon);
   }
   if (!host.empty() && host.back() == '.') host.remove_suffix(1);
-  // An exact host wins over a wildcard, a wildcard over a site for any host.
+  // An exact host wins over a wildcard, a wildcard over a site for any host;
+  // among wildcards the most specific (most literal labels: *.example.test
+  // over *.*.test, as nginx prefers the longest), then the first.
   const SiteRoute* wildcard = nullptr;
+  std::size_t wildcard_literals = 0;
   const SiteRoute* any_host = nullptr;
   const SiteRoute* fallback = nullptr;
   for (std::size_t i : it->second) {
@@ -236,8 +239,17 @@ const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
       continue;
     }
     for (const std::string& h : s.site.hosts) {
-      if (boost::beast::iequals(h, host)) return &s;
-      if (!wildcard && h.find('*') != std::string::npos && wildcard_matches(h, host)) wildcard = &s;
+      if (h.find('*') == std::string::npos) {
+        if (boost::beast::iequals(h, host)) return &s;
+      } else if (wildcard_matches(h, host)) {
+        // Labels are dots + 1; the wildcard ones are the '*'s.
+        const auto labels = static_cast<std::size_t>(std::count(h.begin(), h.end(), '.')) + 1;
+        const std::size_t literals = labels - static_cast<std::size_t>(std::count(h.begin(), h.end(), '*'));
+        if (!wildcard || literals > wildcard_literals) {
+          wildcard = &s;
+          wildcard_literals = literals;
+        }
+      }
     }
     if (s.site.is_default && !fallback) fallback = &s;
   }

@@ -1220,17 +1220,21 @@ TEST(ProxyLifecycle, PipelinedRequestsAreAnsweredInOrder) {
 }
 
 // Sites on one port: an exact host (any case, a trailing dot, an IPv6
-// literal) wins over a wildcard, a wildcard over the site for any host.
+// literal) wins over a wildcard, a wildcard over the site for any host, the
+// most specific wildcard over a broader one written before it (the first
+// in the file won), and a Host that is a pattern is no exact match for it.
 TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
   std::string dir = make_temp_dir();
-  Backend exact = start_backend(dir, "exact"), wild = start_backend(dir, "wild"), any = start_backend(dir, "any");
+  Backend exact = start_backend(dir, "exact"), wild = start_backend(dir, "wild"), any = start_backend(dir, "any"),
+          broad = start_backend(dir, "broad");
   uint16_t port = free_port();
   Process heft = start_heft(dir,
                             fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
                                         ":{0} {{\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
+                                        "*.*.test:{0} {{\n\treverse_proxy 127.0.0.1:{4}\n}}\n"
                                         "*.wild.test:{0} {{\n\treverse_proxy 127.0.0.1:{2}\n}}\n"
                                         "a.wild.test:{0}, [::1]:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n",
-                                        port, exact.port, wild.port, any.port),
+                                        port, exact.port, wild.port, any.port, broad.port),
                             port);
   HttpClient client(port);
   const auto backend_for = [&](const std::string& host) {
@@ -1242,6 +1246,8 @@ TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
   EXPECT_EQ(backend_for("[::1]"), "exact");
   EXPECT_EQ(backend_for("b.wild.test"), "wild");
   EXPECT_EQ(backend_for(fmt::format("B.WILD.test:{}", port)), "wild");
+  EXPECT_EQ(backend_for("b.other.test"), "broad");
+  EXPECT_EQ(backend_for("*.wild.test"), "wild");    // as a wildcard matches it, not as the site's own text
   EXPECT_EQ(backend_for("wild.test"), "any");       // "*" is one label, not none
   EXPECT_EQ(backend_for("c.b.wild.test"), "any");   // nor two
   EXPECT_EQ(client.request("GET / HTTP/1.1\r\nHost: .wild.test\r\n\r\n").status, 400);  // no host name
