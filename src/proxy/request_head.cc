@@ -179,14 +179,12 @@ const char* host_problem(std::string_view host) {
       if (!(std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.')) return "bad Host: not an IPv6 literal";
     if (close + 1 < host.size()) {
       if (host[close + 1] != ':') return "bad Host: bytes after the IPv6 literal";
-      port = host.substr(close + 2);
-      if (port.empty()) return "bad Host: an empty port";
+      port = host.substr(close + 2);  // may be empty (RFC 3986: port = *DIGIT)
     }
     name = {};
   } else if (const std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
     name = host.substr(0, colon);
-    port = host.substr(colon + 1);
-    if (port.empty()) return "bad Host: an empty port";
+    port = host.substr(colon + 1);  // may be empty, as nginx and Caddy accept
   }
   if (!port.empty()) {
     if (port.size() > 5) return "bad Host: not a port";

@@ -63,7 +63,8 @@ AbsoluteTarget split_absolute_target(std::string_view target);
 // Why `host` (a Host value or an absolute target's authority: host[:port])
 // is not one (400), or null. A host is a name of letters, digits and
 // - . _ ~ ! $ & ' ( ) * + , ; = % (RFC 3986 reg-name) without a leading dot
-// or "..", or a bracketed IPv6 literal; a port is 1-5 digits up to 65535.
+// or "..", or a bracketed IPv6 literal; a port is 1-5 digits up to 65535, or
+// empty after the colon (RFC 3986 port = *DIGIT).
 // Spaces, "/", "\", "@" and control bytes are refused, as nginx refuses them.
 const char* host_problem(std::string_view host);
 

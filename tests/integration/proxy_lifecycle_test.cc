@@ -1244,6 +1244,8 @@ TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
   EXPECT_EQ(backend_for(fmt::format("A.Wild.Test.:{}", port)), "exact");
   EXPECT_EQ(backend_for(fmt::format("[::1]:{}", port)), "exact");
   EXPECT_EQ(backend_for("[::1]"), "exact");
+  EXPECT_EQ(backend_for("a.wild.test:"), "exact");  // an empty port (RFC 3986) was a 400
+  EXPECT_EQ(backend_for("[::1]:"), "exact");
   EXPECT_EQ(backend_for("b.wild.test"), "wild");
   EXPECT_EQ(backend_for(fmt::format("B.WILD.test:{}", port)), "wild");
   EXPECT_EQ(backend_for("b.other.test"), "broad");
