@@ -908,6 +908,10 @@ class Parser {
         continue;
       }
       if (!header_name(header.name, header.name.text) || !header_value(header.args[0], header.name.text)) continue;
+      if (std::string problem = header_op_problem(header.name.text, '=', true); !problem.empty()) {
+        error(header.name, problem);
+        continue;
+      }
       pool.health_headers.emplace_back(header.name.text, header.args[0].text);
     }
   }

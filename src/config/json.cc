@@ -705,6 +705,10 @@ class Reader {
           error(member(entry_path, "name"), invalid_header_name(name));
           continue;
         }
+        if (std::string problem = header_op_problem(name, '=', true); !problem.empty()) {
+          error(member(entry_path, "name"), problem);
+          continue;
+        }
         if (!string_field((*headers)[i], "value", entry_path, header_value)) {
           error(member(entry_path, "value"), "required");
           continue;

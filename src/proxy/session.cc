@@ -498,6 +498,12 @@ class Session {
   // "client prematurely closed connection, so upstream connection is closed
   // too"). A peek: pipelined bytes waiting are no close.
   void check_client(Clock::time_point now) {
+    // Requests pipelined after this one, read already: the client waits
+    // for their answers (a close after them shows when they are written).
+    if (in_.size() > 0) {
+      next_client_check = now + kClientCheckEvery;
+      return;
+    }
     char byte;
     const ssize_t n = ::recv(client.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
@@ -560,6 +566,12 @@ class Session {
  private:
   // check_client() found the client gone: the attempt ends as client_gone.
   bool client_closed_ = false;
+  // The request waits for its response head from `since` on: the sweep
+  // checks its client (check_client()) once it has waited kClientCheckAfter.
+  void watch_client_from(Clock::time_point since) {
+    head_wait_since = since;
+    next_client_check = since + kClientCheckAfter;
+  }
   // local_error: heft could not open a socket (out of descriptors, memory):
   // nothing the backend did, so neither counted against it nor retried.
   enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken, local_error };
@@ -1353,6 +1365,9 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       error_code body_ec;
       auto send_body = [&]() -> Task<void> {
         body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed, pool);
+        // The body is out and the head not in: the client is watched from
+        // now on, as for a buffered body (forward_response() stops it).
+        if (!body_ec && !client_failed && !response.is_header_done()) watch_client_from(coarse_now());
         if (body_ec) {
           // Unblock the response side, whether its read is pending or not
           // started yet (a bad chunk found without waiting): after a
@@ -1377,6 +1392,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         }
       };
       co_await (send_body() && receive());
+      head_wait_since = Clock::time_point::max();
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
       if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
         failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
@@ -1397,8 +1413,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     arm(pool.read_timeout);
     bool received = false;
     ReadyWatch* wait_in = sent_now ? &w.ready_watch : nullptr;  // the first head only
-    head_wait_since = coarse_now();
-    next_client_check = head_wait_since + kClientCheckAfter;
+    watch_client_from(coarse_now());
     for (;;) {
       error_code ec = co_await read_header(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
@@ -1413,8 +1428,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
           co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
-        head_wait_since = coarse_now();
-        next_client_check = head_wait_since + kClientCheckAfter;
+        watch_client_from(coarse_now());
         continue;
       }
       break;
@@ -1478,19 +1492,28 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
                                                        bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
   if (!response.is_header_done()) {
+    // (A streamed body's head: the client is watched once the body is out;
+    // see attempt().)
     arm(pool.read_timeout);
     bool received = false;
     for (;;) {
       error_code ec = co_await read_header(conn, response, received, nullptr);
-      if (ec) co_return failure("reading the response head", ec);
+      if (ec) {
+        head_wait_since = Clock::time_point::max();
+        co_return failure("reading the response head", ec);
+      }
       if (is_interim(response)) {
+        const bool watched = head_wait_since != Clock::time_point::max();
+        head_wait_since = Clock::time_point::max();  // no check during the relay's write
         if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
           co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
+        if (watched) watch_client_from(coarse_now());
         continue;
       }
       break;
     }
+    head_wait_since = Clock::time_point::max();
     if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
   }
   const auto& req = parser.get();

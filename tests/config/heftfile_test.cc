@@ -603,6 +603,9 @@ TEST(HeftfileErrors, HeaderOpsLeaveFramingAndHostAlone) {
             "Heftfile:3:13: \"+Host\" would send a second Host; set it instead (header_up Host VALUE)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up -host\n\t}\n}\n"),
             "Heftfile:3:13: \"-Host\" would leave the request without the Host HTTP/1.1 requires; set it instead");
+  // health_headers follow the header_up rules (a Content-Length made the probe's backend wait for a body).
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tContent-Length 5\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:4: \"Content-Length\" " + why);
   Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up Host b.test\n\t\theader_down -Host\n\t}\n}\n");
   EXPECT_EQ(config.sites[0].proxy.header_up.size(), 1u);
 }

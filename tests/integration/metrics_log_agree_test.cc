@@ -384,6 +384,62 @@ TEST(MetricsAndAccessLog, ClientGoneWhileWaitingClosesTheBackendConnectionAndLog
   EXPECT_EQ(heft.wait(15s), 0);
 }
 
+// The same watch for a streamed request body (larger than retry_body_limit),
+// once the body is out (it was never checked); and a request with more
+// pipelined behind it is not ended by a half-close that came after them
+// (the first was cut as 499 and the second never served). The last one
+// waits like any half-closed request: 499 (nginx's rule, docs/proxy.md).
+TEST(MetricsAndAccessLog, ClientWatchCoversStreamedBodiesAndSparesPipelinedRequests) {
+  std::string dir = make_temp_dir();
+  Backend slow = start_backend(dir, "slow", {"--delay", "1500"});
+  uint16_t port = free_port(), admin_port = free_port();
+  std::string log_path = dir + "/access.log";
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy {{
+		to 127.0.0.1:{}
+		retry_body_limit 1KiB
+	}}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, slow.port, log_path), port);
+  {
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("POST /streamed HTTP/1.1\r\nHost: x\r\nContent-Length: 8192\r\n\r\n" +
+                                std::string(8192, 'b')));
+    std::this_thread::sleep_for(300ms);
+    client.close();
+  }
+  {
+    const int fd = connect_to(port, 10s);
+    ASSERT_GE(fd, 0);
+    const std::string two = "GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::send(fd, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
+    ::shutdown(fd, SHUT_WR);
+    std::string got;
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) got.append(buffer, static_cast<std::size_t>(n));
+    ::close(fd);
+    std::size_t answers = 0;
+    for (std::size_t at = got.find("HTTP/1.1 200"); at != std::string::npos; at = got.find("HTTP/1.1 200", at + 1)) ++answers;
+    EXPECT_EQ(answers, 1u) << got;
+  }
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 3);
+  ASSERT_EQ(lines.size(), 3u) << heft.log();
+  const nlohmann::json streamed = line_for(lines, "/streamed");
+  EXPECT_EQ(streamed["status"], 499) << streamed;
+  EXPECT_LT(streamed["duration"].get<double>(), 1.4) << "the backend's answer was waited for: " << streamed;
+  EXPECT_EQ(line_for(lines, "/first")["status"], 200);
+  EXPECT_EQ(line_for(lines, "/second")["status"], 499);
+  heft.signal(SIGTERM);
+  EXPECT_EQ(heft.wait(15s), 0);
+}
+
 // An upgraded connection (WebSocket) is logged and counted at its 101, as
 // documented: it was logged when the tunnel closed, with the tunnel's whole
 // life as its duration and as the backend's response time (which adaptive
