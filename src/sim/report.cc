@@ -29,7 +29,9 @@ std::string format_rate(double rps) {
 
 std::string arrivals_text(const SimResult& result) {
   const Scenario& s = result.scenario;
-  if (s.has_trace) return fmt::format("{} trace arrivals for {:g} s", result.trace_arrivals, s.duration_s);
+  if (s.has_trace)
+    return fmt::format("{} trace arrival{} for {:g} s", result.trace_arrivals, result.trace_arrivals == 1 ? "" : "s",
+                       s.duration_s);
   return fmt::format("{} req/s Poisson for {:g} s", format_rate(s.rate), s.duration_s);
 }
 
