@@ -1393,6 +1393,11 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       };
       co_await (send_body() && receive());
       head_wait_since = Clock::time_point::max();
+      // A 101 once the streamed body had ended: handle() splices it.
+      if (std::exchange(tunnel_pending_, false)) {
+        tunnel_ = std::move(conn);
+        co_return result;
+      }
       if (client_failed) co_return AttemptResult{Outcome::client_gone};
       if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
         failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
