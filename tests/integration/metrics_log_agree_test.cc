@@ -32,6 +32,18 @@ double metric_sum(const std::string& text, const std::string& name, const std::s
   return sum;
 }
 
+// heft (1 worker, admin API on `admin_port`) serving one site on `port`
+// whose access log goes to `log_path`; `proxy` follows "reverse_proxy":
+// its upstreams, or a block.
+Process start_logged_heft(const std::string& dir, uint16_t admin_port, uint16_t port, const std::string& log_path,
+                          const std::string& proxy) {
+  return start_heft(dir,
+                    fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {}\n"
+                                "\tlog {{\n\t\toutput file {}\n\t}}\n}}\n",
+                                admin_port, port, proxy, log_path),
+                    port);
+}
+
 TEST(MetricsAndAccessLog, AgreeOverARun) {
   std::string dir = make_temp_dir();
   Backend good = start_backend(dir, "good");
@@ -335,21 +347,9 @@ TEST(MetricsAndAccessLog, ClientGoneWhileWaitingClosesTheBackendConnectionAndLog
   });
   uint16_t port = free_port(), admin_port = free_port();
   std::string log_path = dir + "/access.log";
-  Process heft = start_heft(dir, fmt::format(R"({{
-	admin 127.0.0.1:{}
-	workers 1
-}}
-:{} {{
-	reverse_proxy {{
-		to 127.0.0.1:{}
-		max_fails 1
-		fail_timeout 30s
-	}}
-	log {{
-		output file {}
-	}}
-}}
-)", admin_port, port, origin_port, log_path), port);
+  Process heft = start_logged_heft(dir, admin_port, port, log_path,
+                                  fmt::format("{{\n\t\tto 127.0.0.1:{}\n\t\tmax_fails 1\n\t\tfail_timeout 30s\n\t}}",
+                                              origin_port));
 
   {
     HttpClient client(port);
@@ -394,20 +394,9 @@ TEST(MetricsAndAccessLog, ClientWatchCoversStreamedBodiesAndSparesPipelinedReque
   Backend slow = start_backend(dir, "slow", {"--delay", "1500"});
   uint16_t port = free_port(), admin_port = free_port();
   std::string log_path = dir + "/access.log";
-  Process heft = start_heft(dir, fmt::format(R"({{
-	admin 127.0.0.1:{}
-	workers 1
-}}
-:{} {{
-	reverse_proxy {{
-		to 127.0.0.1:{}
-		retry_body_limit 1KiB
-	}}
-	log {{
-		output file {}
-	}}
-}}
-)", admin_port, port, slow.port, log_path), port);
+  Process heft = start_logged_heft(
+      dir, admin_port, port, log_path,
+      fmt::format("{{\n\t\tto 127.0.0.1:{}\n\t\tretry_body_limit 1KiB\n\t}}", slow.port));
   {
     HttpClient client(port);
     ASSERT_TRUE(client.send_raw("POST /streamed HTTP/1.1\r\nHost: x\r\nContent-Length: 8192\r\n\r\n" +
@@ -450,17 +439,7 @@ TEST(MetricsAndAccessLog, UpgradedConnectionIsRecordedAtItsSwitch) {
   Backend a = start_backend(dir, "a");
   uint16_t port = free_port(), admin_port = free_port();
   std::string log_path = dir + "/access.log";
-  Process heft = start_heft(dir, fmt::format(R"({{
-	admin 127.0.0.1:{}
-	workers 1
-}}
-:{} {{
-	reverse_proxy 127.0.0.1:{}
-	log {{
-		output file {}
-	}}
-}}
-)", admin_port, port, a.port, log_path), port);
+  Process heft = start_logged_heft(dir, admin_port, port, log_path, fmt::format("127.0.0.1:{}", a.port));
   HttpClient ws(port);
   ASSERT_TRUE(ws.send_raw("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
                           "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"));
