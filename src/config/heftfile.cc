@@ -37,7 +37,7 @@ constexpr std::string_view kProxyOptions[] = {
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
     "retry_body_limit", "header_up", "header_down", "slow_start", "max_fails", "fail_timeout",
     "health_uri", "health_port", "health_interval", "health_timeout", "health_status",
-    "health_body", "health_headers", "health_passes", "health_fails", "adaptive"};
+    "health_body", "health_headers", "health_passes", "health_fails", "adaptive", "ignore_client_abort"};
 constexpr std::string_view kUpstreamOptions[] = {"weight", "max_fails", "fail_timeout",
                                                  "backup", "down", "slow_start"};
 constexpr std::string_view kAdaptiveOptions[] = {"interval", "latency_threshold",
@@ -520,6 +520,11 @@ class Parser {
           error(*arg, fmt::format("invalid size \"{}\" (use e.g. 65536, 64KiB, 1MiB)", arg->text));
       } else if (name == "slow_start") {
         if (auto v = duration(*arg, false)) pool.slow_start = *v;  // 0: off (nginx's default)
+      } else if (name == "ignore_client_abort") {
+        if (arg->text == "on" || arg->text == "off")
+          pool.ignore_client_abort = arg->text == "on";
+        else
+          error(*arg, fmt::format("ignore_client_abort takes on or off, got \"{}\"", printable(arg->text)));
       } else if (name == "max_fails") {
         if (auto n = integer(*arg, 0, 1'000'000, "max_fails")) pool_max_fails = uint32_t(*n);
       } else if (name == "fail_timeout") {

@@ -111,6 +111,7 @@ json reverse_proxy_to_json(const PoolConfig& pool) {
         {"min_weight_ratio", pool.adaptive.min_weight_ratio}}},
   };
   if (pool.slow_start) handler["slow_start"] = format_duration(*pool.slow_start);
+  if (pool.ignore_client_abort) handler["ignore_client_abort"] = true;
   return handler;
 }
 
@@ -517,7 +518,7 @@ class Reader {
   void reverse_proxy(const json& value, const std::string& path, PoolConfig& pool) {
     if (!object(value, path,
                 {"handler", "upstreams", "load_balancing", "health_checks", "transport", "headers", "slow_start",
-                 "adaptive"}))
+                 "adaptive", "ignore_client_abort"}))
       return;
     if (value.value("handler", json()) != json("reverse_proxy")) error(member(path, "handler"), "must be \"reverse_proxy\"");
     if (const json* upstreams = array_field(value, "upstreams", path, true)) {
@@ -557,6 +558,7 @@ class Reader {
       }
     }
     optional_duration_field(value, "slow_start", path, pool.slow_start);
+    bool_field(value, "ignore_client_abort", path, pool.ignore_client_abort);
     if (const json* adaptive = field(value, "adaptive")) this->adaptive(*adaptive, member(path, "adaptive"), pool.adaptive);
   }
 

@@ -105,6 +105,9 @@ struct PoolConfig {
   std::vector<HeaderOp> header_up;
   std::vector<HeaderOp> header_down;
   std::optional<milliseconds> slow_start;  // ramp a recovered backend's weight over this time
+  // nginx's proxy_ignore_client_abort: a request whose client closed (or
+  // half-closed) while it waits for the backend still runs to its answer.
+  bool ignore_client_abort = false;
 
   // Active health checks; off while health_uri is empty.
   std::string health_uri;

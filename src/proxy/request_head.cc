@@ -175,6 +175,7 @@ const char* host_problem(std::string_view host) {
   if (!host.empty() && host.front() == '[') {
     const std::size_t close = host.find(']');
     if (close == std::string_view::npos) return "bad Host: an unclosed IPv6 literal";
+    if (close == 1) return "bad Host: an empty IPv6 literal";
     for (char c : host.substr(1, close - 1))
       if (!(std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.')) return "bad Host: not an IPv6 literal";
     if (close + 1 < host.size()) {
@@ -185,6 +186,7 @@ const char* host_problem(std::string_view host) {
   } else if (const std::size_t colon = host.rfind(':'); colon != std::string_view::npos) {
     name = host.substr(0, colon);
     port = host.substr(colon + 1);  // may be empty, as nginx and Caddy accept
+    if (name.empty()) return "bad Host: no host name before the port";  // nginx: 400
   }
   if (!port.empty()) {
     if (port.size() > 5) return "bad Host: not a port";

@@ -498,9 +498,10 @@ class Session {
   // "client prematurely closed connection, so upstream connection is closed
   // too"). A peek: pipelined bytes waiting are no close.
   void check_client(Clock::time_point now) {
-    // Requests pipelined after this one, read already: the client waits
-    // for their answers (a close after them shows when they are written).
-    if (in_.size() > 0) {
+    // A whole request pipelined after this one, read already: the client
+    // waits for its answer (a close after it shows when it is written).
+    // Empty lines or the start of a head are no such request.
+    if (in_.size() > 0 && scan_request_head({in_.bytes(), in_.size()}).status != HeadScan::incomplete) {
       next_client_check = now + kClientCheckEvery;
       return;
     }
@@ -569,9 +570,11 @@ class Session {
   // The request waits for its response head from `since` on: the sweep
   // checks its client (check_client()) once it has waited kClientCheckAfter.
   void watch_client_from(Clock::time_point since) {
+    if (ignore_client_abort_) return;
     head_wait_since = since;
     next_client_check = since + kClientCheckAfter;
   }
+  bool ignore_client_abort_ = false;  // the current request's pool says so
   // local_error: heft could not open a socket (out of descriptors, memory):
   // nothing the backend did, so neither counted against it nor retried.
   enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken, local_error };
@@ -1292,6 +1295,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
                                               const balance::TriedSet& tried, RequestParser& parser,
                                               bool last_chance, bool upgrade) {
   const config::PoolConfig& pool = route.site.proxy;
+  ignore_client_abort_ = pool.ignore_client_abort;
   // `backend` indexes this request's snapshot; the site's endpoints may follow
   // another request's since (a change published while this one read its body).
   w.prepare_site(site, snapshot);
@@ -1520,6 +1524,10 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     }
     head_wait_since = Clock::time_point::max();
     if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
+    // A switch while the request body still streams: the client's next
+    // bytes would be body and tunnel at once. A 502, as for a 101 nobody asked for.
+    if (upgrade && response.status() == 101 && !parser.is_done())
+      co_return failure("reading the response head", http::error::bad_status);
   }
   const auto& req = parser.get();
   const unsigned status = response.status();
@@ -1582,10 +1590,9 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
     if (ec) co_return AttemptResult{Outcome::client_gone};
     // The tunnel runs once the switch is recorded and logged (handle()),
-    // so its lifetime is not counted as the backend's response time. An
-    // upgrade whose request body still streams is spliced here (rare).
-    if (parser.is_done()) tunnel_pending_ = true;
-    else co_await splice(conn);
+    // so its lifetime is not counted as the backend's response time (the
+    // request body has ended: a switch before is refused above).
+    tunnel_pending_ = true;
     co_return AttemptResult{Outcome::done, 101, false};
   }
 

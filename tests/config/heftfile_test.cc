@@ -610,6 +610,14 @@ TEST(HeftfileErrors, HeaderOpsLeaveFramingAndHostAlone) {
   EXPECT_EQ(config.sites[0].proxy.header_up.size(), 1u);
 }
 
+TEST(Heftfile, IgnoreClientAbortIsOnOrOffAndRoundTrips) {
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tignore_client_abort on\n\t}\n}\n");
+  EXPECT_TRUE(config.sites[0].proxy.ignore_client_abort);
+  EXPECT_FALSE(parse_ok(":80 {\n\treverse_proxy a:1\n}\n").sites[0].proxy.ignore_client_abort);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tignore_client_abort yes\n\t}\n}\n"),
+            "Heftfile:3:23: ignore_client_abort takes on or off, got \"yes\"");
+}
+
 // Header names are RFC 9110 tokens wherever a header is named, health_headers included.
 TEST(HeftfileErrors, HeaderNamesAreTokens) {
   const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";

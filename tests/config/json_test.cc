@@ -60,6 +60,7 @@ app.example.com, www.example.com {
 		}
 		health_passes 2
 		health_fails 4
+		ignore_client_abort on
 		adaptive {
 			latency_threshold 200ms
 			error_threshold 2.5%

@@ -418,8 +418,18 @@ TEST(MetricsAndAccessLog, ClientWatchCoversStreamedBodiesAndSparesPipelinedReque
     for (std::size_t at = got.find("HTTP/1.1 200"); at != std::string::npos; at = got.find("HTTP/1.1 200", at + 1)) ++answers;
     EXPECT_EQ(answers, 1u) << got;
   }
-  const std::vector<nlohmann::json> lines = log_lines(log_path, 3);
-  ASSERT_EQ(lines.size(), 3u) << heft.log();
+  {
+    // An empty line after the request is no pipelined request (it turned
+    // the watch off).
+    HttpClient client(port);
+    ASSERT_TRUE(client.send_raw("GET /blank-after HTTP/1.1\r\nHost: x\r\n\r\n\r\n"));
+    std::this_thread::sleep_for(300ms);
+    client.close();
+  }
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 4);
+  ASSERT_EQ(lines.size(), 4u) << heft.log();
+  const nlohmann::json blank_after = line_for(lines, "/blank-after");
+  EXPECT_EQ(blank_after["status"], 499) << blank_after;
   const nlohmann::json streamed = line_for(lines, "/streamed");
   EXPECT_EQ(streamed["status"], 499) << streamed;
   EXPECT_LT(streamed["duration"].get<double>(), 1.4) << "the backend's answer was waited for: " << streamed;
@@ -427,6 +437,26 @@ TEST(MetricsAndAccessLog, ClientWatchCoversStreamedBodiesAndSparesPipelinedReque
   EXPECT_EQ(line_for(lines, "/second")["status"], 499);
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(15s), 0);
+}
+
+// ignore_client_abort on (nginx's proxy_ignore_client_abort): a client that
+// half-closes after its request still gets the slow answer.
+TEST(MetricsAndAccessLog, IgnoreClientAbortLetsTheRequestRun) {
+  std::string dir = make_temp_dir();
+  Backend slow = start_backend(dir, "slow", {"--delay", "800"});
+  uint16_t port = free_port(), admin_port = free_port();
+  Process heft = start_logged_heft(dir, admin_port, port, dir + "/access.log",
+                                   fmt::format("{{\n\t\tto 127.0.0.1:{}\n\t\tignore_client_abort on\n\t}}", slow.port));
+  const int fd = connect_to(port, 10s);
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ::shutdown(fd, SHUT_WR);
+  std::string got;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) got.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
 }
 
 // An upgraded connection (WebSocket) is logged and counted at its 101, as
