@@ -450,6 +450,23 @@ TEST(ProxyLifecycle, HeaderOpsApplyInOrder) {
     EXPECT_NE(head.find(sent), std::string::npos) << sent << " missing:\n" << head;
 }
 
+// A 101 that comes while a streamed request body is still being sent is a
+// 502: the client's next bytes would be body and tunnel at once (the body
+// sender and the tunnel both read the client: broken framing, a 400 logged
+// after the 101 went out).
+TEST(ProxyLifecycle, SwitchBeforeTheStreamedBodyEndedIs502) {
+  ScriptedOrigin origin({"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"});
+  ASSERT_TRUE(origin.listening());
+  uint16_t port = free_port();
+  Process heft = start_heft_to(origin.port, port, "\t\tretry_body_limit 1KiB\n");
+  HttpClient client(port);
+  ASSERT_TRUE(client.send_raw("POST /up HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\n"
+                              "Transfer-Encoding: chunked\r\n\r\n800\r\n" + std::string(2048, 'u') + "\r\n"));
+  std::this_thread::sleep_for(300ms);
+  client.send_raw("0\r\n\r\n");
+  EXPECT_EQ(client.read_response().status, 502);
+}
+
 // An absolute-form target (`GET http://host/path`) names the host itself and
 // its Host field is ignored (RFC 9112 3.2.2): heft routes by the target's
 // host and sends the backend origin-form with that host as Host, so heft and
