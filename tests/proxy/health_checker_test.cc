@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -71,6 +72,27 @@ bool eventually(F f, std::chrono::milliseconds limit) {
   return f();
 }
 
+// The lines a HealthChecker logs, collected from its thread.
+class LogLines {
+ public:
+  std::function<void(const std::string&)> sink() {
+    return [this](const std::string& line) {
+      std::lock_guard lock(mu_);
+      lines_.push_back(line);
+    };
+  }
+  std::string text() {
+    std::lock_guard lock(mu_);
+    std::string all;
+    for (const std::string& line : lines_) all += line + "\n";
+    return all;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> lines_;
+};
+
 // Two in-process demo backends, a_ and b_, answering /healthz, served by a
 // thread of their own until the test ends.
 class HealthChecking : public ::testing::Test {
@@ -119,13 +141,9 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
   cfg.health_timeout = 500ms;
   cfg.health_fails = 2;
   cfg.health_body = "^ok";
-  std::vector<std::string> lines;
-  std::mutex mu;
+  LogLines log;
   {
-    HealthChecker checker([&](const std::string& l) {
-      std::lock_guard lock(mu);
-      lines.push_back(l);
-    });
+    HealthChecker checker(log.sink());
     checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     std::this_thread::sleep_for(250ms);
     EXPECT_TRUE(pool->snapshot()->available(1));
@@ -144,9 +162,7 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
     EXPECT_GT(checker.checks_passed(), 4u);
     EXPECT_GE(checker.checks_failed(), 2u);
   }
-  std::lock_guard lock(mu);
-  std::string all;
-  for (auto& l : lines) all += l + "\n";
+  const std::string all = log.text();
   EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
   EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
   EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
@@ -258,13 +274,9 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
   cfg.health_timeout = 2s;
   cfg.health_fails = 1;
   cfg.health_body = "^ok";
-  std::vector<std::string> lines;
-  std::mutex mu;
+  LogLines log;
   {
-    HealthChecker checker([&](const std::string& l) {
-      std::lock_guard lock(mu);
-      lines.push_back(l);
-    });
+    HealthChecker checker(log.sink());
     checker.set_pools({{"site0", pool, cfg, "srv0", "0"}});
     EXPECT_TRUE(eventually([&] { return checker.checks_passed() + checker.checks_failed() >= 6; }, 10s));
     EXPECT_EQ(checker.checks_failed(), 0u);
@@ -279,9 +291,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
   }
   origin.join();
   EXPECT_GE(answered.load(), 6);
-  std::lock_guard lock(mu);
-  std::string all;
-  for (auto& l : lines) all += l + "\n";
+  const std::string all = log.text();
   EXPECT_EQ(all.find("unhealthy"), std::string::npos) << all;
 }
 
