@@ -913,6 +913,12 @@ class Parser {
         continue;
       }
       if (!header_name(header.name, header.name.text) || !header_value(header.args[0], header.name.text)) continue;
+      // header_up's + and - mean add and remove; a probe's headers are only set.
+      if (header.name.text.starts_with('+') || header.name.text.starts_with('-')) {
+        error(header.name, fmt::format("health_headers only sets headers: write \"{}\" without the {}",
+                                       header.name.text.substr(1), header.name.text.front()));
+        continue;
+      }
       if (std::string problem = header_op_problem(header.name.text, '=', true); !problem.empty()) {
         error(header.name, problem);
         continue;

@@ -606,6 +606,8 @@ TEST(HeftfileErrors, HeaderOpsLeaveFramingAndHostAlone) {
   // health_headers follow the header_up rules (a Content-Length made the probe's backend wait for a body).
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tContent-Length 5\n\t\t}\n\t}\n}\n"),
             "Heftfile:4:4: \"Content-Length\" " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\t+X-A 1\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:4: health_headers only sets headers: write \"X-A\" without the +");
   Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up Host b.test\n\t\theader_down -Host\n\t}\n}\n");
   EXPECT_EQ(config.sites[0].proxy.header_up.size(), 1u);
 }
