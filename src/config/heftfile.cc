@@ -856,8 +856,7 @@ class Parser {
       op.name.erase(0, 1);
     }
     if (!header_name(name, op.name)) return;
-    const char kind = op.op == HeaderOp::set ? '=' : op.op == HeaderOp::add ? '+' : '-';
-    if (std::string problem = header_op_problem(op.name, kind, d.name.text == "header_up"); !problem.empty()) {
+    if (std::string problem = header_op_problem(op.name, op.op, d.name.text == "header_up"); !problem.empty()) {
       error(name, problem);
       return;
     }
@@ -919,7 +918,7 @@ class Parser {
                                        header.name.text.substr(1), header.name.text.front()));
         continue;
       }
-      if (std::string problem = header_op_problem(header.name.text, '=', true); !problem.empty()) {
+      if (std::string problem = header_op_problem(header.name.text, HeaderOp::set, true); !problem.empty()) {
         error(header.name, problem);
         continue;
       }

@@ -707,7 +707,7 @@ class Reader {
           error(member(entry_path, "name"), invalid_header_name(name));
           continue;
         }
-        if (std::string problem = header_op_problem(name, '=', true); !problem.empty()) {
+        if (std::string problem = header_op_problem(name, HeaderOp::set, true); !problem.empty()) {
           error(member(entry_path, "name"), problem);
           continue;
         }
@@ -752,8 +752,7 @@ class Reader {
         error(member(op_path, "name"), invalid_header_name(op.name));
         continue;
       }
-      const char op_kind = op.op == HeaderOp::set ? '=' : op.op == HeaderOp::add ? '+' : '-';
-      if (std::string problem = header_op_problem(op.name, op_kind, key == "request"); !problem.empty()) {
+      if (std::string problem = header_op_problem(op.name, op.op, key == "request"); !problem.empty()) {
         error(member(op_path, "name"), problem);
         continue;
       }

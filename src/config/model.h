@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -160,6 +161,14 @@ struct AdminConfig {
 // "required when the admin API listens on a non-loopback address (ADDR)" when
 // `admin` is on, has no token and listens beyond loopback; "" otherwise (an
 // address that does not parse is another error's).
+// Why a header_up (`request`) or header_down op `op` on field `name` cannot
+// be ("" if it can). heft writes a message's framing (Content-Length,
+// Transfer-Encoding) and its hop-by-hop fields itself: an op on them made
+// invalid or ambiguous messages (two differing Content-Lengths,
+// Content-Length beside chunked). A request keeps exactly one Host: it may be
+// set, not added or removed.
+std::string header_op_problem(std::string_view name, HeaderOp::Op op, bool request);
+
 std::string admin_token_missing(const AdminConfig& admin);
 
 struct Config {

@@ -297,21 +297,17 @@ std::string admin_token_problem(std::string_view token) {
   return "";
 }
 
-std::string header_op_problem(std::string_view name, char kind, bool request) {
+std::string header_op_problem(std::string_view name, HeaderOp::Op op, bool request) {
   static constexpr std::string_view kFraming[] = {"content-length", "transfer-encoding", "connection", "keep-alive",
                                                    "proxy-connection", "te", "trailer", "upgrade"};
-  const auto same = [&](std::string_view other) {
-    return name.size() == other.size() &&
-           std::equal(name.begin(), name.end(), other.begin(),
-                      [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
-  };
+  const std::string lower = lowercase(name);
   for (std::string_view framing : kFraming)
-    if (same(framing))
+    if (lower == framing)
       return fmt::format("\"{}\" cannot be changed: heft writes the message framing and hop-by-hop fields itself",
                          name);
-  if (request && kind != '=' && same("host"))
-    return kind == '+' ? "\"+Host\" would send a second Host; set it instead (header_up Host VALUE)"
-                       : "\"-Host\" would leave the request without the Host HTTP/1.1 requires; set it instead";
+  if (request && op != HeaderOp::set && lower == "host")
+    return op == HeaderOp::add ? "\"+Host\" would send a second Host; set it instead (header_up Host VALUE)"
+                               : "\"-Host\" would leave the request without the Host HTTP/1.1 requires; set it instead";
   return "";
 }
 

@@ -102,14 +102,6 @@ inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 // would end the header and start one the configuration did not mean to send.
 std::string header_value_problem(std::string_view value);
 
-// Why a header_up (`request`) or header_down op on field `name` cannot be
-// ("" if it can). `kind` is '=' (set), '+' (add) or '-' (remove). heft
-// writes a message's framing (Content-Length, Transfer-Encoding) and its
-// hop-by-hop fields itself: an op on them made invalid or ambiguous
-// messages (two differing Content-Lengths, Content-Length beside chunked).
-// A request keeps exactly one Host: it may be set, not added or removed.
-std::string header_op_problem(std::string_view name, char kind, bool request);
-
 // Whether `target` may be sent as written in a request line: visible ASCII
 // only (RFC 9112 request-target; a space, CR or LF would end it and start
 // something else, other bytes must be percent-encoded).

@@ -30,9 +30,8 @@ RequestLine check_request_line(std::string_view line, bool& http10) {
     if (u <= 0x20 || u == 0x7f) return RequestLine::malformed;
   }
   std::string_view version = line.substr(sp2 + 1);
-  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !digit(version[5]) || version[6] != '.' ||
-      !digit(version[7]) || version[5] == '0')
+  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !is_digit(version[5]) || version[6] != '.' ||
+      !is_digit(version[7]) || version[5] == '0')
     return RequestLine::malformed;
   // A later major version over HTTP/1.1's syntax is refused as nginx does
   // (505); a later 1.x minor is HTTP/1.1 to us (RFC 9110 2.5).

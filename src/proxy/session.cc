@@ -512,7 +512,7 @@ class Session {
       return;
     }
     client_closed_ = true;
-    head_wait_since = Clock::time_point::max();
+    unwatch_client();
     if (upstream) cancel_io(*upstream);
   }
   // Called by the sweep when the deadline passed: aborts whatever is pending.
@@ -574,6 +574,7 @@ class Session {
     head_wait_since = since;
     next_client_check = since + kClientCheckAfter;
   }
+  void unwatch_client() { head_wait_since = Clock::time_point::max(); }
   bool ignore_client_abort_ = false;  // the current request's pool says so
   // local_error: heft could not open a socket (out of descriptors, memory):
   // nothing the backend did, so neither counted against it nor retried.
@@ -1396,7 +1397,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         }
       };
       co_await (send_body() && receive());
-      head_wait_since = Clock::time_point::max();
+      unwatch_client();
       // A 101 once the streamed body had ended: handle() splices it.
       if (std::exchange(tunnel_pending_, false)) {
         tunnel_ = std::move(conn);
@@ -1426,14 +1427,14 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     for (;;) {
       error_code ec = co_await read_header(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
-        head_wait_since = Clock::time_point::max();
+        unwatch_client();
         if (reused && !received && replayable && !timed_out &&
             (ec == asio::error::eof || ec == asio::error::connection_reset))
           break;  // stale pooled connection
         co_return failure("reading the response head", ec);
       }
       if (is_interim(response)) {
-        head_wait_since = Clock::time_point::max();  // no check during the relay's write
+        unwatch_client();  // no check during the relay's write
         if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
           co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
@@ -1442,7 +1443,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       }
       break;
     }
-    head_wait_since = Clock::time_point::max();
+    unwatch_client();
     if (!response.is_header_done()) continue;  // retry on a fresh connection
     if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
     const unsigned status = response.status();
@@ -1508,12 +1509,12 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     for (;;) {
       error_code ec = co_await read_header(conn, response, received, nullptr);
       if (ec) {
-        head_wait_since = Clock::time_point::max();
+        unwatch_client();
         co_return failure("reading the response head", ec);
       }
       if (is_interim(response)) {
         const bool watched = head_wait_since != Clock::time_point::max();
-        head_wait_since = Clock::time_point::max();  // no check during the relay's write
+        unwatch_client();  // no check during the relay's write
         if (!co_await relay_interim(response, parser.get().version() >= 11, pool))
           co_return AttemptResult{Outcome::client_gone};
         arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
@@ -1522,7 +1523,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       }
       break;
     }
-    head_wait_since = Clock::time_point::max();
+    unwatch_client();
     if (error_code bad = unusable_head(response, upgrade)) co_return failure("reading the response head", bad);
     // A switch while the request body still streams: the client's next
     // bytes would be body and tunnel at once. A 502, as for a 101 nobody asked for.
