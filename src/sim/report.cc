@@ -10,13 +10,17 @@ namespace {
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", fraction * 100); }
 
+// Times in the JSON, to the nanosecond: the simulator's arithmetic leaves
+// binary noise (700 ms printed as 0.7000000000000001 s) that nobody asked for.
+double seconds(double s) { return std::isfinite(s) ? std::round(s * 1e9) / 1e9 : s; }
+
 nlohmann::ordered_json latency_json(const LatencySummary& l) {
   nlohmann::ordered_json j;
-  j["mean_s"] = l.mean_s;
-  j["p50_s"] = l.p50_s;
-  j["p95_s"] = l.p95_s;
-  j["p99_s"] = l.p99_s;
-  j["max_s"] = l.max_s;
+  j["mean_s"] = seconds(l.mean_s);
+  j["p50_s"] = seconds(l.p50_s);
+  j["p95_s"] = seconds(l.p95_s);
+  j["p99_s"] = seconds(l.p99_s);
+  j["max_s"] = seconds(l.max_s);
   return j;
 }
 
@@ -103,22 +107,22 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
     nlohmann::ordered_json js;
     js["name"] = sc.name;
     js["seed"] = sc.seed;
-    js["duration_s"] = sc.duration_s;
+    js["duration_s"] = seconds(sc.duration_s);
     if (sc.has_trace) js["arrivals"] = res.trace_arrivals;  // the count replayed (it was the word "trace")
     else js["rate"] = sc.rate;
-    js["bucket_s"] = sc.bucket_s;
+    js["bucket_s"] = seconds(sc.bucket_s);
     js["servers"] = nlohmann::ordered_json::array();
     for (const ServerSpec& s : sc.servers) {
       nlohmann::ordered_json j;
       j["name"] = s.name;
       j["size"] = s.size;
       j["units"] = s.units;
-      j["service_s"] = s.service_s;
+      j["service_s"] = seconds(s.service_s);
       j["dist"] = service_dist_name(s.dist);
       if (s.dist == ServiceDist::lognormal) j["sigma"] = s.sigma;
       j["weight"] = initial_weight(s);
       if (s.queue_limit) j["queue_limit"] = *s.queue_limit;
-      if (s.timeout_s > 0) j["timeout_s"] = s.timeout_s;
+      if (s.timeout_s > 0) j["timeout_s"] = seconds(s.timeout_s);
       js["servers"].push_back(j);
     }
     js["events"] = nlohmann::ordered_json::array();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -391,3 +392,20 @@ TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {
 }
 
 }  // namespace
+
+// Times in the JSON are to the nanosecond: 700 ms was printed as
+// 0.7000000000000001 s and percentiles as 0.0045547520000000005.
+TEST(SimCommandTest, JsonTimesCarryNoBinaryNoise) {
+  Output out = run_heft("sim --servers 3x,1x --rate 100 --service 7ms --duration 700ms --json");
+  ASSERT_EQ(out.exit_code, 0);
+  EXPECT_NE(out.stdout_text.find("\"duration_s\": 0.7,"), std::string::npos) << out.stdout_text.substr(0, 400);
+  const auto j = nlohmann::json::parse(out.stdout_text)["scenarios"][0];
+  EXPECT_DOUBLE_EQ(j["duration_s"].get<double>(), 0.7);
+  // No number in the output is written with more than nine decimals.
+  static const std::regex long_fraction(R"(\.[0-9]{10,})");
+  std::string times;
+  for (const auto& p : j["policies"])
+    for (const auto& [key, value] : p["latency"].items()) times += key + "=" + value.dump() + " ";
+  EXPECT_FALSE(std::regex_search(times, long_fraction)) << times;
+  EXPECT_GT(j["policies"][0]["latency"]["p99_s"].get<double>(), 0.0);
+}
