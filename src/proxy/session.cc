@@ -665,6 +665,9 @@ class Session {
     bool expect_continue = false;
     bool expectation_failed = false;  // 417
     bool connect = false;             // 501: CONNECT
+    // Beast reads a Proxy-Connection field as Connection; nginx and HAProxy
+    // ignore it. Set (from Connection alone) only when one came.
+    std::optional<bool> keep_alive;
   };
   RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
   std::string origin_form_;  // an absolute-form target's origin-form (plan_request)
@@ -918,10 +921,11 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   // The fields decided on, in one walk over the list (the first of each, as
   // basic_fields' operator[] would give, without its four lookups).
   std::string_view host, connection, upgrade_value, expect;
-  bool joined_connection = false;
+  bool joined_connection = false, proxy_connection = false;
   for (const auto& field : req) {
     switch (field.name()) {
       case http::field::host: if (host.empty()) host = field.value(); break;
+      case http::field::proxy_connection: proxy_connection = true; break;
       case http::field::connection:
         if (connection.empty()) {
           connection = field.value();
@@ -938,6 +942,8 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     }
   }
   routed_host_ = host;  // for the access log, also of a request refused below
+  if (proxy_connection)
+    plan.keep_alive = req.version() >= 11 ? !has_token(connection, "close") : has_token(connection, "keep-alive");
   if (req.method() == http::verb::connect) {
     plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
     return plan;
@@ -1077,7 +1083,7 @@ Task<bool> Session::handle(RequestParser& parser) {
   }
   // The parser read every Connection field already (close / keep-alive tokens
   // and the version's default).
-  bool client_keep_alive = parser.keep_alive();
+  bool client_keep_alive = plan.keep_alive.value_or(parser.keep_alive());
   client_keep_alive_ = client_keep_alive;
   if (!route) {
     // Unread body bytes would be read as the next request: close instead.

@@ -1236,6 +1236,33 @@ TEST(ProxyLifecycle, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_TRUE(client.read_all().empty());  // and then the end, nothing more
 }
 
+// Proxy-Connection is no Connection field (nginx and HAProxy ignore it):
+// "Proxy-Connection: close" kept a keep-alive client's connection open in
+// neither; heft closed it (Beast reads the field as Connection). An HTTP/1.0
+// client still needs "Connection: keep-alive" to keep its connection.
+TEST(ProxyLifecycle, ProxyConnectionIsNotConnection) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}), port);
+  HttpClient client(port, 5s);
+  ASSERT_TRUE(client.send_raw("GET /1 HTTP/1.1\r\nHost: x\r\nProxy-Connection: close\r\n\r\n"));
+  Response first = client.read_response();
+  EXPECT_EQ(first.status, 200);
+  EXPECT_NE(first.header("connection"), "close");
+  ASSERT_TRUE(client.send_raw("GET /2 HTTP/1.1\r\nHost: x\r\nProxy-Connection: close\r\nConnection: close\r\n\r\n"));
+  Response second = client.read_response();
+  EXPECT_EQ(second.status, 200);  // the connection stayed open for it
+  EXPECT_EQ(second.header("connection"), "close");
+  EXPECT_TRUE(client.read_all().empty());
+  HttpClient old(port, 5s);
+  ASSERT_TRUE(old.send_raw("GET /3 HTTP/1.0\r\nHost: x\r\nProxy-Connection: keep-alive\r\n\r\n"));
+  Response third = old.read_response();
+  EXPECT_EQ(third.status, 200);
+  EXPECT_TRUE(old.read_all().empty());  // closed after it: 1.0 without Connection: keep-alive
+}
+
 // Sites on one port: an exact host (any case, a trailing dot, an IPv6
 // literal) wins over a wildcard, a wildcard over the site for any host, the
 // most specific wildcard over a broader one written before it (the first
