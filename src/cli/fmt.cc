@@ -22,6 +22,13 @@ struct FmtOptions {
 };
 
 int run_fmt(const FmtOptions& options) {
+  // validate, adapt and run read a .json path as JSON; formatting it as a
+  // Heftfile would print (or, with -w, write) a mangled file.
+  if (options.config.ends_with(".json")) {
+    fmt::print(stderr, "{0}: a JSON configuration: heft fmt formats Heftfiles (`heft adapt {0}` prints it normalised)\n",
+               options.config);
+    return 1;
+  }
   if (std::error_code ec; std::filesystem::is_directory(options.config, ec)) {
     fmt::print(stderr, "{}: is a directory, not a configuration file\n", options.config);
     return 1;

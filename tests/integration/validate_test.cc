@@ -182,6 +182,22 @@ TEST_F(ConfigCommands, FmtPrintsCanonicalForm) {
   EXPECT_EQ(run.out, "a.com {\n\treverse_proxy b:1\n}\n");
 }
 
+// A .json configuration is JSON to validate, adapt and run; fmt printed it
+// mangled as a Heftfile, and -w wrote that over the file.
+TEST_F(ConfigCommands, FmtRefusesJsonAndLeavesItAlone) {
+  write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
+  const std::string json = heft("adapt").out;
+  const auto path = write("site.json", json);
+  for (const char* args : {"fmt site.json", "fmt -w site.json"}) {
+    CommandResult run = heft(args);
+    EXPECT_EQ(run.exit_code, 1) << args;
+    EXPECT_EQ(run.out, "") << args;
+    EXPECT_NE(run.err.find("site.json: a JSON configuration"), std::string::npos) << run.err;
+  }
+  EXPECT_EQ(slurp(path), json);
+  EXPECT_EQ(heft("validate site.json").exit_code, 0);
+}
+
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
   write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
