@@ -564,7 +564,10 @@ class Parser {
       }
     }
 
-    // Pool-level max_fails / fail_timeout are defaults for backends that set none.
+    // Pool-level max_fails / fail_timeout are defaults for backends that set
+    // none, also for those the admin API adds later.
+    if (pool_max_fails) pool.max_fails = *pool_max_fails;
+    if (pool_fail_timeout) pool.fail_timeout = *pool_fail_timeout;
     std::map<std::string, Token> dials;
     for (PendingUpstream& p : pending) {
       if (pool_max_fails && !p.explicit_max_fails) p.upstream.max_fails = *pool_max_fails;

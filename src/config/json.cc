@@ -91,7 +91,8 @@ json reverse_proxy_to_json(const PoolConfig& pool) {
           {"expect_body", pool.health_body},
           {"headers", std::move(health_headers)},
           {"passes", pool.health_passes},
-          {"fails", pool.health_fails}}}}},
+          {"fails", pool.health_fails}}},
+        {"passive", {{"max_fails", pool.max_fails}, {"fail_timeout", format_duration(pool.fail_timeout)}}}}},
       {"transport",
        {{"protocol", "http"},
         {"keepalive", pool.keepalive},
@@ -521,6 +522,8 @@ class Reader {
                  "adaptive", "ignore_client_abort"}))
       return;
     if (value.value("handler", json()) != json("reverse_proxy")) error(member(path, "handler"), "must be \"reverse_proxy\"");
+    // First: health_checks.passive holds the defaults of upstreams that set no max_fails / fail_timeout.
+    if (const json* health = field(value, "health_checks")) health_checks(*health, member(path, "health_checks"), pool);
     if (const json* upstreams = array_field(value, "upstreams", path, true)) {
       std::string list_path = member(path, "upstreams");
       if (upstreams->empty()) error(list_path, "must hold at least one upstream");
@@ -528,6 +531,8 @@ class Reader {
       for (size_t i = 0; i < upstreams->size(); ++i) {
         std::string upstream_path = element(list_path, i);
         UpstreamConfig upstream;
+        upstream.max_fails = pool.max_fails;
+        upstream.fail_timeout = pool.fail_timeout;
         if (!this->upstream((*upstreams)[i], upstream_path, upstream)) continue;
         auto [it, inserted] = dials.emplace(lowercase(upstream.dial), upstream_path);  // host names ignore case
         if (!inserted) {
@@ -538,7 +543,6 @@ class Reader {
       }
     }
     if (const json* lb = field(value, "load_balancing")) load_balancing(*lb, member(path, "load_balancing"), pool);
-    if (const json* health = field(value, "health_checks")) health_checks(*health, member(path, "health_checks"), pool);
     if (const json* transport = field(value, "transport"); transport) {
       std::string tp = member(path, "transport");
       if (object(*transport, tp, {"protocol", "keepalive", "dial_timeout", "read_timeout", "write_timeout"})) {
@@ -657,7 +661,14 @@ class Reader {
   }
 
   void health_checks(const json& value, const std::string& path, PoolConfig& pool) {
-    if (!object(value, path, {"active"})) return;
+    if (!object(value, path, {"active", "passive"})) return;
+    if (const json* passive = field(value, "passive")) {
+      const std::string pp = member(path, "passive");
+      if (object(*passive, pp, {"max_fails", "fail_timeout"})) {
+        uint_field(*passive, "max_fails", pp, 0, 1'000'000, pool.max_fails);
+        duration_field(*passive, "fail_timeout", pp, false, pool.fail_timeout);
+      }
+    }
     const json* active = field(value, "active");
     if (!active) return;
     std::string ap = member(path, "active");

@@ -106,6 +106,10 @@ struct PoolConfig {
   std::vector<HeaderOp> header_up;
   std::vector<HeaderOp> header_down;
   std::optional<milliseconds> slow_start;  // ramp a recovered backend's weight over this time
+  // The pool's max_fails / fail_timeout: what a backend added without its own
+  // gets (each UpstreamConfig holds its value; these are only the default).
+  uint32_t max_fails = 1;
+  milliseconds fail_timeout{10000};
   // nginx's proxy_ignore_client_abort: a request whose client closed (or
   // half-closed) while it waits for the backend still runs to its answer.
   bool ignore_client_abort = false;

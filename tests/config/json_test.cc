@@ -51,6 +51,8 @@ app.example.com, www.example.com {
 		header_up X-B "two words"
 		header_down -Server
 		slow_start 10s
+		max_fails 2
+		fail_timeout 20s
 		health_uri /health
 		health_port 9999
 		health_status 200
@@ -91,6 +93,32 @@ TEST(Json, RoundTripIsExact) {
   Result<Config> reparsed = from_json(json::parse(document.dump(2)));
   ASSERT_TRUE(reparsed.ok());
   EXPECT_EQ(*reparsed, config);
+}
+
+// The pool's max_fails / fail_timeout are health_checks.passive: an
+// upstream written without its own (as an admin API client adds one) gets them.
+TEST(Json, UpstreamsWithoutTheirOwnTakeThePoolsPassiveSettings) {
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tmax_fails 0\n\t\tfail_timeout 20s\n"
+                           "\t\tto b:1 max_fails 3\n\t}\n}\n");
+  json document = to_json(config);
+  json& handler = document["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0];
+  EXPECT_EQ(handler["health_checks"]["passive"], json({{"max_fails", 0}, {"fail_timeout", "20s"}}));
+  handler["upstreams"].push_back({{"dial", "c:1"}});
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  const auto& upstreams = back->sites[0].proxy.upstreams;
+  ASSERT_EQ(upstreams.size(), 3u);
+  EXPECT_EQ(upstreams[0].max_fails, 0u);
+  EXPECT_EQ(upstreams[1].max_fails, 3u);
+  EXPECT_EQ(upstreams[1].fail_timeout, std::chrono::seconds(20));
+  EXPECT_EQ(upstreams[2].max_fails, 0u);
+  EXPECT_EQ(upstreams[2].fail_timeout, std::chrono::seconds(20));
+  // Without passive, nginx's defaults.
+  handler["health_checks"].erase("passive");
+  back = from_json(document);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->sites[0].proxy.upstreams[2].max_fails, 1u);
+  EXPECT_EQ(back->sites[0].proxy.upstreams[2].fail_timeout, std::chrono::seconds(10));
 }
 
 TEST(Json, RoundTripOfDefaults) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -246,6 +247,33 @@ TEST_F(LiveChanges, PooledConnectionsTheBackendClosedDoNotLinger) {
   ASSERT_GE(sockets_to(a.port)["01"], 1);
   a.process.kill_now();  // the kernel closes its end of every connection
   EXPECT_TRUE(none_in_state(a.port, "08", 3s)) << sockets_to(a.port)["08"] << " in CLOSE_WAIT";
+}
+
+
+// A backend added through the admin API without max_fails / fail_timeout
+// gets the pool's (the Heftfile's pool-level values, kept in the JSON as
+// health_checks.passive), not nginx's defaults 1 / 10s as it did.
+TEST_F(LiveChanges, AnAddedBackendTakesThePoolsPassiveSettings) {
+  Backend a = start_backend(dir, "a"), b = start_backend(dir, "b");
+  Process heft = start(fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{} {{\n\t\tmax_fails 0\n\t\tfail_timeout 20s\n"
+                                   "\t\tto 127.0.0.1:{} max_fails 3\n\t}}\n}}\n",
+                                   port, a.port, b.port));
+  const json passive = json::parse(admin("GET", "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/"
+                                                "health_checks/passive").body, nullptr, false);
+  EXPECT_EQ(passive, json({{"max_fails", 0}, {"fail_timeout", "20s"}}));
+  Backend c = start_backend(dir, "c");
+  ASSERT_EQ(admin("POST", kUpstreams, json({{"dial", fmt::format("127.0.0.1:{}", c.port)}}).dump()).status, 200);
+  const json upstreams = json::parse(admin("GET", kUpstreams).body, nullptr, false);
+  ASSERT_TRUE(upstreams.is_array() && upstreams.size() == 3) << upstreams;
+  EXPECT_EQ(upstreams[0]["max_fails"], 0);
+  EXPECT_EQ(upstreams[1]["max_fails"], 3);  // its own
+  EXPECT_EQ(upstreams[2]["max_fails"], 0) << upstreams[2];
+  EXPECT_EQ(upstreams[2]["fail_timeout"], "20s") << upstreams[2];
+  // And the new backend serves.
+  std::set<std::string> seen;
+  HttpClient client(port);
+  for (int i = 0; i < 12; ++i) seen.insert(client.get("/").header("x-backend"));
+  EXPECT_TRUE(seen.count("c")) << heft.log();
 }
 
 }  // namespace
