@@ -73,7 +73,7 @@ asio::awaitable<void> drain(beast::tcp_stream& stream) {
   char scratch[65536];
   size_t total = 0;
   stream.expires_after(2s);
-  while (total < (32u << 20)) {
+  while (total < kMaxAdminBody) {
     auto [ec, n] = co_await stream.async_read_some(asio::buffer(scratch), use_tuple);
     if (ec) break;
     total += n;

@@ -197,6 +197,30 @@ TEST_F(AdminProcessTest, ControlCommands) {
   EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
 }
 
+// A configuration whose JSON is over 1 MiB (1,500 sites) reloads through the
+// admin API as it starts: the body limit was 1 MiB, and `heft reload` (and a
+// GET /config/ posted back to /load) got 413 for what `heft run` served.
+TEST_F(AdminProcessTest, ReloadOfALargeConfiguration) {
+  write_file(dir + "/Heftfile", heftfile(1, 1));
+  Process p = run("heft.log");
+  std::string big = fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n", admin_port);
+  for (int i = 0; i < 1500; ++i)
+    big += fmt::format("site{}.test:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", i, port, backends[i % 2].port);
+  write_file(dir + "/Big", big);
+  std::string out;
+  ASSERT_EQ(heft(dir, {"reload", "--config", dir + "/Big", "--address", address()}, out), 0) << out;
+  const std::string config = admin("GET", "/config/").body;
+  EXPECT_GT(config.size(), 1u << 20);
+  HttpClient client(port);
+  const auto get = [&](const std::string& host) { return client.request("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n"); };
+  EXPECT_EQ(get("site1499.test").header("x-backend"), "b");
+  EXPECT_EQ(get("site1498.test").header("x-backend"), "a");
+  EXPECT_EQ(get("nosuch.test").status, 404);
+  // The running configuration posted back as it was given (Caddy's round trip).
+  EXPECT_EQ(admin("POST", "/load", config).status, 200);
+  EXPECT_EQ(get("site1499.test").header("x-backend"), "b");
+}
+
 // A listener that accepts and never answers (a hung heft, something else on
 // the port): every command gives up after the admin request timeout (10 s)
 // and says so. The client's synchronous calls ignored its timeout, and each
