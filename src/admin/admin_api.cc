@@ -269,6 +269,14 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
   json canonical = config::to_json(next);
   std::string serialized = canonical.dump();
   if (canonical == config_json()) {  // nothing to change: the same answer as a change
+    // ... but backend names may resolve elsewhere now, and a reload of an
+    // unchanged file is how an operator picks that up (nginx -s reload).
+    // Applied, an unchanged configuration keeps every pool as it is; only a
+    // backend whose address moved is replaced.
+    if (hooks_.apply) {
+      std::string error;
+      if (!hooks_.apply(next, error)) return refused(422, error.empty() ? "the proxy refused the configuration" : error);
+    }
     AdminResponse r;
     r.body = "{}\n";
     r.headers.emplace_back("ETag", etag());

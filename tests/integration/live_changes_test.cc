@@ -276,5 +276,44 @@ TEST_F(LiveChanges, AnAddedBackendTakesThePoolsPassiveSettings) {
   EXPECT_TRUE(seen.count("c")) << heft.log();
 }
 
+
+// A reload re-resolves backend names even when the file did not change (how
+// nginx -s reload picks up a moved name). With the admin API on, an unchanged
+// file was a no-op and kept the old address; only `admin off` re-resolved.
+// The name is moved in a private /etc/hosts (a mount namespace of heft's own).
+TEST_F(LiveChanges, AReloadOfAnUnchangedFileResolvesNamesAgain) {
+  if (std::system("/usr/bin/unshare -m --map-root-user true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no unprivileged mount namespaces here (unshare -m --map-root-user)";
+  const uint16_t backend_port = free_port();  // free on both families
+  Process six({HEFT_BINARY, "demo-backend", "--listen", fmt::format("[::1]:{}", backend_port), "--name", "six"},
+              dir + "/six.log");
+  Process four({HEFT_BINARY, "demo-backend", "--listen", fmt::format("127.0.0.1:{}", backend_port), "--name", "four"},
+               dir + "/four.log");
+  ASSERT_TRUE(wait_for_port(backend_port)) << four.log();
+  const std::string hosts = dir + "/hosts";
+  write_file(hosts, "::1 heft-moving-name\n");
+  write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n:{} {{\n"
+                                            "\treverse_proxy heft-moving-name:{}\n}}\n",
+                                            admin_port, port, backend_port));
+  Process heft({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c",
+                fmt::format("mount --bind {} /etc/hosts && exec {} run --config {}/Heftfile --state {}/autosave.json",
+                            hosts, HEFT_BINARY, dir, dir)},
+               dir + "/heft.log");
+  ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << heft.log();
+  const auto served_by = [&] { return HttpClient(port).get("/").header("x-backend"); };
+  ASSERT_EQ(served_by(), "six") << heft.log();
+  write_file(hosts, "127.0.0.1 heft-moving-name\n");  // in place: the bind mount holds this file
+  Process reload({HEFT_BINARY, "reload", "--config", dir + "/Heftfile", "--address",
+                  fmt::format("127.0.0.1:{}", admin_port)},
+                 dir + "/reload.log");
+  ASSERT_EQ(reload.wait(30s), 0) << read_file(dir + "/reload.log");
+  EXPECT_EQ(served_by(), "four") << heft.log();
+  // SIGHUP the same way.
+  write_file(hosts, "::1 heft-moving-name\n");
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "reloaded")) << heft.log();
+  EXPECT_EQ(served_by(), "six") << heft.log();
+}
+
 }  // namespace
 }  // namespace heft::test
