@@ -603,10 +603,13 @@ bool Proxy::reload(config::Config next, std::string& error) {
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
     asio::post(w.io, [&w, acceptors, removed, served, dropped, backends] {
       if (w.draining) return;
-      // Pooled connections to backends no site uses any more: closed (the
-      // lists stay, requests still finishing may hold them).
-      for (auto& [endpoint, list] : w.idle)
-        if (!backends.count(endpoint)) list.clear();
+      // Pooled connections to backends no site uses any more: closed, and so
+      // are those still busy once their request is done (the lists stay,
+      // requests still finishing may hold them).
+      for (auto& [endpoint, list] : w.idle) {
+        list.retired = !backends.count(endpoint);
+        if (list.retired) list.clear();
+      }
       // Connections on a port no longer served end after their request in
       // flight (nginx's old workers do the same); idle ones end now.
       std::erase_if(w.unserved_ports, [&](uint16_t port) { return served.count(port) > 0; });

@@ -83,7 +83,12 @@ struct UpstreamConnection {
   // response unseen by the ReadyWatch (see take_idle_connection()).
   bool maybe_more = false;
 };
-using IdleList = std::vector<std::unique_ptr<UpstreamConnection>>;
+struct IdleList : std::vector<std::unique_ptr<UpstreamConnection>> {
+  // No site uses this backend address since a reload: a connection finishing
+  // its request here is closed, not pooled (the list stays, as requests begun
+  // before the reload hold it).
+  bool retired = false;
+};
 
 class Session;
 struct Worker;

@@ -331,9 +331,10 @@ bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
-// Keeps a finished upstream connection for reuse; a draining worker closes it.
+// Keeps a finished upstream connection for reuse; a draining worker closes
+// it, as it does one to a backend that a reload removed meanwhile.
 void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
-  if (w.draining) return;
+  if (w.draining || list.retired) return;
   conn->idle_since = coarse_now();
   conn->maybe_more = conn->buffer.last_read_filled();
   list.push_back(std::move(conn));

@@ -235,6 +235,29 @@ TEST_F(LiveChanges, PooledConnectionsToARemovedBackendClose) {
   EXPECT_EQ(clients[0]->get("/").header("x-backend"), "green");
 }
 
+// The same for connections that were busy when the change came: their
+// requests finish, and the connections close then instead of going back to
+// the pool of a backend no site uses (they stayed open until the backend
+// closed them: a leak that grew with every address a reload retired).
+TEST_F(LiveChanges, ConnectionsBusyWhenTheirBackendWasRemovedCloseAfterTheirRequest) {
+  Backend slow = start_backend(dir, "slow", {"--delay", "1s"});
+  Backend green = start_backend(dir, "green");
+  Process heft = start(fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, slow.port), "workers 2");
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 6; ++i) clients.push_back(std::make_unique<HttpClient>(port));
+  for (auto& c : clients) ASSERT_TRUE(c->send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::this_thread::sleep_for(300ms);  // all six wait for the slow backend
+  ASSERT_EQ(admin("PUT", kUpstreams, json::array({upstream(green, 1)}).dump()).status, 200);
+  for (auto& c : clients) EXPECT_EQ(c->read_response().header("x-backend"), "slow");  // none dropped
+  EXPECT_TRUE(none_in_state(slow.port, "01", 2s)) << sockets_to(slow.port)["01"] << " still open";
+  EXPECT_EQ(clients[0]->get("/").header("x-backend"), "green");
+  // Put back, the backend is pooled again as usual.
+  ASSERT_EQ(admin("PUT", kUpstreams, json::array({upstream(slow, 1)}).dump()).status, 200);
+  EXPECT_EQ(clients[1]->get("/").header("x-backend"), "slow");
+  EXPECT_EQ(clients[1]->get("/").header("x-backend"), "slow");
+  EXPECT_GE(sockets_to(slow.port)["01"], 1);
+}
+
 // A pooled connection the backend closed is closed by heft within about a
 // second, not left in CLOSE_WAIT until its next use.
 TEST_F(LiveChanges, PooledConnectionsTheBackendClosedDoNotLinger) {
