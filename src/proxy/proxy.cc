@@ -95,7 +95,10 @@ Task<void> sweep_loop(Worker& worker) {
     co_await worker.ticker.async_wait(use_task);
     const auto now = Clock::now();
     sweep_timeouts(worker, now);
-    if (++idle_sweeps % 20 == 0) sweep_idle_upstream_connections(worker);  // every second
+    if (++idle_sweeps % 20 == 0) {  // every second
+      sweep_idle_upstream_connections(worker);
+      if (!worker.dropped_port_routes.empty()) forget_dropped_ports(worker);
+    }
     // Worker 0 ticks every pool (every 250 ms): slow-start and adaptive weights,
     // and passed out periods (an idle pool would report a backend out for good).
     if (worker.index == 0 && ++sweeps % 5 == 0) {
@@ -275,6 +278,11 @@ const std::shared_ptr<WorkerRoutes>& Worker::current_routes() {
     next->sites.reserve(next->table->sites.size());
     for (const SiteRoute& s : next->table->sites) next->sites.emplace_back(*s.pool);
     routes_version = next->table->version;
+    if (routes) {
+      for (const auto& [port, sites] : routes->table->by_port)
+        if (!next->table->by_port.count(port)) dropped_port_routes[port] = routes;
+      std::erase_if(dropped_port_routes, [&](const auto& entry) { return next->table->by_port.count(entry.first) > 0; });
+    }
     routes = std::move(next);
   }
   return routes;

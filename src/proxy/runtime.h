@@ -139,6 +139,11 @@ struct Worker {
   // Ports a reload stopped serving: their connections close after the request
   // in flight (rarely any; a port served again leaves the list).
   std::vector<uint16_t> unserved_ports;
+  // For each of those ports, the last routes that served it: a request whose
+  // head was still coming in when the reload came is served by them (then
+  // its connection closes), not answered 404. Dropped once no session is
+  // left on the port (see forget_dropped_ports()).
+  std::map<uint16_t, std::shared_ptr<WorkerRoutes>> dropped_port_routes;
   Timer ticker{io};
   Timer grace_timer{io};
   uint64_t rng_state;
@@ -218,5 +223,7 @@ void close_idle_sessions(Worker& worker);
 void sweep_idle_upstream_connections(Worker& worker);
 // Closes the worker's idle client connections that came in on `port`, parked ones included.
 void close_idle_sessions(Worker& worker, uint16_t port);
+// Lets go of Worker::dropped_port_routes of ports no session is on any more (session.cc).
+void forget_dropped_ports(Worker& worker);
 
 }  // namespace heft::proxy

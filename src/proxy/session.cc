@@ -545,9 +545,13 @@ class Session {
   // Whether the connection ends after the current request: the worker drains,
   // or a reload stopped serving the port it came in on.
   bool closing() const {
-    return w.draining || (!w.unserved_ports.empty() && std::find(w.unserved_ports.begin(), w.unserved_ports.end(),
-                                                                  local_port) != w.unserved_ports.end());
+    return w.draining || port_dropped_ ||
+           (!w.unserved_ports.empty() &&
+            std::find(w.unserved_ports.begin(), w.unserved_ports.end(), local_port) != w.unserved_ports.end());
   }
+  // A reload stopped serving local_port while a request was on its way here
+  // (see Worker::dropped_port_routes): served, then the connection ends.
+  bool port_dropped_ = false;
   std::string client_ip;
   std::list<Session*>::iterator self;
   Clock::time_point deadline = Clock::time_point::max();
@@ -1063,10 +1067,20 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
 }
 
 Task<bool> Session::handle(RequestParser& parser) {
-  const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
-  config_ = &routes->table->config;
+  std::shared_ptr<WorkerRoutes> routes = w.current_routes();
   auto& req = parser.get();
-  const RequestPlan plan = plan_request(req, *routes);
+  RequestPlan plan = plan_request(req, *routes);
+  if (!plan.route && !plan.connect && !plan.bad_target && !w.dropped_port_routes.empty()) {
+    // The port is no longer served (a reload since this connection came):
+    // the routes it came under answer, as an old nginx worker would.
+    if (auto dropped = w.dropped_port_routes.find(local_port);
+        dropped != w.dropped_port_routes.end() && !routes->table->by_port.count(local_port)) {
+      routes = dropped->second;
+      port_dropped_ = true;
+      plan = plan_request(req, *routes);
+    }
+  }
+  config_ = &routes->table->config;
   const SiteRoute* route = plan.route;
   current_routes_ = routes;  // keeps `route` alive until finish_request()
   // A request refused before routing (CONNECT, a bad target, no site: 404)
@@ -1774,6 +1788,13 @@ void sweep_idle_upstream_connections(Worker& worker) {
     std::erase_if(list, [&](const std::unique_ptr<UpstreamConnection>& conn) {
       return idle_connection_spoilt(worker, *conn, false);
     });
+}
+
+void forget_dropped_ports(Worker& worker) {
+  std::erase_if(worker.dropped_port_routes, [&](const auto& entry) {
+    return std::none_of(worker.sessions.begin(), worker.sessions.end(),
+                        [&](const Session* s) { return s->local_port == entry.first; });
+  });
 }
 
 void close_idle_sessions(Worker& worker, uint16_t port) {

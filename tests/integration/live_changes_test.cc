@@ -217,6 +217,35 @@ TEST_F(LiveChanges, ConnectionsOnARemovedPortCloseAfterTheirRequest) {
   EXPECT_EQ(HttpClient(kept_port).get("/").status, 200);  // the other port serves on
 }
 
+// A request whose head was still coming in when a reload stopped serving its
+// port is served by the configuration its connection came under (then the
+// connection closes), as an old nginx worker would: it was answered 404 "no
+// site for this host", the new configuration having no site on the port.
+TEST_F(LiveChanges, ARequestArrivingAcrossThePortsRemovalIsServed) {
+  Backend a = start_backend(dir, "a");
+  Backend b = start_backend(dir, "b");
+  const uint16_t kept_port = free_port();
+  auto sites = [&](bool with_port) {
+    std::string text = fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", kept_port, a.port);
+    if (with_port) text += fmt::format(":{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, b.port);
+    return text;
+  };
+  Process heft = start(sites(true), "workers 1");
+  HttpClient client(port);
+  ASSERT_TRUE(client.send_raw("GET / HTTP/1.1\r\nHost: x\r\n"));  // the head's end comes after the reload
+  std::this_thread::sleep_for(100ms);
+  write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n{}", admin_port, sites(false)));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(client.send_raw("\r\n"));
+  Response r = client.read_response();
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("x-backend"), "b");
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_TRUE(client.read_all().empty());  // and closed
+  EXPECT_EQ(HttpClient(kept_port).get("/").header("x-backend"), "a");
+}
+
 // Pooled connections to a backend the configuration no longer uses are closed
 // at the change (they stayed open for good: descriptors piled up with every
 // blue-green switch, and the old backend never saw its connections end).
