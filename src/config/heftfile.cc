@@ -186,7 +186,8 @@ class Parser {
   std::optional<milliseconds> duration(const Token& t, bool positive) {
     auto value = parse_duration(t.text);
     if (!value) {
-      error(t, fmt::format("invalid duration \"{}\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)", t.text));
+      error(t, fmt::format("invalid duration \"{}\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)",
+                           t.text));
       return std::nullopt;
     }
     if (positive && value->count() == 0) {

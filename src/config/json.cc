@@ -212,8 +212,11 @@ class Reader {
       parsed = milliseconds{v.get<int64_t>() / 1'000'000};
     }
     if (!parsed || (positive && parsed->count() == 0)) {
-      error(path, positive ? "must be a duration greater than 0 and at most 365d, e.g. \"30s\""
-                           : "must be a duration of at most 365d, e.g. \"250ms\" or \"30s\"");
+      // Sub-millisecond values ("1.5ms", 1500000 ns) fail here too: say so.
+      error(path, positive ? "must be a duration in whole milliseconds, greater than 0 and at most 365d, e.g. "
+                             "\"30s\" or 30000000000 (ns)"
+                           : "must be a duration in whole milliseconds, at most 365d, e.g. \"250ms\" or "
+                             "250000000 (ns)");
       return std::nullopt;
     }
     return parsed;

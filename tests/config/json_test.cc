@@ -210,7 +210,13 @@ TEST(JsonErrors, NameThePath) {
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
             std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),
-            std::vector<std::string>{up + "[0].fail_timeout: must be a duration of at most 365d, e.g. \"250ms\" or \"30s\""});
+            std::vector<std::string>{up + "[0].fail_timeout: must be a duration in whole milliseconds, at most 365d, "
+                                          "e.g. \"250ms\" or 250000000 (ns)"});
+  // 1.5 ms, as nanoseconds or as a string: refused for its fraction of a millisecond, which the message names.
+  const std::string idle = "apps.http.idle_timeout: must be a duration in whole milliseconds, greater than 0 and at "
+                           "most 365d, e.g. \"30s\" or 30000000000 (ns)";
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = 1500000; }), std::vector<std::string>{idle});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = "1.5ms"; }), std::vector<std::string>{idle});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),
