@@ -481,7 +481,7 @@ class Reader {
       site.log.enabled = true;
       site.log.output = "stderr";
       if (string_field(*log, "output", member(path, "log"), site.log.output) && site.log.output.empty())
-        error(member(member(path, "log"), "output"), "must be \"stderr\", \"stdout\" or a file path");
+        error(member(member(path, "log"), "output"), "must be \"stderr\" or a file path");
     }
     if (const json* terminal = field(value, "terminal"); terminal && *terminal != json(true))
       error(member(path, "terminal"), "must be true (heft routes are always terminal)");

@@ -268,8 +268,8 @@ TEST(JsonErrors, StructureAndSemantics) {
                                           "(letters, digits and !#$%&'*+-.^_`|~)"});
   // An empty log path was refused only when opened, with an empty reason.
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["log"] = {{"output", ""}}; }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\", \"stdout\" or a "
-                                     "file path"});
+            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\" or a file "
+                                     "path"});
   // A token no client can send locks the admin API; a non-loopback one needs a token.
   EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = "a\nb"; }),
             std::vector<std::string>{"admin.token: must not contain control characters"});
