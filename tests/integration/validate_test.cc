@@ -182,6 +182,21 @@ TEST_F(ConfigCommands, FmtPrintsCanonicalForm) {
   EXPECT_EQ(run.out, "a.com {\n\treverse_proxy b:1\n}\n");
 }
 
+// A backend name in two sites is resolved once; the second site's error
+// repeats the resolver's reason (it said only "cannot resolve backend ...").
+TEST_F(ConfigCommands, ValidateResolveGivesTheReasonForEveryRepeat) {
+  write("Heftfile", ":8080 {\n\treverse_proxy no-such-host.invalid:3000\n}\n"
+                    ":8081 {\n\treverse_proxy no-such-host.invalid:3000\n}\n");
+  CommandResult run = heft("validate Heftfile --resolve");
+  EXPECT_EQ(run.exit_code, 1);
+  const std::string first = "Heftfile:1: cannot resolve backend \"no-such-host.invalid:3000\": ";
+  const std::string second = "Heftfile:4: cannot resolve backend \"no-such-host.invalid:3000\": ";
+  ASSERT_EQ(run.err.rfind(first, 0), 0u) << run.err;
+  const std::string reason = run.err.substr(first.size(), run.err.find('\n') - first.size());
+  EXPECT_FALSE(reason.empty()) << run.err;
+  EXPECT_EQ(run.err, first + reason + "\n" + second + reason + "\nHeftfile: 2 errors\n");
+}
+
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
   write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
