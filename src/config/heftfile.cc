@@ -1098,6 +1098,10 @@ Result<Config> load_config_file(const std::string& path) {
   }
   result = from_json(document);
   for (Diagnostic& d : result.errors) d.message = fmt::format("{}: {}", d.path, d.message), d.file = path;
+  // JSON keeps no lines: resolve errors and warnings name the file alone
+  // ("FILE: cannot resolve ...", "FILE: site ..."), not an empty location.
+  if (result.value)
+    for (SiteConfig& site : result.value->sites) site.file = path;
   return result;
 }
 

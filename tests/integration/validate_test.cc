@@ -197,6 +197,21 @@ TEST_F(ConfigCommands, ValidateResolveGivesTheReasonForEveryRepeat) {
   EXPECT_EQ(run.err, first + reason + "\n" + second + reason + "\nHeftfile: 2 errors\n");
 }
 
+// JSON keeps no lines: warnings and resolve errors name the file (they had an
+// empty location: "warning: site ...", ": cannot resolve ...").
+TEST_F(ConfigCommands, JsonFileIsNamedInWarningsAndResolveErrors) {
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a.invalid:1 weight 5\n\t\tto b.invalid:1 weight 3\n"
+                    "\t\tlb_policy round_robin\n\t}\n}\n");
+  write("site.json", heft("adapt").out);
+  CommandResult run = heft("validate site.json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err.rfind("warning: site.json: site :8080: lb_policy round_robin ignores the weights 5:3", 0), 0u)
+      << run.err;
+  run = heft("validate site.json --resolve");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err.rfind("site.json: cannot resolve backend \"a.invalid:1\": ", 0), 0u) << run.err;
+}
+
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
   write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
