@@ -212,6 +212,17 @@ TEST_F(ConfigCommands, JsonFileIsNamedInWarningsAndResolveErrors) {
   EXPECT_EQ(run.err.rfind("site.json: cannot resolve backend \"a.invalid:1\": ", 0), 0u) << run.err;
 }
 
+// The help texts say what the options do: --server takes units=, and --state
+// holds the configuration from the start, not only the API's changes.
+TEST_F(ConfigCommands, HelpTextsNameWhatOptionsDo) {
+  CommandResult sim = heft("sim --help");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("timeout=1s,units=3"), std::string::npos) << sim.out;
+  CommandResult run = heft("run --help");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("the configuration served, saved at start"), std::string::npos) << run.out;
+}
+
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
   write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");
