@@ -212,6 +212,19 @@ TEST_F(ConfigCommands, JsonFileIsNamedInWarningsAndResolveErrors) {
   EXPECT_EQ(run.err.rfind("site.json: cannot resolve backend \"a.invalid:1\": ", 0), 0u) << run.err;
 }
 
+// `heft fmt` keeps a comment written after a block's `{` on that line (it
+// became the block's first line).
+TEST_F(ConfigCommands, FmtKeepsACommentAfterAnOpeningBrace) {
+  write("Heftfile", ":8080 {   # site\n\treverse_proxy {  # pool\n\t\tto b:1 # backend\n\t} # end\n}\n");
+  CommandResult run = heft("fmt");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  const std::string formatted = ":8080 { # site\n\treverse_proxy { # pool\n\t\tto b:1 # backend\n\t} # end\n}\n";
+  EXPECT_EQ(run.out, formatted);
+  write("Heftfile", formatted);
+  EXPECT_EQ(heft("fmt").out, formatted);  // idempotent
+  EXPECT_EQ(heft("validate").exit_code, 0);
+}
+
 // The help texts say what the options do: --server takes units=, and --state
 // holds the configuration from the start, not only the API's changes.
 TEST_F(ConfigCommands, HelpTextsNameWhatOptionsDo) {
