@@ -131,6 +131,9 @@ config::Result<config::Config> load_state_file(const std::string& path) {
     d.message = d.path + ": " + d.message;
     d.file = path;
   }
+  // No lines in JSON: a resumed run's warnings and resolve errors name the state file.
+  if (result.value)
+    for (config::SiteConfig& site : result.value->sites) site.file = path;
   return result;
 }
 

@@ -73,8 +73,9 @@ void run(DemoBackendFlags& flags) {
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   } catch (const std::exception& e) {
-    // Typically the address is in use: a runtime failure, not a usage error.
-    std::fprintf(stderr, "heft: demo-backend on %s: %s\n", flags.listen.c_str(), e.what());
+    // Typically the address is in use ("cannot listen on ADDR: reason"): a
+    // runtime failure, not a usage error.
+    std::fprintf(stderr, "heft: demo-backend: %s\n", e.what());
     set_exit_code(1);
   }
 }

@@ -211,7 +211,10 @@ int run_pick(const PickOptions& o) {
     return 0;
   }
 
-  fmt::print("policy {}: {}\n", policy_name(*kind), [&] {
+  // hash names its strategy: ring and maglev place the same keys differently.
+  const std::string strategy_note =
+      *kind == PolicyKind::hash ? fmt::format(" ({})", hash_strategy_name(*strategy)) : std::string();
+  fmt::print("policy {}{}: {}\n", policy_name(*kind), strategy_note, [&] {
     std::string s;
     for (size_t i = 0; i < names.size(); ++i) s += fmt::format("{}{}={}", i ? " " : "", names[i], weights[i]);
     return s;

@@ -257,9 +257,10 @@ void setup(CLI::App& root) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* command = root.add_subcommand("run", "Serve a Heftfile (default ./Heftfile; a demo if there is none)");
   command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration");
-  command->add_flag("--resume", options->resume, "Start from the configuration the admin API last saved (--state)");
+  command->add_flag("--resume", options->resume, "Start from the configuration last saved to --state, if there is one");
   command->add_option("--state", options->state,
-                      "Autosave file of admin API changes (default $XDG_DATA_HOME/heft/autosave.json)");
+                      "Autosave file: the configuration served, saved at start and at every admin API change or "
+                      "SIGHUP reload; none with admin off (default $XDG_DATA_HOME/heft/autosave.json)");
   command->callback([options] { set_exit_code(run(*options)); });
 }
 

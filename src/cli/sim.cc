@@ -224,7 +224,7 @@ void setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--sigma", f->sigma, "Lognormal sigma for --servers")->capture_default_str();
   cmd->add_option("--server", f->server,
-                  "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s "
+                  "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3 "
                   "(repeatable)");
   f->command = cmd;
   cmd->add_option("--rate", f->rate, "Poisson arrivals per second");

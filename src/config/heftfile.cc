@@ -186,7 +186,8 @@ class Parser {
   std::optional<milliseconds> duration(const Token& t, bool positive) {
     auto value = parse_duration(t.text);
     if (!value) {
-      error(t, fmt::format("invalid duration \"{}\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)", t.text));
+      error(t, fmt::format("invalid duration \"{}\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)",
+                           t.text));
       return std::nullopt;
     }
     if (positive && value->count() == 0) {
@@ -1100,6 +1101,10 @@ Result<Config> load_config_file(const std::string& path) {
   }
   result = from_json(document);
   for (Diagnostic& d : result.errors) d.message = fmt::format("{}: {}", d.path, d.message), d.file = path;
+  // JSON keeps no lines: resolve errors and warnings name the file alone
+  // ("FILE: cannot resolve ...", "FILE: site ..."), not an empty location.
+  if (result.value)
+    for (SiteConfig& site : result.value->sites) site.file = path;
   return result;
 }
 
@@ -1113,7 +1118,13 @@ Result<std::string> format_heftfile(std::string_view text, std::string_view file
 
 std::vector<Diagnostic> resolve(Config& config) {
   std::vector<Diagnostic> errors;
-  std::map<std::string, std::vector<std::string>> cache;  // dial -> resolved, per call
+  // dial -> what resolving it gave, per call. The error is kept with the
+  // result, so a name repeated in another site gets the same message.
+  struct Resolved {
+    std::vector<std::string> addresses;
+    std::string error;  // "cannot resolve backend ...: reason", or empty
+  };
+  std::map<std::string, Resolved> cache;
   for (SiteConfig& site : config.sites) {
     for (UpstreamConfig& upstream : site.proxy.upstreams) {
       upstream.resolved.clear();
@@ -1122,10 +1133,8 @@ std::vector<Diagnostic> resolve(Config& config) {
         continue;
       }
       if (auto hit = cache.find(upstream.dial); hit != cache.end()) {
-        upstream.resolved = hit->second;
-        if (upstream.resolved.empty())
-          errors.push_back({site.file, site.line, 0, "",
-                            fmt::format("cannot resolve backend \"{}\"", upstream.dial)});
+        upstream.resolved = hit->second.addresses;
+        if (!hit->second.error.empty()) errors.push_back({site.file, site.line, 0, "", hit->second.error});
         continue;
       }
       addrinfo hints{};
@@ -1135,9 +1144,9 @@ std::vector<Diagnostic> resolve(Config& config) {
       std::string port = std::to_string(upstream.port);
       int rc = getaddrinfo(upstream.host.c_str(), port.c_str(), &hints, &found);
       if (rc != 0) {
-        errors.push_back({site.file, site.line, 0, "",
-                          fmt::format("cannot resolve backend \"{}\": {}", upstream.dial, gai_strerror(rc))});
-        cache[upstream.dial] = {};
+        std::string error = fmt::format("cannot resolve backend \"{}\": {}", upstream.dial, gai_strerror(rc));
+        errors.push_back({site.file, site.line, 0, "", error});
+        cache[upstream.dial] = {{}, std::move(error)};
         continue;
       }
       for (addrinfo* a = found; a; a = a->ai_next) {
@@ -1153,7 +1162,7 @@ std::vector<Diagnostic> resolve(Config& config) {
           upstream.resolved.push_back(address);
       }
       freeaddrinfo(found);
-      cache[upstream.dial] = upstream.resolved;
+      cache[upstream.dial] = {upstream.resolved, ""};
     }
   }
   return errors;

@@ -213,8 +213,11 @@ class Reader {
       parsed = milliseconds{v.get<int64_t>() / 1'000'000};
     }
     if (!parsed || (positive && parsed->count() == 0)) {
-      error(path, positive ? "must be a duration greater than 0 and at most 365d, e.g. \"30s\""
-                           : "must be a duration of at most 365d, e.g. \"250ms\" or \"30s\"");
+      // Sub-millisecond values ("1.5ms", 1500000 ns) fail here too: say so.
+      error(path, positive ? "must be a duration in whole milliseconds, greater than 0 and at most 365d, e.g. "
+                             "\"30s\" or 30000000000 (ns)"
+                           : "must be a duration in whole milliseconds, at most 365d, e.g. \"250ms\" or "
+                             "250000000 (ns)");
       return std::nullopt;
     }
     return parsed;
@@ -479,7 +482,7 @@ class Reader {
       site.log.enabled = true;
       site.log.output = "stderr";
       if (string_field(*log, "output", member(path, "log"), site.log.output) && site.log.output.empty())
-        error(member(member(path, "log"), "output"), "must be \"stderr\", \"stdout\" or a file path");
+        error(member(member(path, "log"), "output"), "must be \"stderr\" or a file path");
     }
     if (const json* terminal = field(value, "terminal"); terminal && *terminal != json(true))
       error(member(path, "terminal"), "must be true (heft routes are always terminal)");

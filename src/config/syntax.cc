@@ -154,6 +154,9 @@ class Grouper {
         d.has_block = true;
         d.open_brace = lx.token;
         ++pos_;
+        // A comment right after `{` is on its line: it stays there, rather
+        // than becoming the block's first line.
+        if (lexemes_[pos_].kind == Kind::comment) d.open_comment = lexemes_[pos_++].token.text;
         if (depth_ == kMaxDepth) {
           error(lx.token.line, lx.token.column,
                 fmt::format("blocks nested more than {} deep (a Heftfile needs 3)", kMaxDepth));
@@ -215,6 +218,7 @@ void print(const std::vector<Directive>& directives, int depth, std::string& out
         line += quote_if_needed(arg.text);
       }
       if (d.has_block) line += line.empty() ? "{" : " {";
+      if (!d.open_comment.empty()) line += " " + d.open_comment;
       out += line;
     }
     if (!d.has_block && !d.trailing_comment.empty()) out += " " + d.trailing_comment;

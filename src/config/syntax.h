@@ -33,7 +33,8 @@ struct Directive {
   bool has_block = false;
   Token open_brace;  // where the block's `{` is
   std::vector<Directive> block;
-  std::string trailing_comment;    // "# ..." after the directive on the same line
+  std::string open_comment;        // "# ..." after the block's `{` on its line: `site {  # note`
+  std::string trailing_comment;    // "# ..." after the directive on the same line (after a block's `}`)
   bool blank_line_before = false;  // an empty line separated it from the previous one
 };
 

@@ -309,9 +309,10 @@ void HealthChecker::Impl::judge(Probe& p, bool pass, const std::string& why) {
   if (change) {
     snap->set_healthy(i, *change, now);
     observe::record_health_change(target.server, target.site, p.name);
-    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {})", target.label, p.name,
-                    *change ? "healthy" : "unhealthy", why, *change ? counter.passes : counter.fails,
-                    *change ? "passes" : "failures"));
+    const auto streak = *change ? counter.passes : counter.fails;
+    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {}{})", target.label, p.name,
+                    *change ? "healthy" : "unhealthy", why, streak, *change ? "pass" : "failure",
+                    streak == 1 ? "" : *change ? "es" : "s"));
   }
   if (pass && (healthy || change) && snap->clear_passive(i, now))
     log(fmt::format("heft: health: pool {} backend {} back from passive failures (active check passed: {})",

@@ -525,10 +525,17 @@ DemoBackend::DemoBackend(asio::io_context& io, DemoBackendOptions options) {
 
   state_ = std::make_shared<State>(io, std::move(options));
   tcp::acceptor& acceptor = state_->acceptor;
-  acceptor.open(endpoint.protocol());
-  acceptor.set_option(asio::socket_base::reuse_address(true));
-  acceptor.bind(endpoint);
-  acceptor.listen(asio::socket_base::max_listen_connections);
+  // error_code overloads: Boost's system_error text carries a source location
+  // ("[system:98 at .../reactive_socket_service.hpp:161:5 in function ...]").
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    const std::string at = address.is_v6() ? fmt::format("[{}]:{}", address.to_string(), endpoint.port())
+                                           : fmt::format("{}:{}", address.to_string(), endpoint.port());
+    throw std::runtime_error(fmt::format("cannot listen on {}: {}", at, ec.message()));
+  }
   state_->port = acceptor.local_endpoint().port();
 }
 

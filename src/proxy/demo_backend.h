@@ -49,8 +49,8 @@ std::string make_demo_body(std::size_t bytes);
 
 class DemoBackend {
  public:
-  // Opens, binds and listens right away (throws boost::system::system_error if it
-  // cannot), so port() is valid before start(). Throws std::invalid_argument on
+  // Opens, binds and listens right away (throws std::runtime_error "cannot listen
+  // on ADDR:PORT: reason" if it cannot), so port() is valid before start(). Throws std::invalid_argument on
   // bad options (fail_rate outside 0..1, health_path not starting with '/').
   DemoBackend(boost::asio::io_context& io, DemoBackendOptions options);
   ~DemoBackend();

@@ -438,11 +438,16 @@ TEST(HeftfileErrors, DuplicateBackendsIgnoreCaseAndBracketsHoldIPv6) {
 
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
-            "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
+            "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 fail_timeout 10\n\t}\n}\n"),
-            "Heftfile:3:23: invalid duration \"10\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
+            "Heftfile:3:23: invalid duration \"10\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 2562047h\n\t}\n}\n"),
-            "Heftfile:3:16: invalid duration \"2562047h\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
+            "Heftfile:3:16: invalid duration \"2562047h\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
+  // Below a millisecond: the message says why ("1.5ms" looks like a duration).
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 1.5ms\n\t}\n}\n"),
+            "Heftfile:3:19: invalid duration \"1.5ms\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 1us\n\t}\n}\n"),
+            "Heftfile:3:19: invalid duration \"1us\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 0s\n\t}\n}\n"),
             "Heftfile:3:16: duration must be greater than 0, got \"0s\"");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tretry_body_limit 64XB\n\t}\n}\n"),

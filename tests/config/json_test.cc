@@ -238,7 +238,13 @@ TEST(JsonErrors, NameThePath) {
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
             std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),
-            std::vector<std::string>{up + "[0].fail_timeout: must be a duration of at most 365d, e.g. \"250ms\" or \"30s\""});
+            std::vector<std::string>{up + "[0].fail_timeout: must be a duration in whole milliseconds, at most 365d, "
+                                          "e.g. \"250ms\" or 250000000 (ns)"});
+  // 1.5 ms, as nanoseconds or as a string: refused for its fraction of a millisecond, which the message names.
+  const std::string idle = "apps.http.idle_timeout: must be a duration in whole milliseconds, greater than 0 and at "
+                           "most 365d, e.g. \"30s\" or 30000000000 (ns)";
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = 1500000; }), std::vector<std::string>{idle});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = "1.5ms"; }), std::vector<std::string>{idle});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),
@@ -290,8 +296,8 @@ TEST(JsonErrors, StructureAndSemantics) {
                                           "(letters, digits and !#$%&'*+-.^_`|~)"});
   // An empty log path was refused only when opened, with an empty reason.
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["log"] = {{"output", ""}}; }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\", \"stdout\" or a "
-                                     "file path"});
+            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\" or a file "
+                                     "path"});
   // A token no client can send locks the admin API; a non-loopback one needs a token.
   EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = "a\nb"; }),
             std::vector<std::string>{"admin.token: must not contain control characters"});

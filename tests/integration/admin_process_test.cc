@@ -151,6 +151,26 @@ TEST_F(AdminProcessTest, ConfigurationServedFromTheStartIsWhatResumeBringsBack) 
   EXPECT_EQ(measure(20)["b"], 20);
 }
 
+// A resumed run's warnings name the state file it serves (JSON, no lines);
+// they named no file at all: "heft: warning: site :PORT: ...".
+TEST_F(AdminProcessTest, ResumedRunNamesTheStateFileInItsWarnings) {
+  std::string file = heftfile(2, 1);
+  file.insert(file.rfind("\t}\n}\n"), "\t\tlb_policy round_robin\n");
+  write_file(dir + "/Heftfile", file);
+  {
+    Process first({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", state}, dir + "/first.log");
+    ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << first.log();
+    EXPECT_TRUE(wait_for_log(first, fmt::format("heft: warning: {}/Heftfile:5: site :{}: lb_policy round_robin "
+                                                "ignores the weights 2:1", dir, port)))
+        << first.log();
+    first.kill_now();
+  }
+  Process second = run("second.log");
+  EXPECT_TRUE(wait_for_log(second, fmt::format("heft: warning: {}: site :{}: lb_policy round_robin ignores the "
+                                               "weights 2:1", state, port)))
+      << second.log();
+}
+
 TEST_F(AdminProcessTest, KillNineAfterA200ThenResumeKeepsTheChange) {
   write_file(dir + "/Heftfile", heftfile(1, 1));
   {

@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include "integration/process_util.h"
+
 extern char** environ;
 
 namespace {
@@ -228,6 +230,21 @@ TEST(DemoBackendProcessTest, SigintAlsoExitsZero) {
   EXPECT_EQ(failures, 5);
   ASSERT_EQ(kill(backend.pid(), SIGINT), 0);
   EXPECT_EQ(backend.wait_exit(milliseconds(10'000)), std::optional<int>(0));
+}
+
+// A taken port: one plain line naming the address (Boost's text carried
+// "[system:98 at .../reactive_socket_service.hpp:161:5 in function ...]"), exit 1.
+TEST(DemoBackendProcessTest, ListenFailureIsOneLineNamingTheAddress) {
+  uint16_t port = 0;
+  const int taken = heft::test::listen_on_loopback(port);
+  ASSERT_GE(taken, 0);
+  TempDir dir;
+  heft::test::Process backend({HEFT_BINARY, "demo-backend", "--listen", "127.0.0.1:" + std::to_string(port)},
+                              dir.file("backend.log"));
+  EXPECT_EQ(backend.wait(milliseconds(10'000)), std::optional<int>(1));
+  EXPECT_EQ(backend.log(),
+            "heft: demo-backend: cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use\n");
+  close(taken);
 }
 
 TEST(DemoBackendProcessTest, BadArgumentsExitTwo) {

@@ -139,6 +139,18 @@ TEST(HeftPick, HashWithoutKeysSplitsByWeight) {
   EXPECT_EQ(nlohmann::json::parse(none.out)["sequence"], nlohmann::json::array({"-"}));
 }
 
+// The header line names the hash strategy, which decides where each key goes.
+TEST(HeftPick, HashHeaderNamesItsStrategy) {
+  for (const char* strategy : {"ring", "maglev"}) {
+    PickRun run = heft(std::string("pick --policy hash --hash-strategy ") + strategy +
+                       " --weights 5,3,2 --names a,b,c --keys k1,k2");
+    ASSERT_EQ(run.exit_code, 0) << run.out;
+    EXPECT_EQ(run.out.rfind(std::string("policy hash (") + strategy + "): a=5 b=3 c=2\n", 0), 0u) << run.out;
+  }
+  PickRun wrr = heft("pick --weights 5,1,1");
+  EXPECT_EQ(wrr.out.rfind("policy weighted_round_robin: A=5 B=1 C=1\n", 0), 0u) << wrr.out;
+}
+
 // Counts of each name in a --json run's sequence.
 std::map<std::string, int> sequence_counts(const std::string& json_text) {
   const auto out = nlohmann::json::parse(json_text);  // kept: the loop must not range over a temporary's member

@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -70,6 +72,24 @@ TEST(PlanCommandTest, HumanOutputShowsTheSteps) {
   EXPECT_NE(run.output.find("1,000,000 x 50 / 86,400 = 579 req/s"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("2 big + 4 small"), std::string::npos);
   EXPECT_NE(run.output.find("116% [over 100%]"), std::string::npos);
+}
+
+// docs/plan.md's worked example is the command's real output (it showed the
+// numbers in another layout).
+TEST(PlanCommandTest, WorkedExampleInTheDocsIsTheRealOutput) {
+  std::ifstream in(std::string(HEFT_SOURCE_DIR) + "/docs/plan.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::size_t section = doc.find("## Worked example (the defaults)");
+  ASSERT_NE(section, std::string::npos);
+  const std::size_t open = doc.find("```\n", section);
+  ASSERT_NE(open, std::string::npos);
+  const std::size_t close = doc.find("```\n", open + 4);
+  ASSERT_NE(close, std::string::npos);
+  const ProcessResult run = run_heft("plan");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(doc.substr(open + 4, close - open - 4), run.output);
 }
 
 TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -391,8 +392,6 @@ TEST(SimCommandTest, KeylessTraceLinesAreSpreadByWeight) {
   EXPECT_NEAR(servers[2]["share"].get<double>(), 0.2, 0.05);
 }
 
-}  // namespace
-
 // Times in the JSON are to the nanosecond: 700 ms was printed as
 // 0.7000000000000001 s and percentiles as 0.0045547520000000005.
 TEST(SimCommandTest, JsonTimesCarryNoBinaryNoise) {
@@ -409,3 +408,39 @@ TEST(SimCommandTest, JsonTimesCarryNoBinaryNoise) {
   EXPECT_FALSE(std::regex_search(times, long_fraction)) << times;
   EXPECT_GT(j["policies"][0]["latency"]["p99_s"].get<double>(), 0.0);
 }
+
+// The text between the ``` (or ```json) fence after `heading` in docs/sim.md and the closing fence.
+std::string sim_doc_block(const std::string& heading, const std::string& fence) {
+  const std::string doc = read_file(std::filesystem::path(HEFT_SOURCE_DIR) / "docs" / "sim.md");
+  const std::size_t section = doc.find(heading);
+  if (section == std::string::npos) return {};
+  const std::size_t open = doc.find(fence + "\n", section);
+  if (open == std::string::npos) return {};
+  const std::size_t close = doc.find("```\n", open + fence.size() + 1);
+  if (close == std::string::npos) return {};
+  return doc.substr(open + fence.size() + 1, close - open - fence.size() - 1);
+}
+
+// docs/sim.md's example scenario gives small2, a 1x server of 4 workers,
+// weight 1 (it had weight 4, its size, and weighted round robin sent it the
+// most: 100% busy, 127 s mean latency); its quoted seed run is the real output.
+TEST(SimCommandTest, DocumentedScenarioAndOutputAreTrue) {
+  const std::string scenario = sim_doc_block("## Scenario file", "```json");
+  ASSERT_FALSE(scenario.empty());
+  auto path = std::filesystem::temp_directory_path() / ("heft_sim_doc_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << scenario;
+  Output out = run_heft("sim --scenario " + path.string() + " --json");
+  std::filesystem::remove(path);
+  ASSERT_EQ(out.exit_code, 0);
+  const auto j = nlohmann::json::parse(out.stdout_text);
+  for (const auto& policy : j["scenarios"][0]["policies"]) {
+    std::map<std::string, int> weights;
+    for (const auto& server : policy["servers"]) weights[server["name"]] = server["weight"].get<int>();
+    EXPECT_EQ(weights, (std::map<std::string, int>{{"big", 3}, {"small1", 1}, {"small2", 1}}));
+    for (const auto& server : policy["servers"])
+      if (server["name"] == "small2") EXPECT_LT(server["utilisation"].get<double>(), 0.9) << policy["policy"];
+  }
+  EXPECT_EQ(run_heft("sim --example seed").stdout_text, sim_doc_block("## `heft sim --example seed`", "```"));
+}
+
+}  // namespace

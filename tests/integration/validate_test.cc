@@ -198,6 +198,60 @@ TEST_F(ConfigCommands, FmtRefusesJsonAndLeavesItAlone) {
   EXPECT_EQ(heft("validate site.json").exit_code, 0);
 }
 
+// A backend name in two sites is resolved once; the second site's error
+// repeats the resolver's reason (it said only "cannot resolve backend ...").
+TEST_F(ConfigCommands, ValidateResolveGivesTheReasonForEveryRepeat) {
+  write("Heftfile", ":8080 {\n\treverse_proxy no-such-host.invalid:3000\n}\n"
+                    ":8081 {\n\treverse_proxy no-such-host.invalid:3000\n}\n");
+  CommandResult run = heft("validate Heftfile --resolve");
+  EXPECT_EQ(run.exit_code, 1);
+  const std::string first = "Heftfile:1: cannot resolve backend \"no-such-host.invalid:3000\": ";
+  const std::string second = "Heftfile:4: cannot resolve backend \"no-such-host.invalid:3000\": ";
+  ASSERT_EQ(run.err.rfind(first, 0), 0u) << run.err;
+  const std::string reason = run.err.substr(first.size(), run.err.find('\n') - first.size());
+  EXPECT_FALSE(reason.empty()) << run.err;
+  EXPECT_EQ(run.err, first + reason + "\n" + second + reason + "\nHeftfile: 2 errors\n");
+}
+
+// JSON keeps no lines: warnings and resolve errors name the file (they had an
+// empty location: "warning: site ...", ": cannot resolve ...").
+TEST_F(ConfigCommands, JsonFileIsNamedInWarningsAndResolveErrors) {
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a.invalid:1 weight 5\n\t\tto b.invalid:1 weight 3\n"
+                    "\t\tlb_policy round_robin\n\t}\n}\n");
+  write("site.json", heft("adapt").out);
+  CommandResult run = heft("validate site.json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err.rfind("warning: site.json: site :8080: lb_policy round_robin ignores the weights 5:3", 0), 0u)
+      << run.err;
+  run = heft("validate site.json --resolve");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err.rfind("site.json: cannot resolve backend \"a.invalid:1\": ", 0), 0u) << run.err;
+}
+
+// `heft fmt` keeps a comment written after a block's `{` on that line (it
+// became the block's first line).
+TEST_F(ConfigCommands, FmtKeepsACommentAfterAnOpeningBrace) {
+  write("Heftfile", ":8080 {   # site\n\treverse_proxy {  # pool\n\t\tto b:1 # backend\n\t} # end\n}\n");
+  CommandResult run = heft("fmt");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  const std::string formatted = ":8080 { # site\n\treverse_proxy { # pool\n\t\tto b:1 # backend\n\t} # end\n}\n";
+  EXPECT_EQ(run.out, formatted);
+  write("Heftfile", formatted);
+  EXPECT_EQ(heft("fmt").out, formatted);  // idempotent
+  EXPECT_EQ(heft("validate").exit_code, 0);
+}
+
+// The help texts say what the options do: --server takes units=, and --state
+// holds the configuration from the start, not only the API's changes.
+TEST_F(ConfigCommands, HelpTextsNameWhatOptionsDo) {
+  CommandResult sim = heft("sim --help");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("timeout=1s,units=3"), std::string::npos) << sim.out;
+  CommandResult run = heft("run --help");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("the configuration served, saved at start"), std::string::npos) << run.out;
+}
+
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   // `heft validate FILE` (as `caddy fmt FILE`, `nginx -t -c FILE`): the file named, not ./Heftfile.
   write("Heftfile", "a.com {\n\treverse_proxy b:1\n}\n");

@@ -166,6 +166,10 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
   EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
   EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
   EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
+  // health_fails 2, health_passes 1: the count agrees with its noun.
+  EXPECT_NE(all.find("; 2 consecutive failures)"), std::string::npos) << all;
+  EXPECT_NE(all.find("; 1 consecutive pass)"), std::string::npos) << all;
+  EXPECT_EQ(all.find("1 consecutive passes"), std::string::npos) << all;
 }
 
 // After a reload the checker follows the same Pool object: a backend added to
