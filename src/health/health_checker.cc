@@ -128,8 +128,8 @@ struct HealthChecker::Impl : std::enable_shared_from_this<Impl> {
   void apply(std::vector<PoolTarget> next);
   awaitable<void> tick_loop();
   awaitable<void> probe_loop(std::shared_ptr<Probe> p);
-  awaitable<std::pair<bool, std::string>> probe(const PoolTarget& target, const std::string& name,
-                                                const std::string& address);
+  // `backend` is the probe loop's snapshot's: it outlives the probe.
+  awaitable<std::pair<bool, std::string>> probe(const PoolTarget& target, const upstream::BackendConfig& backend);
   void judge(Probe& p, bool pass, const std::string& why);
 };
 
@@ -211,7 +211,7 @@ awaitable<void> HealthChecker::Impl::probe_loop(std::shared_ptr<Probe> p) {
     auto snap = target->pool->snapshot();
     // Not in the pool: removed, and the reload that retires this loop is on its way.
     if (auto index = snap->balancer().find(p->name)) {
-      auto [pass, why] = co_await probe(*target, p->name, snap->backend(*index).address);
+      auto [pass, why] = co_await probe(*target, snap->backend(*index));
       if (stopped || p->retired) co_return;
       (pass ? passed : failed).fetch_add(1, std::memory_order_relaxed);
       judge(*p, pass, why);
@@ -221,30 +221,38 @@ awaitable<void> HealthChecker::Impl::probe_loop(std::shared_ptr<Probe> p) {
   }
 }
 
-awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTarget& target, const std::string& name,
-                                                                   const std::string& address) {
+awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTarget& target,
+                                                                   const upstream::BackendConfig& backend) {
   const config::PoolConfig& c = target.config;
-  std::string host = address, port;
-  if (auto colon = address.rfind(':'); colon != std::string::npos) {
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-  }
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  if (c.health_port) port = std::to_string(c.health_port);
+  const std::string& name = backend.name;
   beast::tcp_stream stream(io);
   stream.expires_after(c.health_timeout);
-  boost::system::error_code ec;
-  tcp::endpoint endpoint;
-  auto ip = asio::ip::make_address(host, ec);
-  if (!ec) {
-    endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::atoi(port.c_str())));
-  } else {
-    tcp::resolver resolver(io);
-    auto [rec, results] = co_await resolver.async_resolve(host, port, as_tuple_awaitable);
-    if (rec || results.empty()) co_return std::pair{false, fmt::format("cannot resolve {}", host)};
-    endpoint = *results.begin();
+  // The backend's address, then its name's others if it refuses at once (as
+  // the proxy connects: the probe must judge what requests would reach).
+  boost::system::error_code cec = asio::error::host_not_found;
+  for (std::size_t i = 0; i <= backend.other_addresses.size() && cec && cec != beast::error::timeout; ++i) {
+    const std::string& address = i == 0 ? backend.address : backend.other_addresses[i - 1];
+    std::string host = address, port;
+    if (auto colon = address.rfind(':'); colon != std::string::npos) {
+      host = address.substr(0, colon);
+      port = address.substr(colon + 1);
+    }
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (c.health_port) port = std::to_string(c.health_port);
+    boost::system::error_code ec;
+    tcp::endpoint endpoint;
+    auto ip = asio::ip::make_address(host, ec);
+    if (!ec) {
+      endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::atoi(port.c_str())));
+    } else {
+      tcp::resolver resolver(io);
+      auto [rec, results] = co_await resolver.async_resolve(host, port, as_tuple_awaitable);
+      if (rec || results.empty()) co_return std::pair{false, fmt::format("cannot resolve {}", host)};
+      endpoint = *results.begin();
+    }
+    if (i > 0) stream.close();
+    std::tie(cec) = co_await stream.async_connect(endpoint, as_tuple_awaitable);
   }
-  auto [cec] = co_await stream.async_connect(endpoint, as_tuple_awaitable);
   if (cec) co_return std::pair{false, cec == beast::error::timeout ? std::string("connect timed out")
                                                                    : fmt::format("connect: {}", cec.message())};
   http::request<http::empty_body> req{http::verb::get, c.health_uri, 11};

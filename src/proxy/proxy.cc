@@ -147,8 +147,9 @@ upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_
   for (const config::UpstreamConfig& u : site.proxy.upstreams) {
     upstream::BackendConfig b;
     b.name = u.dial;
-    // One address per backend: the first the resolver returned.
+    // The first address the resolver returned; the others if it refuses.
     b.address = u.resolved.empty() ? u.dial : u.resolved.front();
+    if (u.resolved.size() > 1) b.other_addresses.assign(u.resolved.begin() + 1, u.resolved.end());
     b.weight = u.weight;
     b.max_fails = u.max_fails;
     b.fail_timeout = u.fail_timeout;

@@ -1347,6 +1347,17 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       upstream = &conn->socket;
       arm(pool.connect_timeout);
       auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);
+      // Refused (or unreachable) at once: the name's other addresses, in
+      // turn, within the same connect_timeout.
+      for (const std::string& other : snapshot.backend(backend).other_addresses) {
+        if (!ec || timed_out || client_closed_) break;
+        error_code ignored;
+        conn->socket.close(ignored);
+        const tcp::endpoint next = backend_endpoint(other);
+        conn->socket.open(next.protocol(), open_ec);
+        if (open_ec) break;
+        std::tie(ec) = co_await conn->socket.async_connect(next, use_task);
+      }
       if (ec) co_return failure(kConnecting, ec);
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);

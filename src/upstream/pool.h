@@ -61,6 +61,10 @@ using std::chrono::milliseconds;
 struct BackendConfig {
   std::string name;     // identity: the dial address as configured ("app-1:3000")
   std::string address;  // where to connect ("10.0.0.5:3000"); may equal name
+  // The name's further addresses, in resolver order: tried in turn when a
+  // connection to `address` fails at once (localhost as ::1 and 127.0.0.1,
+  // with the backend listening on one of them; Caddy's dialer does the same).
+  std::vector<std::string> other_addresses;
   uint32_t weight = 1;
   uint32_t max_fails = 1;
   milliseconds fail_timeout{10000};

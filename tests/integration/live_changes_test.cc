@@ -44,6 +44,28 @@ struct LiveChanges : ::testing::Test {
     if (!wait_for_port(port) || !wait_for_port(admin_port)) ADD_FAILURE() << "heft did not start:\n" << p.log();
     return p;
   }
+  // Whether heft can be given a private /etc/hosts (start_with_hosts()).
+  static bool can_mount_hosts() {
+    return std::system("/usr/bin/unshare -m --map-root-user true >/dev/null 2>&1") == 0;
+  }
+  // `heft run` on dir/Heftfile in a mount namespace of its own where
+  // `hosts` is /etc/hosts: the test moves names by rewriting it in place.
+  Process start_with_hosts(const std::string& hosts) {
+    Process p({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c",
+               fmt::format("mount --bind {} /etc/hosts && exec {} run --config {}/Heftfile --state {}/autosave.json",
+                           hosts, HEFT_BINARY, dir, dir)},
+              dir + "/heft.log");
+    if (!wait_for_port(port) || !wait_for_port(admin_port)) ADD_FAILURE() << "heft did not start:\n" << p.log();
+    return p;
+  }
+  // The /reverse_proxy/upstreams entry whose address is `address`, or null.
+  json upstream_entry_named(const std::string& address) {
+    json all = json::parse(admin("GET", "/reverse_proxy/upstreams").body, nullptr, false);
+    if (all.is_array())
+      for (const json& u : all)
+        if (u.value("address", "") == address) return u;
+    return nullptr;
+  }
   // The /reverse_proxy/upstreams entry of `backend`, or null.
   json upstream_entry(const Backend& backend) {
     json all = json::parse(admin("GET", "/reverse_proxy/upstreams").body, nullptr, false);
@@ -334,8 +356,7 @@ TEST_F(LiveChanges, AnAddedBackendTakesThePoolsPassiveSettings) {
 // file was a no-op and kept the old address; only `admin off` re-resolved.
 // The name is moved in a private /etc/hosts (a mount namespace of heft's own).
 TEST_F(LiveChanges, AReloadOfAnUnchangedFileResolvesNamesAgain) {
-  if (std::system("/usr/bin/unshare -m --map-root-user true >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "no unprivileged mount namespaces here (unshare -m --map-root-user)";
+  if (!can_mount_hosts()) GTEST_SKIP() << "no unprivileged mount namespaces here (unshare -m --map-root-user)";
   const uint16_t backend_port = free_port();  // free on both families
   Process six({HEFT_BINARY, "demo-backend", "--listen", fmt::format("[::1]:{}", backend_port), "--name", "six"},
               dir + "/six.log");
@@ -347,11 +368,7 @@ TEST_F(LiveChanges, AReloadOfAnUnchangedFileResolvesNamesAgain) {
   write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n:{} {{\n"
                                             "\treverse_proxy heft-moving-name:{}\n}}\n",
                                             admin_port, port, backend_port));
-  Process heft({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c",
-                fmt::format("mount --bind {} /etc/hosts && exec {} run --config {}/Heftfile --state {}/autosave.json",
-                            hosts, HEFT_BINARY, dir, dir)},
-               dir + "/heft.log");
-  ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << heft.log();
+  Process heft = start_with_hosts(hosts);
   const auto served_by = [&] { return HttpClient(port).get("/").header("x-backend"); };
   ASSERT_EQ(served_by(), "six") << heft.log();
   write_file(hosts, "127.0.0.1 heft-moving-name\n");  // in place: the bind mount holds this file
@@ -365,6 +382,36 @@ TEST_F(LiveChanges, AReloadOfAnUnchangedFileResolvesNamesAgain) {
   heft.signal(SIGHUP);
   ASSERT_TRUE(wait_for_log(heft, "reloaded")) << heft.log();
   EXPECT_EQ(served_by(), "six") << heft.log();
+}
+
+
+// A name with several addresses (localhost as ::1 and 127.0.0.1 on a stock
+// Debian host) and a backend listening on only one of them: a connection
+// refused at the first address goes on to the next, for requests and health
+// probes alike (every request was a 502, and the probe marked it unhealthy;
+// nginx makes each address a server of its own, Caddy's dialer falls back).
+TEST_F(LiveChanges, ANameWithSeveralAddressesFallsBackToTheOneThatAnswers) {
+  if (!can_mount_hosts()) GTEST_SKIP() << "no unprivileged mount namespaces here (unshare -m --map-root-user)";
+  Backend four = start_backend(dir, "four");  // 127.0.0.1 only
+  ASSERT_TRUE(free_on_ipv6(four.port));       // and nothing on [::1] at its port
+  const std::string hosts = dir + "/hosts";
+  write_file(hosts, "::1 heft-dual-name\n127.0.0.1 heft-dual-name\n");
+  write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n:{} {{\n"
+                                            "\treverse_proxy heft-dual-name:{} {{\n\t\thealth_uri /\n"
+                                            "\t\thealth_interval 200ms\n\t}}\n}}\n",
+                                            admin_port, port, four.port));
+  Process heft = start_with_hosts(hosts);
+  ASSERT_TRUE(wait_for_log(heft, "([::1]:")) << "the name's first address is not ::1 here:\n" << heft.log();
+  HttpClient client(port);
+  for (int i = 0; i < 3; ++i) {
+    Response r = client.get("/");
+    EXPECT_EQ(r.status, 200) << heft.log();
+    EXPECT_EQ(r.header("x-backend"), "four");
+  }
+  std::this_thread::sleep_for(700ms);  // a few probes
+  const json entry = upstream_entry_named(fmt::format("heft-dual-name:{}", four.port));
+  EXPECT_EQ(entry.value("healthy", false), true) << entry << heft.log();
+  EXPECT_EQ(heft.log().find("unhealthy"), std::string::npos) << heft.log();
 }
 
 }  // namespace
