@@ -45,8 +45,12 @@ struct LiveChanges : ::testing::Test {
     return p;
   }
   // Whether heft can be given a private /etc/hosts (start_with_hosts()).
-  static bool can_mount_hosts() {
-    return std::system("/usr/bin/unshare -m --map-root-user true >/dev/null 2>&1") == 0;
+  bool can_mount_hosts() const {
+    write_file(dir + "/hosts.try", "127.0.0.1 heft-mount-check\n");
+    return std::system(fmt::format("/usr/bin/unshare -m --map-root-user /bin/sh -c 'mount --bind {}/hosts.try "
+                                   "/etc/hosts && getent hosts heft-mount-check' >/dev/null 2>&1",
+                                   dir)
+                           .c_str()) == 0;
   }
   // `heft run` on dir/Heftfile in a mount namespace of its own where
   // `hosts` is /etc/hosts: the test moves names by rewriting it in place.
