@@ -1,7 +1,6 @@
 #include "proxy/host_routes.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 namespace heft::proxy {
@@ -10,94 +9,17 @@ namespace {
 // As Beast's iequals folds (ASCII letters only).
 inline char fold(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
 
-// The 8 bytes of `w` with their ASCII capitals lower-cased (SWAR: a byte's
-// high bit after the additions says whether it is >= 'A', > 'Z').
-inline uint64_t fold8(uint64_t w) {
-  constexpr uint64_t ones = 0x0101010101010101ULL, high = 0x80 * ones;
-  const uint64_t low7 = w & ~high;
-  const uint64_t upper = (low7 + (0x80 - 'A') * ones) & ~(low7 + (0x80 - 'Z' - 1) * ones) & ~w & high;
-  return w | (upper >> 2);  // 0x80 >> 2 = 0x20
+bool fold_equal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return fold(x) == fold(y); });
 }
 
-inline uint64_t load8(const char* p) {
-  uint64_t w;
-  std::memcpy(&w, p, 8);
-  return w;
-}
-
-// The last n % 8 bytes of the n at `p` (or of fewer than 8) in one word, a
-// byte per lane, by overlapping loads rather than a copy (a variable-length
-// memcpy stalled the load after it).
-inline uint64_t tail8(const char* p, std::size_t n) {
-  if (n >= 8) return load8(p + n - 8);
-  if (n >= 4) {
-    uint32_t a, b;
-    std::memcpy(&a, p, 4);
-    std::memcpy(&b, p + n - 4, 4);
-    return uint64_t{a} << 32 | b;
-  }
-  if (n == 0) return 0;
-  const auto byte = [p](std::size_t i) { return uint64_t{static_cast<unsigned char>(p[i])}; };
-  return byte(0) << 16 | byte(n / 2) << 8 | byte(n - 1);
-}
-
-inline uint64_t mix(uint64_t h, uint64_t w) {
-  h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
-  return h ^ (h >> 29);
-}
-
-// The hash of a host as compared: case-folded and, when `wild` is given (one
-// flag per label of the host), with the flagged labels as "*". Exact hosts
-// (no `wild`) hash 8 bytes at a time. The configuration is trusted and
-// requests only look up, so an unseeded hash cannot be flooded.
-uint64_t key_hash(std::string_view host, const uint8_t* wild) {
-  uint64_t h = host.size();
-  if (!wild) {
-    for (std::size_t i = 0; i + 8 <= host.size(); i += 8) h = mix(h, fold8(load8(host.data() + i)));
-    if (host.size() % 8) h = mix(h, fold8(tail8(host.data(), host.size())));
-    return h ^ (h >> 32);
-  }
-  // Byte by byte (FNV-1a): a label may turn into "*" anywhere. The length is
-  // not the pattern's then: start from 0.
-  h = 14695981039346656037ULL;
-  const auto add = [&h](char c) { h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL; };
-  std::size_t label = 0;
-  bool star = wild[0];
-  if (star) add('*');
-  for (char c : host) {
-    if (c == '.') {
-      add('.');
-      star = wild[++label];
-      if (star) add('*');
-    } else if (!star) {
-      add(fold(c));
-    }
-  }
-  return h ^ (h >> 32);
-}
-
-// Whether `key` (lower-cased) is `host` compared that way.
-bool key_equals(std::string_view key, std::string_view host, const uint8_t* wild) {
-  if (!wild) {
-    if (key.size() != host.size()) return false;
-    for (std::size_t i = 0; i + 8 <= host.size(); i += 8)
-      if (load8(key.data() + i) != fold8(load8(host.data() + i))) return false;
-    return host.size() % 8 == 0 || tail8(key.data(), key.size()) == fold8(tail8(host.data(), host.size()));
-  }
-  std::size_t k = 0, label = 0;
-  const auto next_is = [&](char c) { return k < key.size() && key[k++] == c; };
-  bool star = wild[0];
-  if (star && !next_is('*')) return false;
-  for (char c : host) {
-    if (c == '.') {
-      if (!next_is('.')) return false;
-      star = wild[++label];
-      if (star && !next_is('*')) return false;
-    } else if (!star && !next_is(fold(c))) {
-      return false;
-    }
-  }
-  return k == key.size();
+// The label of `text` starting at `from`, and where the next one starts
+// (npos after the last).
+std::pair<std::string_view, std::size_t> label_at(std::string_view text, std::size_t from) {
+  const std::size_t dot = text.find('.', from);
+  if (dot == std::string_view::npos) return {text.substr(from), std::string_view::npos};
+  return {text.substr(from, dot - from), dot + 1};
 }
 
 std::string folded(std::string_view text) {
@@ -108,34 +30,37 @@ std::string folded(std::string_view text) {
 
 }  // namespace
 
-void HostRoutes::Table::insert(Entry entry, const uint8_t* wild) {
-  if (find(entry.key, wild)) return;
-  entry.hash = key_hash(entry.key, wild);
-  entries_.push_back(std::move(entry));
-  if (entries_.size() * 2 > slots_.size()) {
-    slots_.assign(std::max<std::size_t>(8, slots_.size() * 2), 0);
-    for (uint32_t i = 0; i < entries_.size(); ++i) place(i);
-  } else {
-    place(static_cast<uint32_t>(entries_.size() - 1));
+// FNV-1a over the octets compared (see KeyEqual). The configuration is
+// trusted and requests only look up, so an unseeded hash cannot be flooded.
+std::size_t HostRoutes::KeyHash::operator()(std::string_view host) const {
+  uint64_t h = 14695981039346656037ULL;
+  const auto add = [&h](char c) { h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL; };
+  std::size_t label = 0;
+  for (std::size_t from = 0; from != std::string_view::npos; ++label) {
+    const auto [text, next] = label_at(host, from);
+    if (label > 0) add('.');
+    if (label < wild.size() && wild[label]) {
+      add('*');
+    } else {
+      for (char c : text) add(fold(c));
+    }
+    from = next;
   }
+  return static_cast<std::size_t>(h ^ (h >> 32));
 }
 
-void HostRoutes::Table::place(uint32_t entry) {
-  const std::size_t mask = slots_.size() - 1;
-  std::size_t i = entries_[entry].hash & mask;
-  while (slots_[i]) i = (i + 1) & mask;
-  slots_[i] = entry + 1;
-}
-
-const HostRoutes::Entry* HostRoutes::Table::find(std::string_view host, const uint8_t* wild) const {
-  if (slots_.empty()) return nullptr;
-  const uint64_t hash = key_hash(host, wild);
-  const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = hash & mask;; i = (i + 1) & mask) {  // ends: at most half the slots are taken
-    const uint32_t slot = slots_[i];
-    if (!slot) return nullptr;
-    const Entry& e = entries_[slot - 1];
-    if (e.hash == hash && key_equals(e.key, host, wild)) return &e;
+// Equal when every label is, ignoring case, but for the labels the shape
+// marks, which stand for any one label on either side.
+bool HostRoutes::KeyEqual::operator()(std::string_view a, std::string_view b) const {
+  if (wild.empty()) return fold_equal(a, b);
+  std::size_t from_a = 0, from_b = 0;
+  for (std::size_t label = 0;; ++label) {
+    const auto [text_a, next_a] = label_at(a, from_a);
+    const auto [text_b, next_b] = label_at(b, from_b);
+    if (!(label < wild.size() && wild[label]) && !fold_equal(text_a, text_b)) return false;
+    if (next_a == std::string_view::npos || next_b == std::string_view::npos) return next_a == next_b;
+    from_a = next_a;
+    from_b = next_b;
   }
 }
 
@@ -147,7 +72,7 @@ void HostRoutes::add(std::size_t site, const std::vector<std::string>& hosts, bo
   by_host_ = true;
   for (const std::string& h : hosts) {
     if (h.find('*') == std::string::npos) {
-      exact_.insert({folded(h), 0, site, 0, 0}, nullptr);
+      exact_.try_emplace(folded(h), Entry{site});  // the first site naming a host keeps it
       continue;
     }
     // Labels are dots + 1; the wildcard ones are the '*'s (as the linear
@@ -156,22 +81,20 @@ void HostRoutes::add(std::size_t site, const std::vector<std::string>& hosts, bo
     const std::size_t literals = labels - static_cast<std::size_t>(std::count(h.begin(), h.end(), '*'));
     std::vector<uint8_t> wild;
     wild.reserve(labels);
-    for (std::size_t from = 0;;) {
-      const std::size_t dot = h.find('.', from);
-      wild.push_back(std::string_view(h).substr(from, dot - from) == "*");
-      if (dot == std::string::npos) break;
-      from = dot + 1;
+    for (std::size_t from = 0; from != std::string_view::npos;) {
+      const auto [text, next] = label_at(h, from);
+      wild.push_back(text == "*");
+      from = next;
     }
     if (wild_.size() <= labels) wild_.resize(labels + 1);
     std::vector<Shape>& shapes = wild_[labels];
     auto shape = std::find_if(shapes.begin(), shapes.end(), [&](const Shape& s) { return s.wild == wild; });
     if (shape == shapes.end()) {
-      shapes.emplace_back();
+      shapes.push_back(Shape{wild, 0, Table(8, KeyHash{wild}, KeyEqual{wild})});
       shape = shapes.end() - 1;
-      shape->wild = std::move(wild);
     }
     shape->max_literals = std::max(shape->max_literals, literals);
-    shape->table.insert({folded(h), 0, site, literals, patterns_++}, shape->wild.data());
+    shape->table.try_emplace(folded(h), Entry{site, literals, patterns_++});
   }
   if (is_default && default_ == none) default_ = site;
 }
@@ -183,7 +106,7 @@ void HostRoutes::finish() {
 }
 
 std::size_t HostRoutes::find(std::string_view host) const {
-  if (const Entry* e = exact_.find(host, nullptr)) return e->site;
+  if (auto e = exact_.find(host); e != exact_.end()) return e->second.site;
   if (wild_.empty()) return otherwise();
   // A "*" stands for one non-empty label: a host with an empty one matches no pattern.
   std::size_t labels = 1, length = 0;
@@ -201,9 +124,11 @@ std::size_t HostRoutes::find(std::string_view host) const {
   const Entry* best = nullptr;
   for (const Shape& shape : wild_[labels]) {
     if (best && best->literals > shape.max_literals) break;  // no later shape can beat it
-    const Entry* e = shape.table.find(host, shape.wild.data());
-    if (e && (!best || e->literals > best->literals || (e->literals == best->literals && e->order < best->order)))
-      best = e;
+    const auto e = shape.table.find(host);
+    if (e == shape.table.end()) continue;
+    const Entry& found = e->second;
+    if (!best || found.literals > best->literals || (found.literals == best->literals && found.order < best->order))
+      best = &found;
   }
   return best ? best->site : otherwise();
 }

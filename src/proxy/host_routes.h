@@ -7,9 +7,9 @@
 // an unknown host (any random Host) ran 3-5 times slower than for the first, a
 // cheap CPU amplification. nginx hashes exact and wildcard names the same way.
 //
-// Exact hosts go in one hash table (case-insensitive hash and compare, so a
-// request needs neither a lower-cased copy nor an allocation, whatever its
-// length). Caddy's wildcards ("*" = exactly one label, anywhere) only match
+// Exact hosts go in one hash table (std::unordered_map with a case-insensitive
+// hash and compare looked up by string_view, so a request needs neither a
+// lower-cased copy nor an allocation, whatever its length). Caddy's wildcards ("*" = exactly one label, anywhere) only match
 // hosts with their own label count, and a pattern matches a host exactly when
 // the host, with the labels at the pattern's "*" positions replaced by "*",
 // equals it. So wildcards are grouped by label count, then by "shape" (which
@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace heft::proxy {
@@ -48,27 +49,24 @@ class HostRoutes {
 
  private:
   struct Entry {
-    std::string key;  // lower-cased host or pattern
-    uint64_t hash = 0;
     std::size_t site;
-    std::size_t literals;  // a pattern's labels minus its '*'s (the ranking of the linear version)
-    std::size_t order;     // position among the port's patterns in file order (ties)
+    std::size_t literals = 0;  // a pattern's labels minus its '*'s (the ranking of the linear version)
+    std::size_t order = 0;     // position among the port's patterns in file order (ties)
   };
-  // Open addressing, linear probing. Keys hash and compare case-insensitively
-  // and, in a wildcard table, with its shape `wild` (per label, 1 = compare as
-  // "*"; nullptr for the exact table): one table, one `wild`.
-  class Table {
-   public:
-    // Adds unless an equal key is there already (the first in the file stays).
-    void insert(Entry entry, const uint8_t* wild);
-    const Entry* find(std::string_view host, const uint8_t* wild) const;
-    bool empty() const { return entries_.empty(); }
-
-   private:
-    void place(uint32_t entry);
-    std::vector<Entry> entries_;
-    std::vector<uint32_t> slots_;  // entry index + 1, 0 = empty; a power of two, at most half full
+  // Hash and compare of a host as a table holds it: case-folded and, in a
+  // wildcard table, with the labels its shape marks (`wild`, one flag per
+  // label; empty for the exact table) taken as "*".
+  struct KeyHash {
+    using is_transparent = void;
+    std::vector<uint8_t> wild;
+    std::size_t operator()(std::string_view host) const;
   };
+  struct KeyEqual {
+    using is_transparent = void;
+    std::vector<uint8_t> wild;
+    bool operator()(std::string_view a, std::string_view b) const;
+  };
+  using Table = std::unordered_map<std::string, Entry, KeyHash, KeyEqual>;
   struct Shape {
     std::vector<uint8_t> wild;  // per label: 1 where the pattern has "*"
     std::size_t max_literals = 0;
