@@ -19,7 +19,6 @@
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/beast/core/string.hpp>
 #include <fmt/format.h>
 
 #include "config/values.h"
@@ -199,65 +198,39 @@ std::string describe(const config::Config& config) {
   return out;
 }
 
-namespace {
-
-// Caddy's wildcard host: each "*" label stands for exactly one label
-// ("*.example.com" matches "a.example.com", not "example.com" nor
-// "a.b.example.com"); other labels compare case-insensitively.
-bool wildcard_matches(std::string_view pattern, std::string_view host) {
-  for (;;) {
-    const std::size_t p_dot = pattern.find('.'), h_dot = host.find('.');
-    const std::string_view p_label = pattern.substr(0, p_dot), h_label = host.substr(0, h_dot);
-    if (h_label.empty()) return false;
-    if (p_label != "*" && !boost::beast::iequals(p_label, h_label)) return false;
-    if (p_dot == std::string_view::npos || h_dot == std::string_view::npos) return p_dot == h_dot;
-    pattern.remove_prefix(p_dot + 1);
-    host.remove_prefix(h_dot + 1);
+void RouteTable::index() {
+  host_routes.clear();
+  host_routes.reserve(by_port.size());
+  for (const auto& [port, indexes] : by_port) {  // a std::map: sorted by port
+    HostRoutes& routes = host_routes.emplace_back(port, HostRoutes{}).second;
+    for (std::size_t i : indexes) routes.add(i, sites[i].site.hosts, sites[i].site.is_default);
+    routes.finish();
   }
 }
 
-}  // namespace
-
 const SiteRoute* RouteTable::route(uint16_t port, std::string_view host) const {
-  auto it = by_port.find(port);
-  if (it == by_port.end()) return nullptr;
-  // Host without its port, IPv6 literals without their brackets (as sites
-  // store them), and without a trailing dot (an absolute name; nginx drops it too).
-  if (!host.empty() && host.front() == '[') {
-    if (auto close = host.find(']'); close != std::string_view::npos) host = host.substr(1, close - 1);
-  } else if (auto colon = host.rfind(':'); colon != std::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
-  // An exact host wins over a wildcard, a wildcard over a site for any host;
-  // among wildcards the most specific (most literal labels: *.example.test
-  // over *.*.test, as nginx prefers the longest), then the first.
-  const SiteRoute* wildcard = nullptr;
-  std::size_t wildcard_literals = 0;
-  const SiteRoute* any_host = nullptr;
-  const SiteRoute* fallback = nullptr;
-  for (std::size_t i : it->second) {
-    const SiteRoute& s = sites[i];
-    if (s.site.hosts.empty()) {
-      if (!any_host) any_host = &s;
-      continue;
+  const auto it = std::lower_bound(host_routes.begin(), host_routes.end(), port,
+                                   [](const auto& entry, uint16_t p) { return entry.first < p; });
+  if (it == host_routes.end() || it->first != port) return nullptr;
+  const HostRoutes& routes = it->second;
+  std::size_t site;
+  if (!routes.by_host()) {
+    site = routes.otherwise();  // no site on the port names a host (a lone ":PORT" site): the Host is not even read
+  } else {
+    // Host without its port, IPv6 literals without their brackets (as sites
+    // store them), and without a trailing dot (an absolute name; nginx drops it too).
+    if (!host.empty() && host.front() == '[') {
+      if (auto close = host.find(']'); close != std::string_view::npos) host = host.substr(1, close - 1);
+    } else if (auto colon = host.rfind(':'); colon != std::string_view::npos) {
+      host = host.substr(0, colon);
     }
-    for (const std::string& h : s.site.hosts) {
-      if (h.find('*') == std::string::npos) {
-        if (boost::beast::iequals(h, host)) return &s;
-      } else if (wildcard_matches(h, host)) {
-        // Labels are dots + 1; the wildcard ones are the '*'s.
-        const auto labels = static_cast<std::size_t>(std::count(h.begin(), h.end(), '.')) + 1;
-        const std::size_t literals = labels - static_cast<std::size_t>(std::count(h.begin(), h.end(), '*'));
-        if (!wildcard || literals > wildcard_literals) {
-          wildcard = &s;
-          wildcard_literals = literals;
-        }
-      }
-    }
-    if (s.site.is_default && !fallback) fallback = &s;
+    if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+    // An exact host wins over a wildcard, a wildcard over a site for any host;
+    // among wildcards the most specific (most literal labels: *.example.test
+    // over *.*.test, as nginx prefers the longest), then the first.
+    site = routes.find(host);
   }
-  return wildcard ? wildcard : any_host ? any_host : fallback;
+  return site == HostRoutes::none ? nullptr : &sites[site];
 }
 
 Worker::Worker(Proxy::Impl& owner, unsigned i) : proxy(owner), index(i) {
@@ -391,6 +364,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
     table->by_port[site.port].push_back(i);
     table->sites.push_back(std::move(route));
   }
+  table->index();
   table->config = std::move(next);
   return table;
 }

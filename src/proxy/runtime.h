@@ -28,6 +28,7 @@
 
 #include "config/model.h"
 #include "proxy/block_buffer.h"
+#include "proxy/host_routes.h"
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "proxy/ready_watch.h"
@@ -66,7 +67,13 @@ struct RouteTable {
   config::Config config;
   std::vector<SiteRoute> sites;
   std::map<uint16_t, std::vector<std::size_t>> by_port;
+  // What route() looks up, per port (sorted by port): built by index() from
+  // sites and by_port, once, so that a request's cost does not grow with the
+  // number of sites (see host_routes.h).
+  std::vector<std::pair<uint16_t, HostRoutes>> host_routes;
 
+  // Fills host_routes; call once sites and by_port are complete.
+  void index();
   // The site for `host` (a Host header value, port included or not) on `port`:
   // a site naming the host, else one with no hosts, else the port's default; null = 404.
   const SiteRoute* route(uint16_t port, std::string_view host) const;

@@ -1300,6 +1300,44 @@ TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
   EXPECT_EQ(backend_for("elsewhere.test"), "any");
 }
 
+// Sites with hosts only: wildcards with as many literal labels go to the
+// first in the file, a Host no site names to the port's `default` site, or
+// to none (404) on a port without one.
+TEST(ProxyLifecycle, HostsRouteToTheFirstOfEqualWildcardsThenTheDefaultElse404) {
+  std::string dir = make_temp_dir();
+  Backend exact = start_backend(dir, "exact"), first = start_backend(dir, "first"),
+          second = start_backend(dir, "second"), fallback = start_backend(dir, "default");
+  uint16_t port = free_port(), other = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                                        "one.test:{0} {{\n\treverse_proxy 127.0.0.1:{2}\n}}\n"
+                                        "*.b.test:{0} {{\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
+                                        "a.*.test:{0} {{\n\treverse_proxy 127.0.0.1:{4}\n}}\n"
+                                        "two.test:{0} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{5}\n}}\n"
+                                        "only.test:{1} {{\n\treverse_proxy 127.0.0.1:{2}\n}}\n",
+                                        port, other, exact.port, first.port, second.port, fallback.port),
+                            port);
+  ASSERT_TRUE(wait_for_port(other, 10s));
+  HttpClient client(port);
+  const auto backend_for = [&](const std::string& host) {
+    return client.request("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n").header("x-backend");
+  };
+  const auto on_other = [&](const std::string& host) {  // a connection each: a 404 may close it
+    return HttpClient(other).request("GET / HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n");
+  };
+  EXPECT_EQ(backend_for("ONE.test."), "exact");
+  EXPECT_EQ(backend_for("a.b.test"), "first");  // both match with two literal labels: the first in the file
+  EXPECT_EQ(backend_for("x.b.test"), "first");
+  EXPECT_EQ(backend_for("a.x.test"), "second");
+  EXPECT_EQ(backend_for("two.test"), "default");
+  EXPECT_EQ(backend_for("unknown.test"), "default");
+  EXPECT_EQ(backend_for("b.test"), "default");
+  EXPECT_EQ(on_other("ONLY.test").header("x-backend"), "exact");
+  EXPECT_EQ(on_other("one.test").status, 404);  // another port's host
+  EXPECT_EQ(on_other("a.b.test").status, 404);
+  EXPECT_EQ(on_other("x.only.test").status, 404);
+}
+
 // SIGHUPs sent while heft stops, into its last teardown, leave its exit
 // status 0: the signal_set's end once restored their default action (exit
 // 129 after "heft: stopped"). A burst after SIGTERM, in ten rounds (without the fix 2 of 5 rounds failed).
