@@ -461,7 +461,10 @@ class Reader {
             auto split = host.is_string() ? split_host_port(text, 1) : HostPortResult{};
             if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1 ||
                 (text.starts_with('[') && !text.ends_with(']'))) {
-              error(element(host_path, h), "must be a host name");
+              // An IPv6 literal's problem is worth naming ("not a valid IPv6
+              // address"); a name's "invalid port" is not: a matcher host has no port.
+              const bool literal = text.starts_with('[') && !split.error.empty();
+              error(element(host_path, h), literal ? "must be a host name: " + split.error : "must be a host name");
               continue;
             }
             std::optional<std::string> name = site_host(split.value->host);

@@ -166,6 +166,18 @@ std::string scheme_of(std::string_view text) {
   return scheme;
 }
 
+namespace {
+
+// What inet_pton(AF_INET6) reads: hex groups and "::", a dotted IPv4 tail.
+bool is_ipv6_literal(std::string_view text) {
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return false;
+  const std::string copy(text);  // inet_pton wants a terminated string
+  unsigned char bytes[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET6, copy.c_str(), bytes) == 1;
+}
+
+}  // namespace
+
 HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   HostPortResult result;
   if (text.empty()) {
@@ -188,6 +200,12 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
     host = text.substr(1, close - 1);
     if (host.find(':') == std::string_view::npos) {  // "[foo.com]:80", "[]:80"
       result.error = "brackets hold an IPv6 address, e.g. [::1]:8080";
+      return result;
+    }
+    // "[zz:zz]", "[::1::2]": no address. A backend there failed only at
+    // --resolve or run, a site there matched no Host a request may send.
+    if (!is_ipv6_literal(host)) {
+      result.error = "not a valid IPv6 address";
       return result;
     }
     std::string_view rest = text.substr(close + 1);

@@ -436,6 +436,23 @@ TEST(HeftfileErrors, DuplicateBackendsIgnoreCaseAndBracketsHoldIPv6) {
             "Heftfile:1:1: invalid site address \"[]:8080\": brackets hold an IPv6 address, e.g. [::1]:8080");
 }
 
+// What brackets hold must be an IPv6 address: "[zz:zz]" or "[::1::2]" passed
+// `heft validate` (a backend failed only at --resolve or run; a site matched
+// no Host, which heft answers with 400).
+TEST(HeftfileErrors, BracketsHoldAValidIPv6Address) {
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy [zz:zz]:46621 [::1::2]:46622 [::1]:46623\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:16: invalid backend address \"[zz:zz]:46621\": not a valid IPv6 address",
+                "Heftfile:2:30: invalid backend address \"[::1::2]:46622\": not a valid IPv6 address"}));
+  EXPECT_EQ(only_error("[zz:zz]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"[zz:zz]:8080\": not a valid IPv6 address");
+  EXPECT_EQ(only_error("a.test:8080, [1:2:3:4:5:6:7:8:9]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:14: invalid site address \"[1:2:3:4:5:6:7:8:9]:8080\": not a valid IPv6 address");
+  const Config ok = parse_ok("[::FFFF:127.0.0.1]:8080, [2001:DB8::1]:8080 {\n\treverse_proxy [::1]:1 [::ffff:10.0.0.1]:2\n}\n");
+  ASSERT_EQ(ok.sites.size(), 1u);
+  EXPECT_EQ(ok.sites[0].hosts, (std::vector<std::string>{"::ffff:127.0.0.1", "2001:db8::1"}));
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");

@@ -250,6 +250,19 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + ": must hold at least one upstream"});
 }
 
+// The JSON form's addresses get the Heftfile's check: what brackets hold (or
+// a matcher host with colons) must be an IPv6 address.
+TEST(JsonErrors, IPv6LiteralsMustBeValid) {
+  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[::1::2]:46622"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": not a valid IPv6 address"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "[zz:zz]"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::zz"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";
