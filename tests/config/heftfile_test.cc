@@ -453,6 +453,18 @@ TEST(HeftfileErrors, BracketsHoldAValidIPv6Address) {
   EXPECT_EQ(ok.sites[0].hosts, (std::vector<std::string>{"::ffff:127.0.0.1", "2001:db8::1"}));
 }
 
+// A zone ID was dropped: "to [fe80::1%lo]:46623" dialed [fe80::1]:46623 on
+// whatever interface the kernel picked, and a site "[fe80::1%lo]:P" matched
+// no Host. Refused, with the reason.
+TEST(HeftfileErrors, IPv6ZoneIDsAreRefused) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy [fe80::1%lo]:46623\n}\n"),
+            "Heftfile:2:16: invalid backend address \"[fe80::1%lo]:46623\": IPv6 zone IDs are not supported (\"%lo\")");
+  EXPECT_EQ(only_error("[fe80::1%eth0]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"[fe80::1%eth0]:8080\": IPv6 zone IDs are not supported (\"%eth0\")");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a%b:1\n}\n"),
+            "Heftfile:2:16: invalid backend address \"a%b:1\": invalid character '%' in host");
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");

@@ -263,6 +263,16 @@ TEST(JsonErrors, IPv6LiteralsMustBeValid) {
             std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
 }
 
+// Zone IDs: dropped from a backend's address, never in a Host.
+TEST(JsonErrors, IPv6ZoneIDsAreRefused) {
+  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[fe80::1%lo]:46623"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": IPv6 zone IDs are not supported (\"%lo\")"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::1%lo"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: IPv6 zone IDs are not supported (\"%lo\")"});
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";
