@@ -245,6 +245,8 @@ class Parser {
           if (!split.value || split.value->port == 0) {
             error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text,
                                     split.value ? "missing port" : split.error));
+          } else if (!admin_listen_ip(split.value->host)) {
+            error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text, kAdminHostProblem));
           } else {
             config.admin.address = arg->text;
             admin_at = *arg;

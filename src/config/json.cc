@@ -272,6 +272,8 @@ class Reader {
         auto split = split_host_port(listen, 0);
         if (!split.value || split.value->port == 0)
           error("admin.listen", "must be an address with a port, e.g. \"127.0.0.1:2019\"");
+        else if (!admin_listen_ip(split.value->host))
+          error("admin.listen", std::string(kAdminHostProblem));
         else
           config.admin.address = listen;
       }

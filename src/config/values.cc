@@ -275,6 +275,12 @@ std::optional<std::string> listen_address(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::string> admin_listen_ip(std::string_view host) {
+  if (host.empty()) return "0.0.0.0";
+  if (lowercase(host) == "localhost") return "127.0.0.1";
+  return listen_address(host);
+}
+
 std::string join_host_port(std::string_view host, uint16_t port) {
   if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
   return fmt::format("{}:{}", host, port);

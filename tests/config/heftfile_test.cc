@@ -2,6 +2,7 @@
 // error kind with its exact line:column.
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "config/values.h"
 
 #include <gtest/gtest.h>
 
@@ -463,6 +464,19 @@ TEST(HeftfileErrors, IPv6ZoneIDsAreRefused) {
             "Heftfile:1:1: invalid site address \"[fe80::1%eth0]:8080\": IPv6 zone IDs are not supported (\"%eth0\")");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a%b:1\n}\n"),
             "Heftfile:2:16: invalid backend address \"a%b:1\": invalid character '%' in host");
+}
+
+// The admin API listens on an IP address or localhost, in any case (host
+// names are case-insensitive); other names passed validate and failed at run.
+TEST(HeftfileErrors, AdminHostIsAnAddressOrLocalhostInAnyCase) {
+  EXPECT_EQ(parse_ok("{\n\tadmin LocalHost:2019\n}\n:80 {\n\treverse_proxy a:1\n}\n").admin.address, "LocalHost:2019");
+  EXPECT_EQ(only_error("{\n\tadmin admin.test:2019\n\tadmin_token t\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:8: invalid admin address \"admin.test:2019\": the host must be an IP address or localhost (the "
+            "admin API resolves no other name)");
+  EXPECT_EQ(admin_listen_ip("LOCALHOST"), "127.0.0.1");
+  EXPECT_EQ(admin_listen_ip(""), "0.0.0.0");
+  EXPECT_EQ(admin_listen_ip("0:0::1"), "::1");
+  EXPECT_EQ(admin_listen_ip("admin.test"), std::nullopt);
 }
 
 TEST(HeftfileErrors, BadDurationsAndSizes) {

@@ -273,6 +273,18 @@ TEST(JsonErrors, IPv6ZoneIDsAreRefused) {
             std::vector<std::string>{host + "[0]: must be a host name: IPv6 zone IDs are not supported (\"%lo\")"});
 }
 
+// What `heft run` can listen on, as the Heftfile: an IP address or localhost in any case.
+TEST(JsonErrors, AdminListenIsAnAddressOrLocalhost) {
+  EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "admin.test:2019"}, {"token", "t"}}; }),
+            std::vector<std::string>{"admin.listen: the host must be an IP address or localhost (the admin API "
+                                     "resolves no other name)"});
+  json document = to_json(parse_ok(kEverything));
+  document["admin"] = {{"listen", "LOCALHOST:2019"}};
+  Result<Config> result = from_json(document);
+  ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+  EXPECT_EQ(result->admin.address, "LOCALHOST:2019");
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";
