@@ -284,6 +284,10 @@ class Parser {
       if (!address) {
         error(arg, fmt::format("default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"{}\"",
                                arg.text));
+      } else if (auto v4 = ipv4_of_mapped(*address)) {
+        error(arg, fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 only) "
+                               "cannot listen on: write it as {}",
+                               arg.text, *v4));
       } else if (std::find(config.bind.begin(), config.bind.end(), *address) != config.bind.end()) {
         error(arg, fmt::format("duplicate address \"{}\" in default_bind", arg.text));
       } else {

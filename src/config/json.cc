@@ -370,6 +370,11 @@ class Reader {
       if (!address) {
         error(element(path, i), fmt::format("the address must be an IP address, got \"{}\"", split.value->host));
         ok = false;
+      } else if (auto v4 = ipv4_of_mapped(*address)) {
+        error(element(path, i), fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners "
+                                            "(IPv6 only) cannot listen on: write it as {}:{}",
+                                            split.value->host, *v4, split.value->port));
+        ok = false;
       } else if (std::find(addresses.begin(), addresses.end(), *address) != addresses.end()) {
         error(element(path, i), "duplicate address");
         ok = false;

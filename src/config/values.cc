@@ -275,6 +275,17 @@ std::optional<std::string> listen_address(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::string> ipv4_of_mapped(std::string_view text) {
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  const std::string copy(text);  // inet_pton wants a terminated string
+  in6_addr v6{};
+  char v4[INET_ADDRSTRLEN];
+  if (::inet_pton(AF_INET6, copy.c_str(), &v6) != 1 || !IN6_IS_ADDR_V4MAPPED(&v6)) return std::nullopt;
+  if (!::inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof v4)) return std::nullopt;
+  return std::string(v4);
+}
+
 std::optional<std::string> admin_listen_ip(std::string_view host) {
   if (host.empty()) return "0.0.0.0";
   if (lowercase(host) == "localhost") return "127.0.0.1";

@@ -479,6 +479,15 @@ TEST(HeftfileErrors, AdminHostIsAnAddressOrLocalhostInAnyCase) {
   EXPECT_EQ(admin_listen_ip("admin.test"), std::nullopt);
 }
 
+TEST(HeftfileErrors, DefaultBindIsNotIPv4Mapped) {
+  EXPECT_EQ(only_error("{\n\tdefault_bind ::1 [::ffff:10.0.0.1]\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:19: \"[::ffff:10.0.0.1]\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 "
+            "only) cannot listen on: write it as 10.0.0.1");
+  EXPECT_EQ(ipv4_of_mapped("::FFFF:7f00:1"), "127.0.0.1");
+  EXPECT_EQ(ipv4_of_mapped("::1"), std::nullopt);
+  EXPECT_EQ(ipv4_of_mapped("127.0.0.1"), std::nullopt);
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");

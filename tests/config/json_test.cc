@@ -285,6 +285,21 @@ TEST(JsonErrors, AdminListenIsAnAddressOrLocalhost) {
   EXPECT_EQ(result->admin.address, "LOCALHOST:2019");
 }
 
+// heft's IPv6 listeners are IPv6 only: an IPv4-mapped address cannot be listened on.
+TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
+  auto listen = [](json& d, const std::string& server) -> json& { return d["apps"]["http"]["servers"][server]["listen"]; };
+  EXPECT_EQ(errors_after([&](json& d) {
+              listen(d, "srv0") = json::array({"[::FFFF:7f00:1]:80"});
+              listen(d, "srv1") = json::array({"[::FFFF:7f00:1]:8080"});
+            }),
+            (std::vector<std::string>{"apps.http.servers.srv0.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+                                      "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
+                                      "127.0.0.1:80",
+                                      "apps.http.servers.srv1.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+                                      "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
+                                      "127.0.0.1:8080"}));
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";
