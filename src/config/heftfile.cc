@@ -118,6 +118,7 @@ class Parser {
     if (config.sites.empty() && errors_.empty() && syntax_ok_)
       errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
     check_sites(config, places);
+    if (admin_at_) check_admin_port(config, places);
     group_by_port(config);
     return config;
   }
@@ -250,6 +251,7 @@ class Parser {
           } else {
             config.admin.address = arg->text;
             admin_at = *arg;
+            admin_at_ = *arg;
           }
         }
       } else if (name == "admin_token") {
@@ -983,6 +985,21 @@ class Parser {
 
   // ---- across sites --------------------------------------------------------
 
+  // The admin address written in the file must not be one the sites listen
+  // on: heft would run without its admin API ("Address already in use").
+  void check_admin_port(const Config& config, const std::vector<SitePlaces>& places) {
+    uint16_t port = 0;
+    std::string conflict = admin_listen_conflict(config, port);
+    if (conflict.empty()) return;
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      if (config.sites[s].port != port || places[s].addresses.empty()) continue;
+      const Token& site = places[s].addresses.front();
+      conflict += fmt::format(" (site at {}:{})", site.line, site.column);
+      break;
+    }
+    error(*admin_at_, conflict);
+  }
+
   void check_sites(const Config& config, const std::vector<SitePlaces>& places) {
     std::map<std::pair<uint16_t, std::string>, Token> addresses;
     std::map<uint16_t, Token> defaults;
@@ -1036,6 +1053,7 @@ class Parser {
 
   std::string file_;
   std::vector<Diagnostic>& errors_;
+  std::optional<Token> admin_at_;  // where the admin address was written, when it was
   bool syntax_ok_;
 };
 

@@ -327,6 +327,18 @@ class Reader {
     std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
     std::map<uint16_t, std::string> ports;
     for (const std::string& name : names) server((*servers)[name], member(member(path, "servers"), name), config, ports);
+    // An admin address the servers listen on left heft without its admin API
+    // ("Address already in use"). Only one written here: a /load without
+    // admin.listen keeps the running API's address, not the default.
+    const json* admin = field(doc, "admin");
+    const json* listen = admin && admin->is_object() ? field(*admin, "listen") : nullptr;
+    if (listen && listen->is_string() && listen->get<std::string>() == config.admin.address) {
+      uint16_t port = 0;
+      if (std::string conflict = admin_listen_conflict(config, port); !conflict.empty()) {
+        if (auto server = ports.find(port); server != ports.end()) conflict += fmt::format(" ({})", server->second);
+        error("admin.listen", conflict);
+      }
+    }
     return config;
   }
 

@@ -329,6 +329,43 @@ std::string admin_token_missing(const AdminConfig& admin) {
   return fmt::format("required when the admin API listens on a non-loopback address ({})", admin.address);
 }
 
+std::string admin_listen_conflict(const Config& config, uint16_t& port) {
+  port = 0;
+  if (!config.admin.enabled) return "";
+  auto split = split_host_port(config.admin.address, 0);
+  if (!split.value) return "";
+  std::optional<std::string> ip = admin_listen_ip(split.value->host);
+  if (!ip) return "";
+  if (std::none_of(config.sites.begin(), config.sites.end(),
+                   [&](const SiteConfig& site) { return site.port == split.value->port; }))
+    return "";
+  port = split.value->port;
+  // The admin socket is dual-stack: a mapped address is its IPv4 one, and
+  // "::" takes every address of both families. The sites' IPv6 listeners
+  // are IPv6 only.
+  const std::string admin = ipv4_of_mapped(*ip).value_or(*ip);
+  const bool admin_v6 = admin.find(':') != std::string::npos;
+  const auto overlaps = [&](const std::string& listen) {
+    if (admin == "::") return true;
+    if (admin_v6 != (listen.find(':') != std::string::npos)) return false;
+    return admin == listen || admin == "0.0.0.0" || listen == "0.0.0.0" || listen == "::";
+  };
+  std::string where;
+  if (config.bind.empty()) {
+    where = "every address";
+  } else {
+    for (const std::string& listen : config.bind)
+      if (overlaps(listen)) {
+        where = listen;
+        break;
+      }
+  }
+  if (where.empty()) return "";
+  return fmt::format("admin address \"{}\" is taken by the sites on port {}, which listen on {}: give the admin "
+                     "API another port",
+                     config.admin.address, port, where);
+}
+
 std::string admin_token_problem(std::string_view token) {
   if (token.empty()) return "must not be empty (leave it out for none)";
   if (token.front() == ' ' || token.back() == ' ')

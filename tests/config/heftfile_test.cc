@@ -488,6 +488,36 @@ TEST(HeftfileErrors, DefaultBindIsNotIPv4Mapped) {
   EXPECT_EQ(ipv4_of_mapped("127.0.0.1"), std::nullopt);
 }
 
+// An admin address the sites listen on was "valid", and heft then ran
+// without its admin API ("Address already in use").
+TEST(HeftfileErrors, AdminAddressIsNotASiteListenAddress) {
+  const auto file = [](const std::string& global) {
+    return "{\n" + global + "}\nb.test {\n\treverse_proxy a:1\n}\n:8080 {\n\treverse_proxy a:1\n}\n";
+  };
+  EXPECT_EQ(only_error(file("\tadmin 127.0.0.1:8080\n\tdefault_bind 127.0.0.1\n")),
+            "Heftfile:2:8: admin address \"127.0.0.1:8080\" is taken by the sites on port 8080, which listen on "
+            "127.0.0.1: give the admin API another port (site at 8:1)");
+  EXPECT_EQ(only_error(file("\tdefault_bind ::1\n\tadmin [::1]:8080\n")),
+            "Heftfile:3:8: admin address \"[::1]:8080\" is taken by the sites on port 8080, which listen on ::1: "
+            "give the admin API another port (site at 8:1)");
+  // No default_bind: the sites listen on every address.
+  EXPECT_EQ(only_error(file("\tadmin localhost:8080\n")),
+            "Heftfile:2:8: admin address \"localhost:8080\" is taken by the sites on port 8080, which listen on "
+            "every address: give the admin API another port (site at 7:1)");
+  // A wildcard on either side takes its family's addresses; the admin's "::" takes both.
+  EXPECT_EQ(only_error(file("\tadmin 127.0.0.1:80\n\tdefault_bind 0.0.0.0\n")),
+            "Heftfile:2:8: admin address \"127.0.0.1:80\" is taken by the sites on port 80, which listen on "
+            "0.0.0.0: give the admin API another port (site at 5:1)");
+  EXPECT_EQ(only_error(file("\tadmin [::]:8080\n\tadmin_token t\n\tdefault_bind 127.0.0.1\n")),
+            "Heftfile:2:8: admin address \"[::]:8080\" is taken by the sites on port 8080, which listen on "
+            "127.0.0.1: give the admin API another port (site at 9:1)");
+  // Another address of the port, another family, another port: fine.
+  parse_ok(file("\tadmin 127.0.0.2:8080\n\tdefault_bind 127.0.0.1 ::1\n"));
+  parse_ok(file("\tadmin 127.0.0.1:8080\n\tdefault_bind ::\n"));
+  parse_ok(file("\tadmin 127.0.0.1:8081\n"));
+  parse_ok(file("\tadmin off\n\tdefault_bind 127.0.0.1\n"));
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");

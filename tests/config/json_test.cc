@@ -300,6 +300,22 @@ TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
                                       "127.0.0.1:8080"}));
 }
 
+// admin.listen where a server listens: refused (heft ran without its admin API).
+TEST(JsonErrors, AdminListenIsNotAServersAddress) {
+  EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "127.0.0.1:8080"}}; }),
+            std::vector<std::string>{"admin.listen: admin address \"127.0.0.1:8080\" is taken by the sites on port "
+                                     "8080, which listen on every address: give the admin API another port "
+                                     "(apps.http.servers.srv1.listen)"});
+  EXPECT_EQ(errors_after([](json& d) {
+              d["admin"] = {{"listen", "[::1]:80"}};
+              d["apps"]["http"]["servers"]["srv0"]["listen"] = json::array({"[::1]:80"});
+              d["apps"]["http"]["servers"]["srv1"]["listen"] = json::array({"[::1]:8080"});
+            }),
+            std::vector<std::string>{"admin.listen: admin address \"[::1]:80\" is taken by the sites on port 80, "
+                                     "which listen on ::1: give the admin API another port "
+                                     "(apps.http.servers.srv0.listen)"});
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";
