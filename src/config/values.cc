@@ -189,6 +189,12 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
                                text.substr(0, scheme.size() + 3));
     return result;
   }
+  // Caddy's "unix//path", nginx's "unix:/path": read as a host, they got
+  // "invalid character '/' in host".
+  if (const std::string head = lowercase(text.substr(0, 6)); head.starts_with("unix/") || head == "unix:/") {
+    result.error = "unix sockets are not supported (heft dials host:port over TCP)";
+    return result;
+  }
   std::string_view host = text;
   std::string_view port_text;
   if (text.front() == '[') {

@@ -518,6 +518,16 @@ TEST(HeftfileErrors, AdminAddressIsNotASiteListenAddress) {
   parse_ok(file("\tadmin off\n\tdefault_bind 127.0.0.1\n"));
 }
 
+// Caddy's "unix//path" (and nginx's "unix:/path") got "invalid character '/' in host".
+TEST(HeftfileErrors, UnixSocketBackendsAreNotSupported) {
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy unix//run/app.sock UNIX:/run/app.sock unix:80\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:16: invalid backend address \"unix//run/app.sock\": unix sockets are not supported (heft "
+                "dials host:port over TCP)",
+                "Heftfile:2:35: invalid backend address \"UNIX:/run/app.sock\": unix sockets are not supported (heft "
+                "dials host:port over TCP)"}));
+}
+
 TEST(HeftfileErrors, BadDurationsAndSizes) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout 5x\n\t}\n}\n"),
             "Heftfile:3:19: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; at most 365d)");
