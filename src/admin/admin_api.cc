@@ -75,6 +75,7 @@ std::string admin_config_error(const config::AdminConfig& admin) {
   if (!admin.enabled) return "";
   auto split = config::split_host_port(admin.address, 0);
   if (!split.value) return "admin.listen: " + split.error;
+  if (!config::admin_listen_ip(split.value->host)) return "admin.listen: " + std::string(config::kAdminHostProblem);
   if (std::string missing = config::admin_token_missing(admin); !missing.empty()) return "admin.token: " + missing;
   return "";
 }

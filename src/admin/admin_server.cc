@@ -208,9 +208,9 @@ void AdminServer::start() {
   if (std::string problem = admin_config_error(admin); !problem.empty()) throw std::runtime_error(problem);
   auto split = config::split_host_port(admin.address, 0);
   boost::system::error_code ec;
-  std::string host = split.value->host.empty() ? "0.0.0.0" : split.value->host;
-  if (host == "localhost") host = "127.0.0.1";
-  auto address = asio::ip::make_address(host, ec);
+  const std::optional<std::string> ip = config::admin_listen_ip(split.value->host);
+  if (!ip) throw std::runtime_error(fmt::format("admin address {}: not an IP address", admin.address));
+  auto address = asio::ip::make_address(*ip, ec);
   if (ec) throw std::runtime_error(fmt::format("admin address {}: not an IP address", admin.address));
   tcp::endpoint endpoint(address, split.value->port);
   tcp::acceptor acceptor(impl_->io);

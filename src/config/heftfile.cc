@@ -118,6 +118,7 @@ class Parser {
     if (config.sites.empty() && errors_.empty() && syntax_ok_)
       errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
     check_sites(config, places);
+    if (admin_at_) check_admin_port(config, places);
     group_by_port(config);
     return config;
   }
@@ -246,9 +247,12 @@ class Parser {
           if (!split.value || split.value->port == 0) {
             error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text,
                                     split.value ? "missing port" : split.error));
+          } else if (!admin_listen_ip(split.value->host)) {
+            error(*arg, fmt::format("invalid admin address \"{}\": {}", arg->text, kAdminHostProblem));
           } else {
             config.admin.address = arg->text;
             admin_at = *arg;
+            admin_at_ = *arg;
           }
         }
       } else if (name == "admin_token") {
@@ -283,6 +287,10 @@ class Parser {
       if (!address) {
         error(arg, fmt::format("default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"{}\"",
                                arg.text));
+      } else if (auto v4 = ipv4_of_mapped(*address)) {
+        error(arg, fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 only) "
+                               "cannot listen on: write it as {}",
+                               arg.text, *v4));
       } else if (std::find(config.bind.begin(), config.bind.end(), *address) != config.bind.end()) {
         error(arg, fmt::format("duplicate address \"{}\" in default_bind", arg.text));
       } else {
@@ -978,6 +986,21 @@ class Parser {
 
   // ---- across sites --------------------------------------------------------
 
+  // The admin address written in the file must not be one the sites listen
+  // on: heft would run without its admin API ("Address already in use").
+  void check_admin_port(const Config& config, const std::vector<SitePlaces>& places) {
+    uint16_t port = 0;
+    std::string conflict = admin_listen_conflict(config, port);
+    if (conflict.empty()) return;
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      if (config.sites[s].port != port || places[s].addresses.empty()) continue;
+      const Token& site = places[s].addresses.front();
+      conflict += fmt::format(" (site at {}:{})", site.line, site.column);
+      break;
+    }
+    error(*admin_at_, conflict);
+  }
+
   void check_sites(const Config& config, const std::vector<SitePlaces>& places) {
     std::map<std::pair<uint16_t, std::string>, Token> addresses;
     std::map<uint16_t, Token> defaults;
@@ -1031,6 +1054,7 @@ class Parser {
 
   std::string file_;
   std::vector<Diagnostic>& errors_;
+  std::optional<Token> admin_at_;  // where the admin address was written, when it was
   bool syntax_ok_;
 };
 

@@ -275,6 +275,8 @@ class Reader {
         auto split = split_host_port(listen, 0);
         if (!split.value || split.value->port == 0)
           error("admin.listen", "must be an address with a port, e.g. \"127.0.0.1:2019\"");
+        else if (!admin_listen_ip(split.value->host))
+          error("admin.listen", std::string(kAdminHostProblem));
         else
           config.admin.address = listen;
       }
@@ -328,6 +330,18 @@ class Reader {
     std::stable_sort(names.begin(), names.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
     std::map<uint16_t, std::string> ports;
     for (const std::string& name : names) server((*servers)[name], member(member(path, "servers"), name), config, ports);
+    // An admin address the servers listen on left heft without its admin API
+    // ("Address already in use"). Only one written here: a /load without
+    // admin.listen keeps the running API's address, not the default.
+    const json* admin = field(doc, "admin");
+    const json* listen = admin && admin->is_object() ? field(*admin, "listen") : nullptr;
+    if (listen && listen->is_string() && listen->get<std::string>() == config.admin.address) {
+      uint16_t port = 0;
+      if (std::string conflict = admin_listen_conflict(config, port); !conflict.empty()) {
+        if (auto server = ports.find(port); server != ports.end()) conflict += fmt::format(" ({})", server->second);
+        error("admin.listen", conflict);
+      }
+    }
     return config;
   }
 
@@ -370,6 +384,11 @@ class Reader {
       auto address = listen_address(split.value->host);
       if (!address) {
         error(element(path, i), fmt::format("the address must be an IP address, got \"{}\"", split.value->host));
+        ok = false;
+      } else if (auto v4 = ipv4_of_mapped(*address)) {
+        error(element(path, i), fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners "
+                                            "(IPv6 only) cannot listen on: write it as {}:{}",
+                                            split.value->host, *v4, split.value->port));
         ok = false;
       } else if (std::find(addresses.begin(), addresses.end(), *address) != addresses.end()) {
         error(element(path, i), "duplicate address");
@@ -464,7 +483,10 @@ class Reader {
             auto split = host.is_string() ? split_host_port(text, 1) : HostPortResult{};
             if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1 ||
                 (text.starts_with('[') && !text.ends_with(']'))) {
-              error(element(host_path, h), "must be a host name");
+              // An IPv6 literal's problem is worth naming ("not a valid IPv6
+              // address"); a name's "invalid port" is not: a matcher host has no port.
+              const bool literal = text.starts_with('[') && !split.error.empty();
+              error(element(host_path, h), literal ? "must be a host name: " + split.error : "must be a host name");
               continue;
             }
             std::optional<std::string> name = site_host(split.value->host);

@@ -191,6 +191,14 @@ struct Config {
   bool operator==(const Config&) const = default;
 };
 
+// Why the admin API could not listen beside the sites ("" if it can): its
+// address is, or overlaps (a wildcard of the same family, or every address when
+// no default_bind is set), one the sites on its port listen on, e.g.
+// "admin address \"127.0.0.1:8080\" is taken by the sites on port 8080, which
+// listen on 127.0.0.1: give the admin API another port". heft ran without its
+// admin API then ("Address already in use"). `port` gets the admin's port.
+std::string admin_listen_conflict(const Config& config, uint16_t& port);
+
 // A problem found in a configuration. For Heftfiles, file/line/column name the
 // token; for JSON, `path` names the field (file empty, line 0).
 struct Diagnostic {

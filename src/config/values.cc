@@ -166,6 +166,18 @@ std::string scheme_of(std::string_view text) {
   return scheme;
 }
 
+namespace {
+
+// What inet_pton(AF_INET6) reads: hex groups and "::", a dotted IPv4 tail.
+bool is_ipv6_literal(std::string_view text) {
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return false;
+  const std::string copy(text);  // inet_pton wants a terminated string
+  unsigned char bytes[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET6, copy.c_str(), bytes) == 1;
+}
+
+}  // namespace
+
 HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   HostPortResult result;
   if (text.empty()) {
@@ -175,6 +187,12 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   if (std::string scheme = scheme_of(text); !scheme.empty()) {
     result.error = fmt::format("no scheme allowed here (write host:port without \"{}\")",
                                text.substr(0, scheme.size() + 3));
+    return result;
+  }
+  // Caddy's "unix//path", nginx's "unix:/path": read as a host, they got
+  // "invalid character '/' in host".
+  if (const std::string head = lowercase(text.substr(0, 6)); head.starts_with("unix/") || head == "unix:/") {
+    result.error = "unix sockets are not supported (heft dials host:port over TCP)";
     return result;
   }
   std::string_view host = text;
@@ -188,6 +206,19 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
     host = text.substr(1, close - 1);
     if (host.find(':') == std::string_view::npos) {  // "[foo.com]:80", "[]:80"
       result.error = "brackets hold an IPv6 address, e.g. [::1]:8080";
+      return result;
+    }
+    // "[fe80::1%lo]": heft keeps addresses as text without a scope (a
+    // backend's zone was dropped, dialing another interface's fe80::1), and
+    // a Host field cannot carry one (RFC 3986 has no zone in an IP-literal).
+    if (auto zone = host.find('%'); zone != std::string_view::npos) {
+      result.error = fmt::format("IPv6 zone IDs are not supported (\"{}\")", printable(host.substr(zone)));
+      return result;
+    }
+    // "[zz:zz]", "[::1::2]": no address. A backend there failed only at
+    // --resolve or run, a site there matched no Host a request may send.
+    if (!is_ipv6_literal(host)) {
+      result.error = "not a valid IPv6 address";
       return result;
     }
     std::string_view rest = text.substr(close + 1);
@@ -219,7 +250,7 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
   }
   for (char c : host) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '-' ||
-              c == '.' || c == '_' || c == ':' || c == '*' || c == '%';
+              c == '.' || c == '_' || c == ':' || c == '*';
     if (!ok) {
       result.error = fmt::format("invalid character '{}' in host", printable(std::string_view(&c, 1)));
       return result;
@@ -248,6 +279,23 @@ std::optional<std::string> listen_address(std::string_view text) {
     if (::inet_pton(family, copy.c_str(), bytes) == 1 && ::inet_ntop(family, bytes, canonical, sizeof canonical))
       return std::string(canonical);
   return std::nullopt;
+}
+
+std::optional<std::string> ipv4_of_mapped(std::string_view text) {
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
+  const std::string copy(text);  // inet_pton wants a terminated string
+  in6_addr v6{};
+  char v4[INET_ADDRSTRLEN];
+  if (::inet_pton(AF_INET6, copy.c_str(), &v6) != 1 || !IN6_IS_ADDR_V4MAPPED(&v6)) return std::nullopt;
+  if (!::inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof v4)) return std::nullopt;
+  return std::string(v4);
+}
+
+std::optional<std::string> admin_listen_ip(std::string_view host) {
+  if (host.empty()) return "0.0.0.0";
+  if (lowercase(host) == "localhost") return "127.0.0.1";
+  return listen_address(host);
 }
 
 std::string join_host_port(std::string_view host, uint16_t port) {
@@ -285,6 +333,43 @@ std::string admin_token_missing(const AdminConfig& admin) {
   auto split = split_host_port(admin.address, 0);
   if (!split.value || is_loopback_host(split.value->host)) return "";
   return fmt::format("required when the admin API listens on a non-loopback address ({})", admin.address);
+}
+
+std::string admin_listen_conflict(const Config& config, uint16_t& port) {
+  port = 0;
+  if (!config.admin.enabled) return "";
+  auto split = split_host_port(config.admin.address, 0);
+  if (!split.value) return "";
+  std::optional<std::string> ip = admin_listen_ip(split.value->host);
+  if (!ip) return "";
+  if (std::none_of(config.sites.begin(), config.sites.end(),
+                   [&](const SiteConfig& site) { return site.port == split.value->port; }))
+    return "";
+  port = split.value->port;
+  // The admin socket is dual-stack: a mapped address is its IPv4 one, and
+  // "::" takes every address of both families. The sites' IPv6 listeners
+  // are IPv6 only.
+  const std::string admin = ipv4_of_mapped(*ip).value_or(*ip);
+  const bool admin_v6 = admin.find(':') != std::string::npos;
+  const auto overlaps = [&](const std::string& listen) {
+    if (admin == "::") return true;
+    if (admin_v6 != (listen.find(':') != std::string::npos)) return false;
+    return admin == listen || admin == "0.0.0.0" || listen == "0.0.0.0" || listen == "::";
+  };
+  std::string where;
+  if (config.bind.empty()) {
+    where = "every address";
+  } else {
+    for (const std::string& listen : config.bind)
+      if (overlaps(listen)) {
+        where = listen;
+        break;
+      }
+  }
+  if (where.empty()) return "";
+  return fmt::format("admin address \"{}\" is taken by the sites on port {}, which listen on {}: give the admin "
+                     "API another port",
+                     config.admin.address, port, where);
 }
 
 std::string admin_token_problem(std::string_view token) {

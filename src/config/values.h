@@ -69,6 +69,21 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port);
 // anything else (host names included: a listener needs an address).
 std::optional<std::string> listen_address(std::string_view text);
 
+// The IPv4 address an IPv4-mapped IPv6 literal stands for ("::ffff:127.0.0.1"
+// or "::FFFF:7f00:1", brackets or not → "127.0.0.1"); nullopt for anything
+// else. heft's IPv6 listeners take IPv6 alone (IPV6_V6ONLY), so they cannot
+// listen on such an address: its IPv4 form is what to write.
+std::optional<std::string> ipv4_of_mapped(std::string_view text);
+
+// The address the admin API listens on for the host of its "host:port": an IP
+// literal in canonical form, 0.0.0.0 for none (":2019"), 127.0.0.1 for
+// localhost in any case (host names are case-insensitive); nullopt for any
+// other name (the admin API resolves none). `heft validate` and `heft run`
+// both ask this, so they agree.
+std::optional<std::string> admin_listen_ip(std::string_view host);
+inline constexpr std::string_view kAdminHostProblem =
+    "the host must be an IP address or localhost (the admin API resolves no other name)";
+
 // "host:port" with brackets around an IPv6 host.
 std::string join_host_port(std::string_view host, uint16_t port);
 

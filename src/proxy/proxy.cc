@@ -325,6 +325,17 @@ std::optional<std::vector<std::shared_ptr<observe::AccessLog>>> open_access_logs
   return logs;
 }
 
+// A request without a Host reaches the backend with one that names the site:
+// a wildcard ("*.example.com") is no host name, and an IPv6 literal takes its
+// brackets (RFC 9110 7.2, RFC 3986 3.2.2; "::1" would read as host ":" with a port).
+std::string default_host(const config::SiteConfig& site) {
+  for (const std::string& host : site.hosts) {
+    if (host.find('*') != std::string::npos) continue;
+    return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  }
+  return "localhost";
+}
+
 }  // namespace
 
 Proxy::Impl::Impl(config::Config config) {
@@ -342,9 +353,10 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
   table->version = previous ? previous->version + 1 : 1;
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
-    SiteRoute route{i, site, nullptr, {}, nullptr, {}};
+    SiteRoute route{i, site, nullptr, {}, nullptr, {}, {}};
     route.server_label = observe::server_label(site);
     route.site_label = observe::site_label(site);
+    route.default_host = default_host(site);
     route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     pool_config.counter_slots = worker_count(next);

@@ -59,6 +59,10 @@ struct SiteRoute {
   std::string server_label;                 // "srvN": the metrics' server label
   std::shared_ptr<observe::AccessLog> log;  // null when the site logs nothing
   std::string site_label;                   // observe::site_label(site): the metrics' site label
+  // The backend's Host for a request without one (HTTP/1.0, or an empty
+  // Host): the site's first host that is not a wildcard, an IPv6 literal in
+  // brackets ("[::1]"); "localhost" when it has none.
+  std::string default_host;
 };
 
 // Which site answers a request: by listening port, then Host.

@@ -1043,8 +1043,7 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     up_head_.field(name, field.value());
   }
   if ((host.empty() || absolute.status == AbsoluteTarget::absolute) && !overridden(pool.header_up, "host")) {
-    const auto& hosts = plan.route->site.hosts;
-    up_head_.field("Host", !host.empty() ? host : hosts.empty() ? "localhost"sv : std::string_view(hosts.front()));
+    up_head_.field("Host", !host.empty() ? host : std::string_view(plan.route->default_host));
   }
   // heft's own forwarding fields, unless header_up sets or removes them
   // (e.g. X-Forwarded-Proto https behind a TLS terminator).

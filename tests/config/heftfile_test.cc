@@ -2,6 +2,7 @@
 // error kind with its exact line:column.
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "config/values.h"
 
 #include <gtest/gtest.h>
 
@@ -434,6 +435,97 @@ TEST(HeftfileErrors, DuplicateBackendsIgnoreCaseAndBracketsHoldIPv6) {
             "Heftfile:2:16: invalid backend address \"[foo.com]:81\": brackets hold an IPv6 address, e.g. [::1]:8080");
   EXPECT_EQ(only_error("[]:8080 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:1: invalid site address \"[]:8080\": brackets hold an IPv6 address, e.g. [::1]:8080");
+}
+
+// What brackets hold must be an IPv6 address: "[zz:zz]" or "[::1::2]" passed
+// `heft validate` (a backend failed only at --resolve or run; a site matched
+// no Host, which heft answers with 400).
+TEST(HeftfileErrors, BracketsHoldAValidIPv6Address) {
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy [zz:zz]:46621 [::1::2]:46622 [::1]:46623\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:16: invalid backend address \"[zz:zz]:46621\": not a valid IPv6 address",
+                "Heftfile:2:30: invalid backend address \"[::1::2]:46622\": not a valid IPv6 address"}));
+  EXPECT_EQ(only_error("[zz:zz]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"[zz:zz]:8080\": not a valid IPv6 address");
+  EXPECT_EQ(only_error("a.test:8080, [1:2:3:4:5:6:7:8:9]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:14: invalid site address \"[1:2:3:4:5:6:7:8:9]:8080\": not a valid IPv6 address");
+  const Config ok = parse_ok("[::FFFF:127.0.0.1]:8080, [2001:DB8::1]:8080 {\n\treverse_proxy [::1]:1 [::ffff:10.0.0.1]:2\n}\n");
+  ASSERT_EQ(ok.sites.size(), 1u);
+  EXPECT_EQ(ok.sites[0].hosts, (std::vector<std::string>{"::ffff:127.0.0.1", "2001:db8::1"}));
+}
+
+// A zone ID was dropped: "to [fe80::1%lo]:46623" dialed [fe80::1]:46623 on
+// whatever interface the kernel picked, and a site "[fe80::1%lo]:P" matched
+// no Host. Refused, with the reason.
+TEST(HeftfileErrors, IPv6ZoneIDsAreRefused) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy [fe80::1%lo]:46623\n}\n"),
+            "Heftfile:2:16: invalid backend address \"[fe80::1%lo]:46623\": IPv6 zone IDs are not supported (\"%lo\")");
+  EXPECT_EQ(only_error("[fe80::1%eth0]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: invalid site address \"[fe80::1%eth0]:8080\": IPv6 zone IDs are not supported (\"%eth0\")");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a%b:1\n}\n"),
+            "Heftfile:2:16: invalid backend address \"a%b:1\": invalid character '%' in host");
+}
+
+// The admin API listens on an IP address or localhost, in any case (host
+// names are case-insensitive); other names passed validate and failed at run.
+TEST(HeftfileErrors, AdminHostIsAnAddressOrLocalhostInAnyCase) {
+  EXPECT_EQ(parse_ok("{\n\tadmin LocalHost:2019\n}\n:80 {\n\treverse_proxy a:1\n}\n").admin.address, "LocalHost:2019");
+  EXPECT_EQ(only_error("{\n\tadmin admin.test:2019\n\tadmin_token t\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:8: invalid admin address \"admin.test:2019\": the host must be an IP address or localhost (the "
+            "admin API resolves no other name)");
+  EXPECT_EQ(admin_listen_ip("LOCALHOST"), "127.0.0.1");
+  EXPECT_EQ(admin_listen_ip(""), "0.0.0.0");
+  EXPECT_EQ(admin_listen_ip("0:0::1"), "::1");
+  EXPECT_EQ(admin_listen_ip("admin.test"), std::nullopt);
+}
+
+TEST(HeftfileErrors, DefaultBindIsNotIPv4Mapped) {
+  EXPECT_EQ(only_error("{\n\tdefault_bind ::1 [::ffff:10.0.0.1]\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:19: \"[::ffff:10.0.0.1]\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 "
+            "only) cannot listen on: write it as 10.0.0.1");
+  EXPECT_EQ(ipv4_of_mapped("::FFFF:7f00:1"), "127.0.0.1");
+  EXPECT_EQ(ipv4_of_mapped("::1"), std::nullopt);
+  EXPECT_EQ(ipv4_of_mapped("127.0.0.1"), std::nullopt);
+}
+
+// An admin address the sites listen on was "valid", and heft then ran
+// without its admin API ("Address already in use").
+TEST(HeftfileErrors, AdminAddressIsNotASiteListenAddress) {
+  const auto file = [](const std::string& global) {
+    return "{\n" + global + "}\nb.test {\n\treverse_proxy a:1\n}\n:8080 {\n\treverse_proxy a:1\n}\n";
+  };
+  EXPECT_EQ(only_error(file("\tadmin 127.0.0.1:8080\n\tdefault_bind 127.0.0.1\n")),
+            "Heftfile:2:8: admin address \"127.0.0.1:8080\" is taken by the sites on port 8080, which listen on "
+            "127.0.0.1: give the admin API another port (site at 8:1)");
+  EXPECT_EQ(only_error(file("\tdefault_bind ::1\n\tadmin [::1]:8080\n")),
+            "Heftfile:3:8: admin address \"[::1]:8080\" is taken by the sites on port 8080, which listen on ::1: "
+            "give the admin API another port (site at 8:1)");
+  // No default_bind: the sites listen on every address.
+  EXPECT_EQ(only_error(file("\tadmin localhost:8080\n")),
+            "Heftfile:2:8: admin address \"localhost:8080\" is taken by the sites on port 8080, which listen on "
+            "every address: give the admin API another port (site at 7:1)");
+  // A wildcard on either side takes its family's addresses; the admin's "::" takes both.
+  EXPECT_EQ(only_error(file("\tadmin 127.0.0.1:80\n\tdefault_bind 0.0.0.0\n")),
+            "Heftfile:2:8: admin address \"127.0.0.1:80\" is taken by the sites on port 80, which listen on "
+            "0.0.0.0: give the admin API another port (site at 5:1)");
+  EXPECT_EQ(only_error(file("\tadmin [::]:8080\n\tadmin_token t\n\tdefault_bind 127.0.0.1\n")),
+            "Heftfile:2:8: admin address \"[::]:8080\" is taken by the sites on port 8080, which listen on "
+            "127.0.0.1: give the admin API another port (site at 9:1)");
+  // Another address of the port, another family, another port: fine.
+  parse_ok(file("\tadmin 127.0.0.2:8080\n\tdefault_bind 127.0.0.1 ::1\n"));
+  parse_ok(file("\tadmin 127.0.0.1:8080\n\tdefault_bind ::\n"));
+  parse_ok(file("\tadmin 127.0.0.1:8081\n"));
+  parse_ok(file("\tadmin off\n\tdefault_bind 127.0.0.1\n"));
+}
+
+// Caddy's "unix//path" (and nginx's "unix:/path") got "invalid character '/' in host".
+TEST(HeftfileErrors, UnixSocketBackendsAreNotSupported) {
+  EXPECT_EQ(errors_of(":80 {\n\treverse_proxy unix//run/app.sock UNIX:/run/app.sock unix:80\n}\n"),
+            (std::vector<std::string>{
+                "Heftfile:2:16: invalid backend address \"unix//run/app.sock\": unix sockets are not supported (heft "
+                "dials host:port over TCP)",
+                "Heftfile:2:35: invalid backend address \"UNIX:/run/app.sock\": unix sockets are not supported (heft "
+                "dials host:port over TCP)"}));
 }
 
 TEST(HeftfileErrors, BadDurationsAndSizes) {

@@ -256,6 +256,72 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + ": must hold at least one upstream"});
 }
 
+// The JSON form's addresses get the Heftfile's check: what brackets hold (or
+// a matcher host with colons) must be an IPv6 address.
+TEST(JsonErrors, IPv6LiteralsMustBeValid) {
+  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[::1::2]:46622"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": not a valid IPv6 address"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "[zz:zz]"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::zz"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+}
+
+// Zone IDs: dropped from a backend's address, never in a Host.
+TEST(JsonErrors, IPv6ZoneIDsAreRefused) {
+  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[fe80::1%lo]:46623"; }),
+            std::vector<std::string>{up + "[0].dial: must be \"host:port\": IPv6 zone IDs are not supported (\"%lo\")"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::1%lo"; }),
+            std::vector<std::string>{host + "[0]: must be a host name: IPv6 zone IDs are not supported (\"%lo\")"});
+}
+
+// What `heft run` can listen on, as the Heftfile: an IP address or localhost in any case.
+TEST(JsonErrors, AdminListenIsAnAddressOrLocalhost) {
+  EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "admin.test:2019"}, {"token", "t"}}; }),
+            std::vector<std::string>{"admin.listen: the host must be an IP address or localhost (the admin API "
+                                     "resolves no other name)"});
+  json document = to_json(parse_ok(kEverything));
+  document["admin"] = {{"listen", "LOCALHOST:2019"}};
+  Result<Config> result = from_json(document);
+  ASSERT_TRUE(result.ok()) << result.errors[0].to_string();
+  EXPECT_EQ(result->admin.address, "LOCALHOST:2019");
+}
+
+// heft's IPv6 listeners are IPv6 only: an IPv4-mapped address cannot be listened on.
+TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
+  auto listen = [](json& d, const std::string& server) -> json& { return d["apps"]["http"]["servers"][server]["listen"]; };
+  EXPECT_EQ(errors_after([&](json& d) {
+              listen(d, "srv0") = json::array({"[::FFFF:7f00:1]:80"});
+              listen(d, "srv1") = json::array({"[::FFFF:7f00:1]:8080"});
+            }),
+            (std::vector<std::string>{"apps.http.servers.srv0.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+                                      "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
+                                      "127.0.0.1:80",
+                                      "apps.http.servers.srv1.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+                                      "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
+                                      "127.0.0.1:8080"}));
+}
+
+// admin.listen where a server listens: refused (heft ran without its admin API).
+TEST(JsonErrors, AdminListenIsNotAServersAddress) {
+  EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "127.0.0.1:8080"}}; }),
+            std::vector<std::string>{"admin.listen: admin address \"127.0.0.1:8080\" is taken by the sites on port "
+                                     "8080, which listen on every address: give the admin API another port "
+                                     "(apps.http.servers.srv1.listen)"});
+  EXPECT_EQ(errors_after([](json& d) {
+              d["admin"] = {{"listen", "[::1]:80"}};
+              d["apps"]["http"]["servers"]["srv0"]["listen"] = json::array({"[::1]:80"});
+              d["apps"]["http"]["servers"]["srv1"]["listen"] = json::array({"[::1]:8080"});
+            }),
+            std::vector<std::string>{"admin.listen: admin address \"[::1]:80\" is taken by the sites on port 80, "
+                                     "which listen on ::1: give the admin API another port "
+                                     "(apps.http.servers.srv0.listen)"});
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";

@@ -343,6 +343,32 @@ TEST_F(AdminProcessTest, SiteNamedByAnIPv6LiteralIsFoundWithOrWithoutBrackets) {
   EXPECT_EQ(admin("GET", std::string(kUpstreams) + "/0/weight").body, "5\n");
 }
 
+// Host names ignore case: "admin LOCALHOST:P" passed `heft validate`, but
+// heft ran without its admin API ("not an IP address"). And validate now
+// refuses what run cannot listen on (a name other than localhost).
+TEST_F(AdminProcessTest, LocalhostInAnyCaseIsTheLoopbackAddress) {
+  std::string file = heftfile(1, 1);
+  file.replace(file.find("admin 127.0.0.1:"), std::string("admin 127.0.0.1:").size(), "admin LOCALHOST:");
+  write_file(dir + "/Heftfile", file);
+  std::string out;
+  EXPECT_EQ(heft(dir, {"validate", dir + "/Heftfile"}, out), 0) << out;
+  Process p = run("heft.log");
+  EXPECT_EQ(admin("GET", "/config/").status, 200) << p.log();
+  EXPECT_EQ(p.log().find("admin API not started"), std::string::npos) << p.log();
+  p.signal(SIGTERM);
+  EXPECT_EQ(p.wait(10s), std::optional<int>(0)) << p.log();
+
+  write_file(dir + "/Named", fmt::format("{{\n\tadmin Admin.test:{}\n\tadmin_token t\n}}\n:{} {{\n\treverse_proxy "
+                                         "127.0.0.1:{}\n}}\n",
+                                         admin_port, port, backends[0].port));
+  EXPECT_EQ(heft(dir, {"validate", dir + "/Named"}, out), 1) << out;
+  EXPECT_NE(out.find(fmt::format("Named:2:8: invalid admin address \"Admin.test:{}\": the host must be an IP address "
+                                 "or localhost (the admin API resolves no other name)",
+                                 admin_port)),
+            std::string::npos)
+      << out;
+}
+
 TEST_F(AdminProcessTest, AnswerFromSomethingElseIsShownAsOneShortLine) {
   // A demo backend answers any path with 200 and a body of several lines: no
   // command takes that for heft's (reload and stop reported success), and the

@@ -144,6 +144,29 @@ TEST(ListenAddresses, AnAddressThatCannotBeListenedOnIsRefusedAtStartAndOnReload
   EXPECT_EQ(HttpClient(port).get("/").status, 200);
 }
 
+// An IPv4-mapped IPv6 address passed `heft validate`, then `heft run` exited
+// 1 ("cannot listen on [::ffff:127.0.0.1]:P: Invalid argument": heft's IPv6
+// listeners are IPv6 only). validate refuses it, naming the place and the
+// IPv4 form to write; run says the same and starts nothing.
+TEST(ListenAddresses, AnIPv4MappedAddressIsRefusedByValidate) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  for (const std::string mapped : {"::ffff:127.0.0.1", "::FFFF:7f00:1"}) {
+    write_file(dir + "/Heftfile", site(dir, port, a, "\tadmin off\n\tdefault_bind " + mapped + "\n"));
+    const std::string expected = fmt::format(
+        "Heftfile:4:15: \"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 only) cannot "
+        "listen on: write it as 127.0.0.1",
+        mapped);
+    Process validate({HEFT_BINARY, "validate", dir + "/Heftfile"}, dir + "/validate.log");
+    EXPECT_EQ(validate.wait(10s), std::optional<int>(1)) << validate.log();
+    EXPECT_NE(validate.log().find(expected), std::string::npos) << validate.log();
+    Process run({HEFT_BINARY, "run", "--config", dir + "/Heftfile"}, dir + "/run.log");
+    EXPECT_EQ(run.wait(10s), std::optional<int>(1)) << run.log();
+    EXPECT_NE(run.log().find(expected), std::string::npos) << run.log();
+  }
+}
+
 TEST(ListenAddresses, APortTakenOnIPv6AloneIsRefused) {
   if (!has_ipv6_loopback()) GTEST_SKIP() << "no IPv6 loopback on this host";
   std::string dir = make_temp_dir();

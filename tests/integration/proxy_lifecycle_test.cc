@@ -421,6 +421,53 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   EXPECT_EQ(empty_host.find("\r\nHost:"), empty_host.rfind("\r\nHost:")) << "two Host fields:\n" << empty_host;
 }
 
+// A request without a Host (HTTP/1.0, or an empty one) reaches the backend
+// with the site's first host that is a name: an IPv6 literal in brackets
+// (RFC 9110 7.2; "Host: ::1" is no host), a wildcard skipped for the next
+// host, else localhost. heft sent "Host: ::1" and "Host: *.w.test".
+TEST(ProxyLifecycle, DefaultHostIsAHostName) {
+  uint16_t origin_port = 0;
+  const int listener = listen_on_loopback(origin_port, std::chrono::seconds(10));
+  ASSERT_GE(listener, 0);
+  const uint16_t v6 = free_port(), named = free_port(), wildcard = free_port();
+  const std::string dir = make_temp_dir();
+  Process heft = start_heft(
+      dir,
+      fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                  "[::1]:{0} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
+                  "*.w.test:{1}, b.test:{1} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
+                  "*.w.test:{2} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{3}\n}}\n",
+                  v6, named, wildcard, origin_port),
+      v6);
+  ASSERT_TRUE(wait_for_port(named) && wait_for_port(wildcard)) << heft.log();
+  const std::vector<std::pair<uint16_t, std::string>> cases = {
+      {v6, "GET / HTTP/1.0\r\n\r\n"},
+      {v6, "GET / HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n"},
+      {named, "GET / HTTP/1.0\r\n\r\n"},
+      {wildcard, "GET / HTTP/1.0\r\n\r\n"},
+  };
+  std::vector<std::string> hosts;
+  for (const auto& [port, request] : cases) {
+    std::string head;
+    std::thread origin([&] {
+      const int c = accept_scripted(listener);
+      if (c < 0) return;
+      read_until_head(c, head);
+      const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+      ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+      ::close(c);
+    });
+    Response r = HttpClient(port).request(request);
+    origin.join();
+    EXPECT_EQ(r.status, 200) << request << heft.log();
+    const auto at = head.find("\r\nHost:");
+    hosts.push_back(at == std::string::npos ? "(none)" : head.substr(at + 2, head.find("\r\n", at + 2) - at - 2));
+    EXPECT_EQ(head.find("\r\nHost:"), head.rfind("\r\nHost:")) << "two Host fields:\n" << head;
+  }
+  ::close(listener);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"Host: [::1]", "Host: [::1]", "Host: b.test", "Host: localhost"}));
+}
+
 // header_up sets or removes heft's own forwarding fields too (Caddy's
 // semantics): behind a TLS terminator X-Forwarded-Proto says https, once.
 TEST(ProxyLifecycle, HeaderUpOverridesTheForwardingFields) {

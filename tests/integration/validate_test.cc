@@ -78,6 +78,17 @@ constexpr const char* kThreeMistakes = R"(app.example.com {
 }
 )";
 
+// `admin 127.0.0.1:P` beside a site on :P bound to 127.0.0.1 was "valid";
+// heft then ran without its admin API ("Address already in use").
+TEST_F(ConfigCommands, ValidateRefusesAnAdminAddressTheSitesListenOn) {
+  write("Heftfile", "{\n\tadmin 127.0.0.1:46823\n\tdefault_bind 127.0.0.1\n}\n:46823 {\n\treverse_proxy 127.0.0.1:1\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err,
+            "Heftfile:2:8: admin address \"127.0.0.1:46823\" is taken by the sites on port 46823, which listen on "
+            "127.0.0.1: give the admin API another port (site at 5:1)\nHeftfile: 1 error\n");
+}
+
 TEST_F(ConfigCommands, ValidateReportsEveryMistakeAndExits1) {
   auto path = write("Broken", kThreeMistakes);
   CommandResult run = heft("validate --config Broken");
