@@ -226,7 +226,8 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
   const config::PoolConfig& c = target.config;
   const std::string& name = backend.name;
   beast::tcp_stream stream(io);
-  stream.expires_after(c.health_timeout);
+  const auto deadline = std::chrono::steady_clock::now() + c.health_timeout;
+  stream.expires_at(deadline);
   // The backend's address, then its name's others if it refuses at once (as
   // the proxy connects: the probe must judge what requests would reach).
   boost::system::error_code cec = asio::error::host_not_found;
@@ -250,7 +251,10 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
       if (rec || results.empty()) co_return std::pair{false, fmt::format("cannot resolve {}", host)};
       endpoint = *results.begin();
     }
-    if (i > 0) stream.close();
+    if (i > 0) {
+      stream.close();
+      stream.expires_at(deadline);  // one health_timeout for all the addresses
+    }
     std::tie(cec) = co_await stream.async_connect(endpoint, as_tuple_awaitable);
   }
   if (cec) co_return std::pair{false, cec == beast::error::timeout ? std::string("connect timed out")
