@@ -437,8 +437,11 @@ TEST(SimCommandTest, DocumentedScenarioAndOutputAreTrue) {
     std::map<std::string, int> weights;
     for (const auto& server : policy["servers"]) weights[server["name"]] = server["weight"].get<int>();
     EXPECT_EQ(weights, (std::map<std::string, int>{{"big", 3}, {"small1", 1}, {"small2", 1}}));
-    for (const auto& server : policy["servers"])
-      if (server["name"] == "small2") EXPECT_LT(server["utilisation"].get<double>(), 0.9) << policy["policy"];
+    for (const auto& server : policy["servers"]) {
+      if (server["name"] == "small2") {
+        EXPECT_LT(server["utilisation"].get<double>(), 0.9) << policy["policy"];
+      }
+    }
   }
   EXPECT_EQ(run_heft("sim --example seed").stdout_text, sim_doc_block("## `heft sim --example seed`", "```"));
 }
