@@ -168,12 +168,19 @@ std::string scheme_of(std::string_view text) {
 
 namespace {
 
-// What inet_pton(AF_INET6) reads: hex groups and "::", a dotted IPv4 tail.
-bool is_ipv6_literal(std::string_view text) {
+// `text` (an address, in brackets or not) as inet_pton reads it for
+// `family`: its bytes in `out` (room for an in6_addr).
+bool parse_ip(std::string_view text, int family, void* out) {
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
   if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return false;
   const std::string copy(text);  // inet_pton wants a terminated string
-  unsigned char bytes[sizeof(in6_addr)];
-  return ::inet_pton(AF_INET6, copy.c_str(), bytes) == 1;
+  return ::inet_pton(family, copy.c_str(), out) == 1;
+}
+
+// What inet_pton(AF_INET6) reads: hex groups and "::", a dotted IPv4 tail.
+bool is_ipv6_literal(std::string_view text) {
+  in6_addr bytes;
+  return parse_ip(text, AF_INET6, &bytes);
 }
 
 }  // namespace
@@ -270,24 +277,18 @@ HostPortResult split_host_port(std::string_view text, uint16_t default_port) {
 }
 
 std::optional<std::string> listen_address(std::string_view text) {
-  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
-  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
-  const std::string copy(text);  // inet_pton wants a terminated string
-  unsigned char bytes[sizeof(in6_addr)];
+  in6_addr bytes;
   char canonical[INET6_ADDRSTRLEN];
   for (int family : {AF_INET, AF_INET6})
-    if (::inet_pton(family, copy.c_str(), bytes) == 1 && ::inet_ntop(family, bytes, canonical, sizeof canonical))
+    if (parse_ip(text, family, &bytes) && ::inet_ntop(family, &bytes, canonical, sizeof canonical))
       return std::string(canonical);
   return std::nullopt;
 }
 
 std::optional<std::string> ipv4_of_mapped(std::string_view text) {
-  if (text.size() > 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
-  if (text.empty() || text.size() >= INET6_ADDRSTRLEN) return std::nullopt;
-  const std::string copy(text);  // inet_pton wants a terminated string
   in6_addr v6{};
   char v4[INET_ADDRSTRLEN];
-  if (::inet_pton(AF_INET6, copy.c_str(), &v6) != 1 || !IN6_IS_ADDR_V4MAPPED(&v6)) return std::nullopt;
+  if (!parse_ip(text, AF_INET6, &v6) || !IN6_IS_ADDR_V4MAPPED(&v6)) return std::nullopt;
   if (!::inet_ntop(AF_INET, &v6.s6_addr[12], v4, sizeof v4)) return std::nullopt;
   return std::string(v4);
 }
