@@ -176,6 +176,27 @@ TEST(WeightedRoundRobin, WeightChangeCarriesStateOver) {
   EXPECT_EQ(counts['C'], 30);
 }
 
+// A drained backend is no member of the policy: brought back it starts as an
+// added one (current weight 0, full effective weight), as docs/balancing.md
+// says, while the others keep their state across both changes.
+TEST(WeightedRoundRobin, DrainedThenRestoredStartsAsAdded) {
+  auto s = specs({5, 2, 1});
+  Balancer before(kSwrr, s);
+  EXPECT_EQ(letters(before, 3), "ABA");
+  ASSERT_LT(before.carried_state().find(1)->current_weight, 0);
+  before.report_failure(1);  // max_fails 1: B's effective weight 2 -> 0
+  ASSERT_EQ(before.effective_weight(1), 0u);
+  s[1].weight = 0;
+  Balancer drained(kSwrr, s, &before);
+  EXPECT_EQ(letters(drained, 12).find('B'), std::string::npos);
+  s[1].weight = 2;
+  Balancer restored(kSwrr, s, &drained);
+  EXPECT_EQ(restored.carried_state().find(1)->current_weight, 0);
+  EXPECT_EQ(restored.effective_weight(1), 2u);
+  for (uint32_t i : {0u, 2u})
+    EXPECT_EQ(restored.carried_state().find(i)->current_weight, drained.carried_state().find(i)->current_weight);
+}
+
 // A raised weight holds from the first pick (the canary's 1:1 -> 95:5): the
 // effective weight of a backend at full weight is its new full weight at once,
 // not the old one climbing by one per pick.
