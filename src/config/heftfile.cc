@@ -33,7 +33,7 @@ constexpr std::string_view kGlobalOptions[] = {
     "max_connections", "default_bind"};
 constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default"};
 constexpr std::string_view kProxyOptions[] = {
-    "to", "lb_policy", "hash_strategy", "keepalive", "next_upstream", "next_upstream_tries",
+    "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
     "retry_body_limit", "header_up", "header_down", "slow_start", "max_fails", "fail_timeout",
     "health_uri", "health_port", "health_interval", "health_timeout", "health_status",
@@ -512,6 +512,8 @@ class Parser {
           error(*arg, fmt::format("unknown hash_strategy \"{}\" (ring or maglev)", arg->text));
       } else if (name == "keepalive") {
         if (auto n = integer(*arg, 0, 100'000, "keepalive")) pool.keepalive = uint32_t(*n);
+      } else if (name == "keepalive_timeout") {
+        if (auto v = duration(*arg, false)) pool.keepalive_timeout = *v;  // 0: until the backend closes it
       } else if (name == "next_upstream_tries") {
         if (auto n = integer(*arg, 0, 1000, "next_upstream_tries")) pool.next_upstream_tries = uint32_t(*n);
       } else if (name == "next_upstream_timeout") {

@@ -96,6 +96,7 @@ json reverse_proxy_to_json(const PoolConfig& pool) {
       {"transport",
        {{"protocol", "http"},
         {"keepalive", pool.keepalive},
+        {"keepalive_timeout", format_duration(pool.keepalive_timeout)},
         {"dial_timeout", format_duration(pool.connect_timeout)},
         {"read_timeout", format_duration(pool.read_timeout)},
         {"write_timeout", format_duration(pool.send_timeout)}}},
@@ -570,10 +571,12 @@ class Reader {
     if (const json* lb = field(value, "load_balancing")) load_balancing(*lb, member(path, "load_balancing"), pool);
     if (const json* transport = field(value, "transport"); transport) {
       std::string tp = member(path, "transport");
-      if (object(*transport, tp, {"protocol", "keepalive", "dial_timeout", "read_timeout", "write_timeout"})) {
+      if (object(*transport, tp, {"protocol", "keepalive", "keepalive_timeout", "dial_timeout", "read_timeout",
+                                    "write_timeout"})) {
         if (const json* protocol = field(*transport, "protocol"); protocol && *protocol != json("http"))
           error(member(tp, "protocol"), "must be \"http\"");
         uint_field(*transport, "keepalive", tp, 0, 100'000, pool.keepalive);
+        duration_field(*transport, "keepalive_timeout", tp, false, pool.keepalive_timeout);
         duration_field(*transport, "dial_timeout", tp, true, pool.connect_timeout);
         duration_field(*transport, "read_timeout", tp, true, pool.read_timeout);
         duration_field(*transport, "write_timeout", tp, true, pool.send_timeout);

@@ -96,6 +96,8 @@ struct PoolConfig {
   HashKey hash_key;  // set iff policy == hash
   balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
   uint32_t keepalive = 32;  // idle connections kept per backend
+  // nginx: an idle pooled connection is closed after this; 0 = kept until the backend closes it.
+  milliseconds keepalive_timeout{60000};
   NextUpstream next_upstream;
   uint32_t next_upstream_tries = 0;      // 0 = unlimited (every backend once)
   milliseconds next_upstream_timeout{0};  // 0 = no limit on the time spent retrying

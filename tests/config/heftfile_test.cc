@@ -135,6 +135,21 @@ TEST(Heftfile, DefaultsWhenNothingIsSet) {
   upstream.port = 9001;
   expected.upstreams.push_back(upstream);
   EXPECT_EQ(config.sites[0].proxy, expected);
+  EXPECT_EQ(config.sites[0].proxy.keepalive_timeout, 60s);  // nginx's keepalive_timeout
+}
+
+// nginx's keepalive_timeout of an upstream block: any duration; 0 keeps an
+// idle connection until the backend closes it (heft's behaviour before).
+TEST(Heftfile, KeepaliveTimeout) {
+  auto timeout_of = [](std::string_view value) {
+    Config config = parse_ok(std::string(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive_timeout ") +
+                             std::string(value) + "\n\t}\n}\n");
+    return config.sites.empty() ? milliseconds{-1} : config.sites[0].proxy.keepalive_timeout;
+  };
+  EXPECT_EQ(timeout_of("0"), 0ms);
+  EXPECT_EQ(timeout_of("0s"), 0ms);
+  EXPECT_EQ(timeout_of("750ms"), 750ms);
+  EXPECT_EQ(timeout_of("1m30s"), 90s);
 }
 
 TEST(Heftfile, EveryOption) {
@@ -163,6 +178,7 @@ api.example.com:8080, www.example.com:8080 {
 		lb_policy hash header X-User-ID
 		hash_strategy maglev
 		keepalive 64
+		keepalive_timeout 15s
 		next_upstream error timeout http_502 http_503 non_idempotent
 		next_upstream_tries 3
 		next_upstream_timeout 2s
@@ -232,6 +248,7 @@ api.example.com:8080, www.example.com:8080 {
   EXPECT_EQ(pool.hash_key, (HashKey{HashKey::header, "X-User-ID"}));
   EXPECT_EQ(pool.hash_strategy, balance::HashStrategy::maglev);
   EXPECT_EQ(pool.keepalive, 64u);
+  EXPECT_EQ(pool.keepalive_timeout, 15s);
   EXPECT_EQ(pool.next_upstream, (NextUpstream{true, true, false, true, true, false, true, false}));
   EXPECT_EQ(pool.next_upstream_tries, 3u);
   EXPECT_EQ(pool.next_upstream_timeout, 2s);
@@ -542,6 +559,12 @@ TEST(HeftfileErrors, BadDurationsAndSizes) {
             "Heftfile:3:19: invalid duration \"1us\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tread_timeout 0s\n\t}\n}\n"),
             "Heftfile:3:16: duration must be greater than 0, got \"0s\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive_timeout 5x\n\t}\n}\n"),
+            "Heftfile:3:21: invalid duration \"5x\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive_timeout -1s\n\t}\n}\n"),
+            "Heftfile:3:21: invalid duration \"-1s\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at most 365d)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive_timeout 1s\n\t\tkeepalive_timeout 2s\n\t}\n}\n"),
+            "Heftfile:4:3: duplicate option \"keepalive_timeout\" (first set at 3:3)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tretry_body_limit 64XB\n\t}\n}\n"),
             "Heftfile:3:20: invalid size \"64XB\" (use e.g. 65536, 64KiB, 1MiB)");
 }

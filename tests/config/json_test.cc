@@ -40,6 +40,7 @@ app.example.com, www.example.com {
 		lb_policy hash cookie session
 		hash_strategy maglev
 		keepalive 64
+		keepalive_timeout 2m
 		next_upstream error http_503 non_idempotent
 		next_upstream_tries 2
 		next_upstream_timeout 3s
@@ -126,6 +127,27 @@ TEST(Json, RoundTripOfDefaults) {
   EXPECT_EQ(*from_json(to_json(config)), config);
 }
 
+// transport.keepalive_timeout (nginx's name, beside transport.keepalive):
+// written always, 0 included; read as a duration; absent, nginx's 60s.
+TEST(Json, KeepaliveTimeoutIsATransportMember) {
+  Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tkeepalive_timeout 0\n\t}\n}\n");
+  json document = to_json(config);
+  json& transport = document["apps"]["http"]["servers"]["srv0"]["routes"][0]["handle"][0]["routes"][0]["handle"][0]
+                            ["transport"];
+  EXPECT_EQ(transport["keepalive_timeout"], "0s");
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok()) << back.errors[0].to_string();
+  EXPECT_EQ(*back, config);
+  EXPECT_EQ(back->sites[0].proxy.keepalive_timeout, std::chrono::milliseconds{0});
+  transport["keepalive_timeout"] = 5'000'000'000;  // Caddy's integer nanoseconds
+  EXPECT_EQ(from_json(document)->sites[0].proxy.keepalive_timeout, std::chrono::seconds(5));
+  transport.erase("keepalive_timeout");
+  EXPECT_EQ(from_json(document)->sites[0].proxy.keepalive_timeout, std::chrono::seconds(60));
+  EXPECT_EQ(to_json(parse_ok(":80 {\n\treverse_proxy a:1\n}\n"))["apps"]["http"]["servers"]["srv0"]["routes"][0]
+                   ["handle"][0]["routes"][0]["handle"][0]["transport"]["keepalive_timeout"],
+            "1m");
+}
+
 // An IPv6 literal as a site address: `heft adapt` writes it unbracketed, as
 // a host matcher has no port, and reading that back gives the same config
 // (it was "must be a host name", so every admin write on such a config failed).
@@ -195,6 +217,7 @@ TEST(Json, CaddyShape) {
   EXPECT_EQ(proxy["load_balancing"]["next_upstream"], json::parse(R"(["error","http_503","non_idempotent"])"));
   EXPECT_EQ(proxy["transport"]["dial_timeout"], "250ms");
   EXPECT_EQ(proxy["transport"]["keepalive"], 64);
+  EXPECT_EQ(proxy["transport"]["keepalive_timeout"], "2m");
   EXPECT_EQ(proxy["headers"]["request"][0], json::parse(R"({"op":"add","name":"X-A","value":"1"})"));
   EXPECT_EQ(proxy["headers"]["response"][0], json::parse(R"({"op":"delete","name":"Server"})"));
   // A site without hosts has no match.
@@ -245,6 +268,15 @@ TEST(JsonErrors, NameThePath) {
                            "most 365d, e.g. \"30s\" or 30000000000 (ns)";
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = 1500000; }), std::vector<std::string>{idle});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = "1.5ms"; }), std::vector<std::string>{idle});
+  const std::string tp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].transport";
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timeout"] = "-1s"; }),
+            std::vector<std::string>{tp + ".keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
+                                          "e.g. \"250ms\" or 250000000 (ns)"});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timeout"] = true; }),
+            std::vector<std::string>{tp + ".keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
+                                          "e.g. \"250ms\" or 250000000 (ns)"});
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timout"] = "1s"; }),
+            std::vector<std::string>{tp + ".keepalive_timout: unknown field (did you mean \"keepalive_timeout\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
             std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),

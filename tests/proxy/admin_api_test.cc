@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "admin/state_file.h"
 #include "config/heftfile.h"
@@ -100,6 +101,32 @@ TEST_F(AdminApiTest, PatchPostDeleteChangeOneThingEach) {
   ASSERT_EQ(ups.size(), 2u);
   EXPECT_EQ(ups[0].weight, 50u);
   EXPECT_EQ(ups[1].dial, "127.0.0.1:9003");
+}
+
+// A pool's transport options go through the JSON reader: keepalive_timeout
+// (its value is the pool's for connections parked from then on).
+TEST_F(AdminApiTest, PatchOfKeepaliveTimeoutIsAppliedAndABadOneNamesItsPath) {
+  AdminApi api(sample_config(), hooks(), "");
+  const std::string transport = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/transport";
+  ASSERT_EQ(api.handle(request("PATCH", transport + "/keepalive_timeout", R"("5s")")).status, 200);
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(applied.back().sites[0].proxy.keepalive_timeout, std::chrono::seconds(5));
+  const std::string before = api.config_json().dump();
+  for (const auto& [method, target, body] :
+       {std::tuple{"PATCH", transport + "/keepalive_timeout", std::string(R"("soon")")},
+        std::tuple{"PATCH", transport + "/keepalive_timeout", std::string("-1")},
+        std::tuple{"PUT", transport, std::string(R"({"protocol":"http","keepalive_timeout":"1.5ms"})")}}) {
+    AdminResponse r = api.handle(request(method, target, body));
+    EXPECT_EQ(r.status, 400) << method << " " << target << " " << body << " → " << r.body;
+    const json error = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(error.is_object()) << r.body;
+    EXPECT_NE(error.value("error", "").find("apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].transport."
+                                            "keepalive_timeout: must be a duration"),
+              std::string::npos)
+        << r.body;
+    EXPECT_EQ(api.config_json().dump(), before);
+  }
+  EXPECT_EQ(applied.size(), 1u);
 }
 
 TEST_F(AdminApiTest, BadInputsAreRefusedWithAReasonAndChangeNothing) {
