@@ -95,7 +95,7 @@ Task<void> sweep_loop(Worker& worker) {
     const auto now = Clock::now();
     sweep_timeouts(worker, now);
     if (++idle_sweeps % 20 == 0) {  // every second
-      sweep_idle_upstream_connections(worker);
+      sweep_idle_upstream_connections(worker, now);
       if (!worker.dropped_port_routes.empty()) forget_dropped_ports(worker);
     }
     // Worker 0 ticks every pool (every 250 ms): slow-start and adaptive weights,

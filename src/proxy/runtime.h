@@ -89,6 +89,9 @@ struct UpstreamConnection {
   Socket socket;
   BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
+  // When its pool's keepalive_timeout ends that idle time (max: never). Kept
+  // per connection: sites whose pools differ share a backend's idle list.
+  std::chrono::steady_clock::time_point idle_deadline = std::chrono::steady_clock::time_point::max();
   bool watched = false;  // in the worker's ReadyWatch
   // Pooled after a read that filled its room: bytes may have followed the
   // response unseen by the ReadyWatch (see take_idle_connection()).
@@ -230,8 +233,8 @@ void cut_requests(Worker& worker);
 void close_idle_sessions(Worker& worker);
 // Closes the worker's pooled upstream connections that the backend closed (or
 // wrote to unasked) while they waited: they would sit in CLOSE_WAIT until
-// their next use (session.cc).
-void sweep_idle_upstream_connections(Worker& worker);
+// their next use; and those idle past their pool's keepalive_timeout at `now` (session.cc).
+void sweep_idle_upstream_connections(Worker& worker, Clock::time_point now);
 // Closes the worker's idle client connections that came in on `port`, parked ones included.
 void close_idle_sessions(Worker& worker, uint16_t port);
 // Lets go of Worker::dropped_port_routes of ports no session is on any more (session.cc).

@@ -331,11 +331,13 @@ bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
-// Keeps a finished upstream connection for reuse; a draining worker closes
-// it, as it does one to a backend that a reload removed meanwhile.
-void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn) {
+// Keeps a finished upstream connection for reuse, until `timeout` (the
+// pool's keepalive_timeout; 0: until the backend closes it); a draining worker
+// closes it, as it does one to a backend that a reload removed meanwhile.
+void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn, std::chrono::milliseconds timeout) {
   if (w.draining || list.retired) return;
   conn->idle_since = coarse_now();
+  conn->idle_deadline = timeout.count() == 0 ? Clock::time_point::max() : conn->idle_since + timeout;
   conn->maybe_more = conn->buffer.last_read_filled();
   list.push_back(std::move(conn));
 }
@@ -366,17 +368,20 @@ bool idle_connection_spoilt(Worker& w, UpstreamConnection& conn, bool peek_anywa
 // no wait took, so a peek (one syscall) is needed only when it reported one,
 // when the socket is not watched, when its last read filled the buffer (more
 // may have been there already), or after a quiet second. nginx closes a
-// pooled connection as soon as it turns readable.
+// pooled connection as soon as it turns readable. One idle past its
+// keepalive_timeout is closed too, not used (the sweep may not have come yet).
 std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& list) {
+  const Clock::time_point now = coarse_now();
   while (!list.empty()) {
     std::unique_ptr<UpstreamConnection> conn = std::move(list.back());
     list.pop_back();
+    if (now >= conn->idle_deadline) continue;  // closed with `conn`
     // Bytes that came during the reactor's current batch are not reported yet
     // (nginx's close handler has the same window). Peeking at every reuse
     // would close it at a syscall per request: measured, a peek for each
     // connection pooled before the current 4 ms tick already added 0.3 recvfrom
     // per request under load. A quiet second is the backstop.
-    if (!idle_connection_spoilt(w, *conn, coarse_now() - conn->idle_since >= std::chrono::seconds(1))) return conn;
+    if (!idle_connection_spoilt(w, *conn, now - conn->idle_since >= std::chrono::seconds(1))) return conn;
     // Bytes nobody asked for, an end or an error: closed with `conn`.
   }
   return nullptr;
@@ -1445,7 +1450,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         result.keep_alive = result.keep_alive && parser.is_done();
         if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&
             conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
-          park(w, idle_list, std::move(conn));
+          park(w, idle_list, std::move(conn), pool.keepalive_timeout);
       }
       co_return result;
     }
@@ -1489,7 +1494,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     if (std::exchange(tunnel_pending_, false)) tunnel_ = std::move(conn);
     else if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
              conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
-      park(w, idle_list, std::move(conn));
+      park(w, idle_list, std::move(conn), pool.keepalive_timeout);
     result.failed = result.outcome == Outcome::done && failure_status;
     if (result.outcome == Outcome::done) result.status = status;
     co_return result;
@@ -1793,10 +1798,10 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
   worker.parking->sweep(now);
 }
 
-void sweep_idle_upstream_connections(Worker& worker) {
+void sweep_idle_upstream_connections(Worker& worker, Clock::time_point now) {
   for (auto& [endpoint, list] : worker.idle)
     std::erase_if(list, [&](const std::unique_ptr<UpstreamConnection>& conn) {
-      return idle_connection_spoilt(worker, *conn, false);
+      return now >= conn->idle_deadline || idle_connection_spoilt(worker, *conn, false);
     });
 }
 

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -885,6 +886,117 @@ TEST(ProxyLifecycle, PooledConnectionThatSpeaksUnaskedIsNotUsedAgain) {
     EXPECT_EQ(two.body, "two");
     EXPECT_EQ(connections.load(), 2);
   }
+}
+
+// An origin that answers every request "ok" on keep-alive connections and
+// counts the connections it accepted and those the proxy closed (its EOF),
+// with how long each had been idle after its last answer then.
+struct CountingOrigin {
+  CountingOrigin() : listener(listen_on_loopback(port, 1s)) {
+    acceptor = std::thread([this] {
+      while (!done)  // accept() gives up every second (SO_RCVTIMEO) to look at `done`
+        if (const int c = ::accept(listener, nullptr, nullptr); c >= 0) {
+          ++accepted;
+          connections.emplace_back([this, c] { serve(c); });
+        }
+    });
+  }
+  ~CountingOrigin() {
+    done = true;
+    acceptor.join();
+    for (std::thread& t : connections) t.join();
+    ::close(listener);
+  }
+  void serve(int c) {
+    timeval tick{1, 0};  // reads give up every second to look at `done`
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof tick);
+    std::string in;
+    auto answered = std::chrono::steady_clock::now();
+    char buf[4096];
+    while (!done) {
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n <= 0) {
+        std::lock_guard lock(mu);
+        idle_when_closed.push_back(std::chrono::steady_clock::now() - answered);
+        break;
+      }
+      in.append(buf, static_cast<std::size_t>(n));
+      for (std::size_t end; (end = in.find("\r\n\r\n")) != std::string::npos;) {
+        in.erase(0, end + 4);
+        const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        ::send(c, ok.data(), ok.size(), MSG_NOSIGNAL);
+        answered = std::chrono::steady_clock::now();
+      }
+    }
+    ::close(c);
+  }
+  std::size_t closed() {
+    std::lock_guard lock(mu);
+    return idle_when_closed.size();
+  }
+  // Waits (at most `limit`) until the proxy closed `n` connections.
+  bool wait_closed(std::size_t n, std::chrono::milliseconds limit) {
+    for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(20ms))
+      if (closed() >= n) return true;
+    return closed() >= n;
+  }
+
+  uint16_t port = 0;
+  const int listener;
+  std::atomic<bool> done{false};
+  std::atomic<int> accepted{0};
+  std::mutex mu;
+  std::vector<std::chrono::steady_clock::duration> idle_when_closed;  // guarded by mu
+  std::vector<std::thread> connections;  // the acceptor's, until it is joined
+  std::thread acceptor;
+};
+
+// nginx's keepalive_timeout in an upstream block: a pooled connection idle
+// longer than its pool's keepalive_timeout is closed by heft, no request
+// needed, and the next request opens a new one; with the default (60s) or
+// 0 (until the backend closes it) it serves the next request seconds later.
+// Sites with different timeouts share a backend's idle connections: each
+// connection keeps the timeout of the pool that put it back last.
+TEST(ProxyLifecycle, IdleUpstreamConnectionsCloseAfterKeepaliveTimeout) {
+  CountingOrigin origin;
+  ASSERT_GE(origin.listener, 0);
+  const uint16_t port = free_port();
+  // One worker: the three sites share the backend's idle connections.
+  Process heft = start_heft(make_temp_dir(),
+                            fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                                        "short.test:{0} {{\n\treverse_proxy 127.0.0.1:{1} {{\n"
+                                        "\t\tkeepalive_timeout 1s\n\t}}\n}}\n"
+                                        "long.test:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n"
+                                        "zero.test:{0} {{\n\treverse_proxy 127.0.0.1:{1} {{\n"
+                                        "\t\tkeepalive_timeout 0\n\t}}\n}}\n",
+                                        port, origin.port),
+                            port);
+  const auto get = [&](const std::string& host) {
+    return HttpClient(port).request("GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n").status;
+  };
+
+  ASSERT_EQ(get("short.test"), 200);
+  EXPECT_EQ(origin.accepted, 1);
+  ASSERT_TRUE(origin.wait_closed(1, 10s)) << "the idle connection is still open; log:\n" << heft.log();
+
+  ASSERT_EQ(get("long.test"), 200);
+  EXPECT_EQ(origin.accepted, 2);  // the closed one is not used
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_EQ(get("zero.test"), 200);
+  EXPECT_EQ(origin.accepted, 2);  // reused after 2.5 s idle
+  std::this_thread::sleep_for(2500ms);
+  ASSERT_EQ(get("long.test"), 200);
+  EXPECT_EQ(origin.accepted, 2);
+  EXPECT_EQ(origin.closed(), 1u);
+
+  // The same connection, put back by the short site's pool, closes after 1 s.
+  ASSERT_EQ(get("short.test"), 200);
+  EXPECT_EQ(origin.accepted, 2);
+  ASSERT_TRUE(origin.wait_closed(2, 10s)) << heft.log();
+  std::lock_guard lock(origin.mu);
+  for (const auto idle : origin.idle_when_closed) EXPECT_GE(idle, 900ms);  // not before its timeout
 }
 
 // Response heads heft must not forward get a 502 (a transfer coding other
