@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -336,6 +337,22 @@ std::string default_host(const config::SiteConfig& site) {
   return "localhost";
 }
 
+// A site's identity across reloads: its port and its hosts as written (in
+// order). Points into a configuration that outlives the lookup.
+struct SiteKey {
+  uint16_t port;
+  const std::vector<std::string>* hosts;
+  bool operator==(const SiteKey& other) const { return port == other.port && *hosts == *other.hosts; }
+};
+
+struct SiteKeyHash {
+  std::size_t operator()(const SiteKey& key) const {
+    std::size_t h = key.port;
+    for (const std::string& host : *key.hosts) h = (h ^ std::hash<std::string>{}(host)) * 0x100000001b3ULL;
+    return h;
+  }
+};
+
 }  // namespace
 
 Proxy::Impl::Impl(config::Config config) {
@@ -351,6 +368,15 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
                                                      std::vector<std::shared_ptr<observe::AccessLog>> logs) const {
   auto table = std::make_shared<RouteTable>();
   table->version = previous ? previous->version + 1 : 1;
+  // The old sites by (port, hosts), looked up once per new site: scanning
+  // them all for each was quadratic (a 5,000-site reload spent most of its
+  // time there). The first old site with a key wins, as the scan's did.
+  std::unordered_map<SiteKey, const SiteRoute*, SiteKeyHash> old_sites;
+  if (previous) {
+    old_sites.reserve(previous->sites.size());
+    for (const SiteRoute& old : previous->sites)
+      if (old.pool) old_sites.try_emplace(SiteKey{old.site.port, &old.site.hosts}, &old);
+  }
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
     SiteRoute route{i, site, nullptr, {}, nullptr, {}, {}};
@@ -360,17 +386,13 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
     route.log = std::move(logs[i]);
     upstream::PoolConfig pool_config = make_pool_config(site, i);
     pool_config.counter_slots = worker_count(next);
-    if (previous) {
-      for (const SiteRoute& old : previous->sites) {
-        if (old.site.hosts == site.hosts && old.site.port == site.port && old.pool) {
-          route.pool = old.pool;
-          // Keep balancing state of backends that stayed (same name). A
-          // site at another index gets its pool renamed ("site0"), or its
-          // weight events would name the index it had, as health lines do not.
-          if (!(old.site.proxy == site.proxy) || old.index != i) route.pool->update(pool_config);
-          break;
-        }
-      }
+    if (auto found = old_sites.find(SiteKey{site.port, &site.hosts}); found != old_sites.end()) {
+      const SiteRoute& old = *found->second;
+      route.pool = old.pool;
+      // Keep balancing state of backends that stayed (same name). A
+      // site at another index gets its pool renamed ("site0"), or its
+      // weight events would name the index it had, as health lines do not.
+      if (!(old.site.proxy == site.proxy) || old.index != i) route.pool->update(pool_config);
     }
     if (!route.pool) route.pool = std::make_shared<upstream::Pool>(pool_config);
     table->by_port[site.port].push_back(i);

@@ -355,6 +355,36 @@ TEST_F(LiveChanges, AnAddedBackendTakesThePoolsPassiveSettings) {
 }
 
 
+// A reload matches each site to the old one of the same port and hosts,
+// wherever it moved: two sites that swap places keep their pools (their
+// backends' counters go on) and each Host still reaches its own backend.
+TEST_F(LiveChanges, SitesThatSwapPlacesKeepTheirPools) {
+  Backend a = start_backend(dir, "a");
+  Backend b = start_backend(dir, "b");
+  const auto site = [&](const char* host, const Backend& backend) {
+    return fmt::format("{}:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", host, port, backend.port);
+  };
+  Process heft = start(site("a.test", a) + site("b.test", b));
+  const auto served_by = [&](const char* host) {
+    return HttpClient(port)
+        .request(fmt::format("GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", host))
+        .header("x-backend");
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(served_by("a.test"), "a") << heft.log();
+  ASSERT_EQ(served_by("b.test"), "b") << heft.log();
+  const std::string swapped = site("b.test", b) + site("a.test", a);
+  HttpClient client(admin_port);
+  Response loaded = client.request(fmt::format("POST /load HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
+                                               "Content-Type: text/heftfile\r\nContent-Length: {}\r\n\r\n{}",
+                                               admin_port, swapped.size(), swapped));
+  ASSERT_EQ(loaded.status, 200) << loaded.body;
+  EXPECT_EQ(served_by("a.test"), "a") << heft.log();
+  EXPECT_EQ(served_by("b.test"), "b") << heft.log();
+  EXPECT_EQ(upstream_entry(a).value("requests_total", 0), 4) << upstream_entry(a);
+  EXPECT_EQ(upstream_entry(b).value("requests_total", 0), 2) << upstream_entry(b);
+  EXPECT_EQ(upstream_entry(b).value("site", -1), 0);  // its new place
+}
+
 // A reload re-resolves backend names even when the file did not change (how
 // nginx -s reload picks up a moved name). With the admin API on, an unchanged
 // file was a no-op and kept the old address; only `admin off` re-resolved.
