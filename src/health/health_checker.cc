@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "observe/metrics.h"
+#include "proxy/endpoint.h"
 
 namespace heft::health {
 
@@ -233,29 +234,16 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
   boost::system::error_code cec = asio::error::host_not_found;
   for (std::size_t i = 0; i <= backend.other_addresses.size() && cec && cec != beast::error::timeout; ++i) {
     const std::string& address = i == 0 ? backend.address : backend.other_addresses[i - 1];
-    std::string host = address, port;
-    if (auto colon = address.rfind(':'); colon != std::string::npos) {
-      host = address.substr(0, colon);
-      port = address.substr(colon + 1);
-    }
-    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    if (c.health_port) port = std::to_string(c.health_port);
-    boost::system::error_code ec;
-    tcp::endpoint endpoint;
-    auto ip = asio::ip::make_address(host, ec);
-    if (!ec) {
-      endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::atoi(port.c_str())));
-    } else {
-      tcp::resolver resolver(io);
-      auto [rec, results] = co_await resolver.async_resolve(host, port, as_tuple_awaitable);
-      if (rec || results.empty()) co_return std::pair{false, fmt::format("cannot resolve {}", host)};
-      endpoint = *results.begin();
-    }
+    // IP literals only: config::resolve() turned names into addresses before
+    // the pool was built, and the proxy reads them with the same parser.
+    std::optional<tcp::endpoint> endpoint = proxy::parse_backend_address(address);
+    if (!endpoint) co_return std::pair{false, fmt::format("{} is not an IP address and port", address)};
+    if (c.health_port) endpoint->port(c.health_port);
     if (i > 0) {
       stream.close();
       stream.expires_at(deadline);  // one health_timeout for all the addresses
     }
-    std::tie(cec) = co_await stream.async_connect(endpoint, as_tuple_awaitable);
+    std::tie(cec) = co_await stream.async_connect(*endpoint, as_tuple_awaitable);
   }
   if (cec) co_return std::pair{false, cec == beast::error::timeout ? std::string("connect timed out")
                                                                    : fmt::format("connect: {}", cec.message())};

@@ -263,19 +263,6 @@ const std::shared_ptr<WorkerRoutes>& Worker::current_routes() {
   return routes;
 }
 
-tcp::endpoint backend_endpoint(const std::string& address) {
-  tcp::endpoint endpoint;
-  auto colon = address.rfind(':');
-  boost::system::error_code ec;
-  if (colon != std::string::npos) {
-    std::string host = address.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    auto ip = asio::ip::make_address(host, ec);
-    if (!ec) endpoint = tcp::endpoint(ip, static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  }
-  return endpoint;
-}
-
 void Worker::prepare_site(WorkerSite& site, const upstream::PoolSnapshot& snapshot) {
   if (site.parsed_version == snapshot.version()) return;
   site.endpoints.clear();

@@ -28,6 +28,7 @@
 
 #include "config/model.h"
 #include "proxy/block_buffer.h"
+#include "proxy/endpoint.h"
 #include "proxy/host_routes.h"
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
@@ -202,10 +203,6 @@ struct Proxy::Impl {
   // `config` names the address in the message).
   std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
-
-// A backend's "ip:port" / "[ip]:port" as an endpoint; port 0 when it is none
-// (an unresolved name), so that connecting fails (502).
-tcp::endpoint backend_endpoint(const std::string& address);
 
 // Where a configuration listens: each site's port on each default_bind
 // address (every IPv4 and, where the host has it, every IPv6 address when
