@@ -266,6 +266,16 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
     return refused(400, fmt::format("apps.http.workers takes effect only at start (running: {}); restart "
                                            "heft to change it",
                                            workers_ ? std::to_string(workers_) : "0, one per core"));
+  // The sites must leave the running API its address: checked here, where
+  // that address is known (the JSON reader cannot tell a default section from
+  // "keep the running one"). The proxy would refuse the port anyway, but
+  // with "Address already in use" and no word of why.
+  uint16_t port = 0;
+  if (std::string where = config::admin_listen_overlap(next, port); !where.empty())
+    return refused(400, fmt::format("the sites on port {} would listen on {}, the running admin API's {} among "
+                                    "them: serve them on another port (the admin address changes only at "
+                                    "restart)",
+                                    port, where, next.admin.address));
 
   json canonical = config::to_json(next);
   std::string serialized = canonical.dump();

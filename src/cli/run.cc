@@ -141,6 +141,17 @@ int run(const RunOptions& options) {
     fmt::print(stderr, "heft: resuming from {}\n", state_path);
   }
 
+  // A site over the admin API's address (the default one, most likely: an
+  // admin address written beside such a site is the file's error) left heft
+  // serving without its admin API. Checked here, not by the parser: a SIGHUP
+  // or `heft reload` of the same file keeps the running API's address.
+  if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(config)) {
+    fmt::print(stderr, "{}\nheft: {} is not valid, not starting\n", conflict->to_string(),
+               resumed ? state_path : path);
+    for (auto& b : demo_backends) b->stop();
+    if (demo_thread.joinable()) demo_thread.join();
+    return 1;
+  }
   // Construction opens the access logs, start() binds the ports: either may refuse.
   std::unique_ptr<proxy::Proxy> proxy_owner;
   try {

@@ -19,6 +19,10 @@ struct ValidateOptions {
 int run_validate(const ValidateOptions& options) {
   config::Result<config::Config> loaded = config::load_config_file(options.config);
   if (loaded.ok() && options.resolve) loaded.errors = config::resolve(*loaded);
+  // As `heft run` would start it: at its admin address, the default one if it sets none.
+  if (loaded.value)
+    if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(*loaded))
+      loaded.errors.push_back(*conflict);
   if (!loaded.ok() || !loaded.errors.empty()) {
     for (const config::Diagnostic& d : loaded.errors) fmt::print(stderr, "{}\n", d.to_string());
     fmt::print(stderr, "{}: {} error{}\n", options.config, loaded.errors.size(),

@@ -386,6 +386,7 @@ class Parser {
                   SitePlaces& place) {
     site.file = file_;
     site.line = head.name.line;
+    site.column = head.name.column;
     site_addresses(head, site, place);
     const Directive* proxy = nullptr;
     std::map<std::string, Token> seen;
@@ -1205,6 +1206,22 @@ std::vector<std::string_view> known_options(std::string_view block) {
   if (block == "next_upstream") return list(kNextUpstreamConditions);
   if (block == "lb_policy") return list(kPolicyNames);
   return {};
+}
+
+std::optional<Diagnostic> admin_start_conflict(const Config& config) {
+  uint16_t port = 0;
+  const std::string where = admin_listen_overlap(config, port);
+  if (where.empty()) return std::nullopt;
+  const auto site = std::find_if(config.sites.begin(), config.sites.end(),
+                                 [&](const SiteConfig& s) { return s.port == port; });
+  const std::string taken =
+      fmt::format("the sites on port {} listen on {}, the admin API's {}{} among them", port, where,
+                  config.admin.address == AdminConfig{}.address ? "default " : "", config.admin.address);
+  if (site->line > 0)  // a Heftfile's site: its place, and the Heftfile's words
+    return Diagnostic{site->file, site->line, site->column, "",
+                      taken + ": set admin to another address in the global options, or admin off"};
+  const std::string message = taken + ": set admin.listen to another address, or admin.disabled to true";
+  return Diagnostic{site->file, 0, 0, "admin.listen", site->file.empty() ? message : "admin.listen: " + message};
 }
 
 std::vector<std::string> config_warnings(const Config& config) {

@@ -6,6 +6,7 @@
 // network I/O (DNS); call it at load and at every reload.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,16 @@ Result<std::string> format_heftfile(std::string_view text, std::string_view file
 // names through getaddrinfo (every address, deduplicated, in resolver order).
 // Returns one diagnostic per name that did not resolve, placed at its site.
 std::vector<Diagnostic> resolve(Config& config);
+
+// Why heft could not start its admin API beside the sites of `config` (at
+// its admin address, the default 127.0.0.1:2019 when the file sets none): a
+// site on that port listens over it, and heft would run without its admin API
+// ("Address already in use"). Placed at the first such site ("FILE:L:C", a
+// JSON file's name with "admin.listen"). `heft validate` and `heft run` ask;
+// the parsers do not, since a file without an admin address is also what
+// `heft reload` and SIGHUP load into a heft whose admin API listens elsewhere
+// (the admin API checks those against its running address).
+std::optional<Diagnostic> admin_start_conflict(const Config& config);
 
 // What a valid configuration probably does not mean, one line each: a pool
 // whose lb_policy round_robin ignores the different weights it was given (the

@@ -332,11 +332,14 @@ class Reader {
     std::map<uint16_t, std::string> ports;
     for (const std::string& name : names) server((*servers)[name], member(member(path, "servers"), name), config, ports);
     // An admin address the servers listen on left heft without its admin API
-    // ("Address already in use"). Only one written here: a /load without
-    // admin.listen keeps the running API's address, not the default.
+    // ("Address already in use"). Only one written here, and not the default
+    // section: a /load of that (what `heft reload` of a file without an admin
+    // line sends) keeps the running API's address, which the admin API checks;
+    // heft run and validate check the default (config::admin_start_conflict).
     const json* admin = field(doc, "admin");
     const json* listen = admin && admin->is_object() ? field(*admin, "listen") : nullptr;
-    if (listen && listen->is_string() && listen->get<std::string>() == config.admin.address) {
+    if (listen && listen->is_string() && listen->get<std::string>() == config.admin.address &&
+        !(config.admin == AdminConfig{})) {
       uint16_t port = 0;
       if (std::string conflict = admin_listen_conflict(config, port); !conflict.empty()) {
         if (auto server = ports.find(port); server != ports.end()) conflict += fmt::format(" ({})", server->second);

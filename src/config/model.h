@@ -148,6 +148,7 @@ struct SiteConfig {
   LogConfig log;
   std::string file;  // where the site was declared (diagnostics); not in JSON
   int line = 0;
+  int column = 0;
 
   // Compares what the site means, not where it was written.
   bool operator==(const SiteConfig& other) const {
@@ -200,6 +201,12 @@ struct Config {
 // listen on 127.0.0.1: give the admin API another port". heft ran without its
 // admin API then ("Address already in use"). `port` gets the admin's port.
 std::string admin_listen_conflict(const Config& config, uint16_t& port);
+
+// Where the sites on the admin API's port listen over its address: "every
+// address" (no default_bind) or the default_bind address that overlaps it;
+// "" when none does (another port or address, admin off, or an address that
+// does not parse, another error's). `port` gets the admin's port.
+std::string admin_listen_overlap(const Config& config, uint16_t& port);
 
 // A problem found in a configuration. For Heftfiles, file/line/column name the
 // token; for JSON, `path` names the field (file empty, line 0).

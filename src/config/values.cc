@@ -336,7 +336,7 @@ std::string admin_token_missing(const AdminConfig& admin) {
   return fmt::format("required when the admin API listens on a non-loopback address ({})", admin.address);
 }
 
-std::string admin_listen_conflict(const Config& config, uint16_t& port) {
+std::string admin_listen_overlap(const Config& config, uint16_t& port) {
   port = 0;
   if (!config.admin.enabled) return "";
   auto split = split_host_port(config.admin.address, 0);
@@ -357,16 +357,14 @@ std::string admin_listen_conflict(const Config& config, uint16_t& port) {
     if (admin_v6 != (listen.find(':') != std::string::npos)) return false;
     return admin == listen || admin == "0.0.0.0" || listen == "0.0.0.0" || listen == "::";
   };
-  std::string where;
-  if (config.bind.empty()) {
-    where = "every address";
-  } else {
-    for (const std::string& listen : config.bind)
-      if (overlaps(listen)) {
-        where = listen;
-        break;
-      }
-  }
+  if (config.bind.empty()) return "every address";
+  for (const std::string& listen : config.bind)
+    if (overlaps(listen)) return listen;
+  return "";
+}
+
+std::string admin_listen_conflict(const Config& config, uint16_t& port) {
+  const std::string where = admin_listen_overlap(config, port);
   if (where.empty()) return "";
   return fmt::format("admin address \"{}\" is taken by the sites on port {}, which listen on {}: give the admin "
                      "API another port",

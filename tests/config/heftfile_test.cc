@@ -535,6 +535,26 @@ TEST(HeftfileErrors, AdminAddressIsNotASiteListenAddress) {
   parse_ok(file("\tadmin off\n\tdefault_bind 127.0.0.1\n"));
 }
 
+// With no admin line the admin API takes 127.0.0.1:2019, and a site on :2019
+// left heft serving without it ("Address already in use"). Not an error of the
+// file: `heft reload` and SIGHUP of it keep the running API's address. `heft
+// validate` and `heft run` ask admin_start_conflict(), placed at the site.
+TEST(HeftfileErrors, ASiteOnTheDefaultAdminAddressIsAStartConflict) {
+  const auto conflict = [](const std::string& global) {
+    std::optional<Diagnostic> d = admin_start_conflict(
+        parse_ok(global + ":80 {\n\treverse_proxy a:1\n}\n  b.test:2019, c.test:2019 {\n\treverse_proxy a:1\n}\n"));
+    return d ? d->to_string() : "";
+  };
+  EXPECT_EQ(conflict(""), "Heftfile:4:3: the sites on port 2019 listen on every address, the admin API's default "
+                          "127.0.0.1:2019 among them: set admin to another address in the global options, or admin off");
+  EXPECT_EQ(conflict("{\n\tadmin_token t\n\tdefault_bind 127.0.0.1\n}\n"),
+            "Heftfile:8:3: the sites on port 2019 listen on 127.0.0.1, the admin API's default 127.0.0.1:2019 among "
+            "them: set admin to another address in the global options, or admin off");
+  EXPECT_EQ(conflict("{\n\tdefault_bind 127.0.0.2 ::1\n}\n"), "");
+  EXPECT_EQ(conflict("{\n\tadmin off\n}\n"), "");
+  EXPECT_EQ(conflict("{\n\tadmin 127.0.0.1:2020\n}\n"), "");
+}
+
 // Caddy's "unix//path" (and nginx's "unix:/path") got "invalid character '/' in host".
 TEST(HeftfileErrors, UnixSocketBackendsAreNotSupported) {
   EXPECT_EQ(errors_of(":80 {\n\treverse_proxy unix//run/app.sock UNIX:/run/app.sock unix:80\n}\n"),

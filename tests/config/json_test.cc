@@ -354,6 +354,21 @@ TEST(JsonErrors, AdminListenIsNotAServersAddress) {
                                      "(apps.http.servers.srv0.listen)"});
 }
 
+// The default admin section is what /load is sent to keep the running API's
+// address (`heft reload` of a file without an admin line): the reader, which
+// cannot know that address, leaves it to the admin API and to heft run.
+TEST(JsonErrors, TheDefaultAdminSectionIsNotCheckedAgainstTheServers) {
+  json document = to_json(parse_ok(":2019 {\n\treverse_proxy 127.0.0.1:9001\n}\n"));
+  ASSERT_EQ(document["admin"]["listen"], "127.0.0.1:2019");
+  Result<Config> result = from_json(document);
+  ASSERT_TRUE(result.ok()) << (result.errors.empty() ? "" : result.errors[0].to_string());
+  std::optional<Diagnostic> at_start = admin_start_conflict(*result);
+  ASSERT_TRUE(at_start);
+  EXPECT_EQ(at_start->to_string(), "admin.listen: the sites on port 2019 listen on every address, the admin API's "
+                                   "default 127.0.0.1:2019 among them: set admin.listen to another address, or "
+                                   "admin.disabled to true");
+}
+
 TEST(JsonErrors, ListenAddresses) {
   const std::string srv0 = "apps.http.servers.srv0.listen";
   const std::string srv1 = "apps.http.servers.srv1.listen";

@@ -153,6 +153,20 @@ TEST_F(AdminProcessTest, ConfigurationServedFromTheStartIsWhatResumeBringsBack) 
 
 // A resumed run's warnings name the state file it serves (JSON, no lines);
 // they named no file at all: "heft: warning: site :PORT: ...".
+// No admin line and a site on :2019: heft served the site and ran without its
+// admin API ("Address already in use"). It now refuses to start, naming the
+// site, before it binds anything.
+TEST_F(AdminProcessTest, RunRefusesASiteOnTheDefaultAdminAddress) {
+  const std::string path = dir + "/Heftfile";
+  write_file(path, fmt::format(":2019 {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", backends[0].port));
+  Process p({HEFT_BINARY, "run", "--config", path, "--state", state}, dir + "/heft.log");
+  EXPECT_EQ(p.wait(10s), std::optional<int>(1)) << p.log();
+  EXPECT_EQ(p.log(), fmt::format("{0}:1:1: the sites on port 2019 listen on every address, the admin API's default "
+                                 "127.0.0.1:2019 among them: set admin to another address in the global options, or "
+                                 "admin off\nheft: {0} is not valid, not starting\n",
+                                 path));
+}
+
 TEST_F(AdminProcessTest, ResumedRunNamesTheStateFileInItsWarnings) {
   std::string file = heftfile(2, 1);
   file.insert(file.rfind("\t}\n}\n"), "\t\tlb_policy round_robin\n");

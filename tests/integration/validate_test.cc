@@ -89,6 +89,28 @@ TEST_F(ConfigCommands, ValidateRefusesAnAdminAddressTheSitesListenOn) {
             "127.0.0.1: give the admin API another port (site at 5:1)\nHeftfile: 1 error\n");
 }
 
+// No admin line: the admin API's default 127.0.0.1:2019 beside a site on
+// :2019 was "valid", and heft then served without its admin API.
+TEST_F(ConfigCommands, ValidateRefusesASiteOnTheDefaultAdminAddress) {
+  write("Heftfile", "# the admin API left at its default\nexample.test:2019 {\n\treverse_proxy 127.0.0.1:1\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err,
+            "Heftfile:2:1: the sites on port 2019 listen on every address, the admin API's default 127.0.0.1:2019 "
+            "among them: set admin to another address in the global options, or admin off\nHeftfile: 1 error\n");
+  write("site.json", R"({"apps":{"http":{"servers":{"srv0":{"listen":[":2019"],"routes":[{"handle":[{)"
+                     R"("handler":"subroute","routes":[{"handle":[{"handler":"reverse_proxy",)"
+                     R"("upstreams":[{"dial":"127.0.0.1:1"}]}]}]}]}]}}}}})");
+  run = heft("validate site.json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.err,
+            "site.json: admin.listen: the sites on port 2019 listen on every address, the admin API's default "
+            "127.0.0.1:2019 among them: set admin.listen to another address, or admin.disabled to true\n"
+            "site.json: 1 error\n");
+  write("Heftfile", "{\n\tadmin off\n}\nexample.test:2019 {\n\treverse_proxy 127.0.0.1:1\n}\n");
+  EXPECT_EQ(heft("validate").exit_code, 0);
+}
+
 TEST_F(ConfigCommands, ValidateReportsEveryMistakeAndExits1) {
   auto path = write("Broken", kThreeMistakes);
   CommandResult run = heft("validate --config Broken");

@@ -193,6 +193,31 @@ TEST_F(AdminApiTest, LoadKeepsStartOnlySettingsItDoesNotSet) {
   EXPECT_EQ(applied.size(), 1u);
 }
 
+// The sites of a /load are checked against the admin address in service: a
+// default admin section (a file without an admin line) keeps it, so :2019 is
+// free; a site on the running API's port is refused before the proxy sees it.
+TEST_F(AdminApiTest, LoadChecksTheSitesAgainstTheRunningAdminAddress) {
+  AdminApi api(sample_config("{\n\tadmin 127.0.0.1:2999\n}\n"), hooks(), "");
+  const auto at_admin = [](AdminRequest r) {
+    r.headers["host"] = "127.0.0.1:2999";
+    return r;
+  };
+  auto on_2019 = config::parse_heftfile(":2019 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  ASSERT_TRUE(on_2019.ok());
+  AdminResponse r = api.handle(at_admin(request("POST", "/load", config::to_json(*on_2019).dump())));
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_EQ(applied.back().admin.address, "127.0.0.1:2999");
+  const std::string before = api.config_json().dump();
+  r = api.handle(at_admin(request("POST", "/load", ":2999 {\n\treverse_proxy 127.0.0.1:9001\n}\n", "text/heftfile")));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body, nullptr, false).value("error", ""),
+            "the sites on port 2999 would listen on every address, the running admin API's 127.0.0.1:2999 among "
+            "them: serve them on another port (the admin address changes only at restart)");
+  EXPECT_EQ(api.config_json().dump(), before);
+  EXPECT_EQ(applied.size(), 1u);
+}
+
 TEST_F(AdminApiTest, ApplyRefusalIsA4xxAndKeepsTheOldConfig) {
   AdminApi api(sample_config(), hooks(), "");
   const std::string before = api.config_json().dump();
