@@ -588,10 +588,12 @@ class Session {
   bool ignore_client_abort_ = false;  // the current request's pool says so
   // local_error: heft could not open a socket (out of descriptors, memory):
   // nothing the backend did, so neither counted against it nor retried.
+  // broken: the body failed (an error, a timeout, a bad chunk) after the head
+  // was accepted: the client gets the head and a cut body, nothing is retried.
   enum class Outcome { done, error, timeout, bad_status, client_gone, bad_request_body, broken, local_error };
   struct AttemptResult {
     Outcome outcome = Outcome::error;
-    unsigned status = 0;     // bad_status: the backend's status
+    unsigned status = 0;     // bad_status, broken: the backend's status
     bool keep_alive = false;  // done: whether the client connection continues
     bool failed = false;      // done, but with a status next_upstream counts as a failure
   };
@@ -605,16 +607,20 @@ class Session {
   // alike), or the client would get one backend's hints and another's response.
   bool interim_relayed_ = false;
   error_code failure_ec_;
+  // The deadline ended the attempt (kept apart from timed_out, which the
+  // next arm() clears: a cut response writes its held head first).
+  bool failure_timed_out_ = false;
   // An error or timeout (whichever the deadline says) at `stage`.
   AttemptResult failure(const char* stage, error_code ec) {
     if (client_closed_) return AttemptResult{Outcome::client_gone};
     failure_stage_ = stage;
     failure_ec_ = ec;
+    failure_timed_out_ = timed_out;
     return AttemptResult{timed_out ? Outcome::timeout : Outcome::error};
   }
   // The reason the error log gives: "connecting: Connection refused", "reading the response head".
   std::string failure_reason() const {
-    if (timed_out || !failure_ec_) return failure_stage_;
+    if (failure_timed_out_ || !failure_ec_) return failure_stage_;
     return fmt::format("{}: {}", failure_stage_, failure_ec_.message());
   }
 
@@ -706,6 +712,10 @@ class Session {
   // The response was complete while the request body was still coming (a
   // backend answering early, e.g. 413): the rest of the body is not relayed.
   bool body_abandoned_ = false;
+  // Sending the streamed request body failed (the client left, a bad chunk,
+  // the backend): the upstream connection was shut for that, so a failed
+  // body read that follows is no fault of the response.
+  bool request_body_failed_ = false;
   const config::Config* config_ = nullptr;
   // What the access log and request metrics say of the current request.
   struct RequestRecord {
@@ -1217,9 +1227,10 @@ Task<bool> Session::handle(RequestParser& parser) {
     {
       // Per-backend counters and adaptive weights: status as the client would see it.
       int status = result.outcome == Outcome::timeout ? 504
-                   : result.outcome == Outcome::error || result.outcome == Outcome::broken ? 502
-                   : result.outcome == Outcome::bad_status ? static_cast<int>(result.status)
-                                                           : static_cast<int>(result.status ? result.status : 200);
+                   : result.outcome == Outcome::error ? 502
+                   : result.outcome == Outcome::bad_status || result.outcome == Outcome::broken
+                       ? static_cast<int>(result.status)
+                       : static_cast<int>(result.status ? result.status : 200);
       bool ok = result.outcome == Outcome::done && !result.failed;
       if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body &&
           result.outcome != Outcome::local_error)
@@ -1242,7 +1253,11 @@ Task<bool> Session::handle(RequestParser& parser) {
           observe::record_upstream(w.index, server, site_label, name, static_cast<int>(result.status), seconds);
           observe::record_failure(w.index, server, site_label, name, "status");
           break;
-        case Outcome::broken: observe::record_failure(w.index, server, site_label, name, "broken"); break;
+        case Outcome::broken:
+          // Answered (the head reached the client), then cut: both counted.
+          observe::record_upstream(w.index, server, site_label, name, static_cast<int>(result.status), seconds);
+          observe::record_failure(w.index, server, site_label, name, "broken");
+          break;
         case Outcome::error: observe::record_failure(w.index, server, site_label, name, "error"); break;
         case Outcome::timeout: observe::record_failure(w.index, server, site_label, name, "timeout"); break;
         case Outcome::client_gone:
@@ -1284,9 +1299,11 @@ Task<bool> Session::handle(RequestParser& parser) {
         co_return false;
       case Outcome::broken:
         // The response had started: nothing to retry, the client sees a cut.
-        snapshot->report_failure(i, Clock::now());
-        fmt::print(stderr, "heft: {} {}: backend {} failed mid-response ({})\n", req.method_string(), req.target(), name,
-                   failure_reason());
+        // Not a failure of the backend, which answered (nginx finalizes such
+        // a request without NGX_PEER_FAILED, and its peer counts as working).
+        snapshot->report_success(i);
+        fmt::print(stderr, "heft: {} {}: backend {} {} mid-response ({})\n", req.method_string(), req.target(), name,
+                   failure_timed_out_ ? "timed out" : "failed", failure_reason());
         co_return false;
       case Outcome::bad_status:
         snapshot->report_failure(i, Clock::now());
@@ -1346,6 +1363,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       if (open_ec) {
         failure_stage_ = "opening a socket";
         failure_ec_ = open_ec;
+        failure_timed_out_ = false;
         co_return AttemptResult{Outcome::local_error};
       }
       upstream = &conn->socket;
@@ -1413,6 +1431,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
           // Unblock the response side, whether its read is pending or not
           // started yet (a bad chunk found without waiting): after a
           // shutdown every read ends at once.
+          request_body_failed_ = true;
           error_code ignored;
           conn->socket.shutdown(Socket::shutdown_both, ignored);
           cancel_io(conn->socket);
@@ -1420,6 +1439,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       };
       AttemptResult result;
       body_abandoned_ = false;
+      request_body_failed_ = false;
       auto receive = [&]() -> Task<void> {
         result = co_await forward_response(*conn, response, route, parser, upgrade);
         if (result.outcome == Outcome::done && !parser.is_done()) {
@@ -1638,6 +1658,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   std::array<char, 24> size_line;
   for (;;) {
     std::size_t got = 0;
+    bool cut = false;
     if (!response.is_done()) {
       arm(pool.read_timeout);
       // The piece stays in conn.buffer, untouched until the next read there,
@@ -1647,13 +1668,18 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       std::optional<BodyPiece> ready = body_from_buffer(conn.buffer, response, kChunk);
       auto [ec, n] = ready ? *ready : co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
       if (ec) {
+        // The head was accepted: this backend's answer is the client's (nginx's
+        // next_upstream covers the head only; a body's timeout or error ends the
+        // request without NGX_PEER_FAILED). What came goes out, the held head
+        // included, so the client sees the backend's status; then the
+        // connection closes: a sized or chunked body is visibly cut.
         AttemptResult failed = failure("reading the response body", ec);
-        if (!head_pending) failed.outcome = Outcome::broken;
-        co_return failed;
+        if (failed.outcome == Outcome::client_gone || (head_pending && request_body_failed_)) co_return failed;
+        cut = true;
       }
       got = n;
     }
-    const bool last = response.is_done();
+    const bool last = !cut && response.is_done();
     std::array<asio::const_buffer, 5> buffers;
     std::size_t count = 0;
     std::size_t before_body = 0;  // bytes ahead of the body piece: the head, a chunk-size line
@@ -1682,9 +1708,10 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       // body bytes written.
       if (head_pending && written >= down_head_.view().size()) record_.status = status;
       if (written > before_body) record_.size += std::min(got, written - before_body);
-      if (ec) co_return AttemptResult{Outcome::client_gone};
+      if (ec) co_return AttemptResult{cut ? Outcome::broken : Outcome::client_gone, status};
     }
     head_pending = false;
+    if (cut) co_return AttemptResult{Outcome::broken, status};
     if (last) break;
   }
   disarm();

@@ -1,0 +1,217 @@
+// A backend's response once its head has come: what a failing body does (the
+// answer is committed to that backend, as nginx's next_upstream covers the
+// head only). Real heft processes in front of scripted raw-socket origins.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "integration/process_util.h"
+
+namespace heft::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An origin on 127.0.0.1 that serves connections one after another on its own
+// thread until stop() (each accept waits 200 ms at most, so it notices): for
+// every request head it reads, `script` gets the connection, the head and its
+// number among all requests this origin read, and returns false to close.
+class Origin {
+ public:
+  using Script = std::function<bool(int fd, const std::string& head, int request)>;
+  explicit Origin(Script script) : script_(std::move(script)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    timeval limit{0, 200000};
+    if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(listener_, 8) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        ::setsockopt(listener_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0)
+      return;
+    port = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~Origin() { stop(); }
+  Origin(const Origin&) = delete;
+  void stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (listener_ >= 0) ::close(std::exchange(listener_, -1));
+  }
+
+  uint16_t port = 0;
+  std::atomic<int> connections{0};
+  std::atomic<int> requests{0};
+
+ private:
+  void serve() {
+    // 200 ms a turn: at most a minute, whatever the test does.
+    for (int turn = 0; turn < 300 && !stopping_; ++turn) {
+      const int c = ::accept(listener_, nullptr, nullptr);
+      if (c < 0) continue;
+      ++connections;
+      timeval tv{10, 0};
+      ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      std::string in;
+      while (read_until_head(c, in)) {
+        const std::size_t end = in.find("\r\n\r\n") + 4;
+        const std::string head = in.substr(0, end);
+        in.erase(0, end);
+        if (!script_(c, head, requests++)) break;
+      }
+      ::close(c);
+    }
+  }
+
+  Script script_;
+  int listener_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+bool send_all(int fd, const std::string& bytes) {
+  return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+
+// Waits (10 s at most) until the peer closes `fd`; true if it did.
+bool wait_for_close(int fd) {
+  char buffer[4096];
+  for (int reads = 0; reads < 1000; ++reads) {
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n == 0) return true;
+    if (n < 0) return false;  // the 10 s receive timeout
+  }
+  return false;
+}
+
+std::string admin_get(uint16_t admin_port, const std::string& path) {
+  return HttpClient(admin_port)
+      .request(fmt::format("GET {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n", path, admin_port))
+      .body;
+}
+
+// Sum of a metric's samples whose labels contain `filter`.
+double metric_sum(const std::string& text, const std::string& name, const std::string& filter) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) != 0 || line.find(filter) == std::string::npos) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// A backend that sends its head at once and then nothing within read_timeout
+// (an event stream's first event, a slow body): nginx's next_upstream covers
+// connecting, sending and reading the head, so the answer is that backend's.
+// The client gets the head heft held for the first piece, then the
+// connection closes (a chunked body without its last chunk: a visible cut);
+// the request reaches one backend only, neither is counted failed (nginx ends
+// the request without NGX_PEER_FAILED), and the next requests are served. heft
+// answered 504 after retrying on the other backend, which stalled the same
+// way, and both were out for fail_timeout: the next request got 503.
+TEST(ResponseBody, ATimeoutAfterTheHeadCutsTheResponseWithoutRetryOrFailure) {
+  const std::string heads[] = {
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",  // delimited by the close
+  };
+  for (const std::string& stalled_head : heads) {
+    SCOPED_TRACE(stalled_head);
+    std::atomic<int> stalled{0};
+    const Origin::Script script = [&](int fd, const std::string& head, int) {
+      if (head.rfind("GET /sse ", 0) == 0) {
+        ++stalled;
+        send_all(fd, stalled_head);
+        wait_for_close(fd);  // heft gives up on it
+        return false;
+      }
+      return send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    };
+    Origin a(script), b(script);
+    ASSERT_NE(a.port, 0);
+    ASSERT_NE(b.port, 0);
+    const std::string dir = make_temp_dir();
+    const std::string log_path = dir + "/access.log";
+    const uint16_t port = free_port(), admin_port = free_port();
+    Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy {{
+		to 127.0.0.1:{}
+		to 127.0.0.1:{}
+		read_timeout 2s
+		max_fails 1
+		fail_timeout 30s
+	}}
+	log {{
+		output file {}
+	}}
+}}
+)", admin_port, port, a.port, b.port, log_path), port);
+
+    HttpClient client(port, 10s);
+    ASSERT_TRUE(client.send_raw("GET /sse HTTP/1.1\r\nHost: example.test\r\n\r\n"));
+    const auto sent = Clock::now();
+    const std::string got = client.read_all();  // until heft closes
+    const auto took = Clock::now() - sent;
+    EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
+    EXPECT_NE(got.find("Content-Type: "), std::string::npos) << got;  // the backend's head
+    EXPECT_NE(got.find("\r\nTransfer-Encoding: chunked\r\n"), std::string::npos) << got;
+    EXPECT_FALSE(got.ends_with("0\r\n\r\n")) << "a cut response must not look complete: " << got;
+    // At the read timeout, not after a second attempt's.
+    EXPECT_GE(took, 1500ms);
+    EXPECT_LT(took, 3500ms);
+    EXPECT_EQ(stalled.load(), 1);
+
+    // Both backends stay available: four requests, two each (round robin).
+    for (int i = 0; i < 4; ++i) {
+      Response r = HttpClient(port).get("/next");
+      EXPECT_EQ(r.status, 200) << heft.log();
+      EXPECT_EQ(r.body, "ok");
+    }
+    EXPECT_EQ(a.requests.load() + b.requests.load(), 5);
+    const auto upstreams = nlohmann::json::parse(admin_get(admin_port, "/reverse_proxy/upstreams"), nullptr, false);
+    ASSERT_TRUE(upstreams.is_array()) << upstreams;
+    for (const auto& u : upstreams) EXPECT_EQ(u["fails"], 0) << u;
+
+    EXPECT_TRUE(wait_for_log(heft, "timed out mid-response (reading the response body)")) << heft.log();
+    // A request is counted once its response is written: the last may lag its client (bounded).
+    std::string metrics;
+    for (int wait = 0; wait < 100; ++wait) {
+      if (wait > 0) std::this_thread::sleep_for(50ms);
+      metrics = admin_get(admin_port, "/metrics");
+      if (metric_sum(metrics, "heft_requests_total", "code=") >= 5) break;
+    }
+    EXPECT_EQ(metric_sum(metrics, "heft_upstream_failures_total", "reason=\"broken\""), 1) << metrics;
+    EXPECT_EQ(metric_sum(metrics, "heft_upstream_failures_total", "reason=\"timeout\""), 0) << metrics;
+    EXPECT_EQ(metric_sum(metrics, "heft_upstream_requests_total", "code=\"200\""), 5) << metrics;
+
+    // Logged with the status the client got, after one try.
+    nlohmann::json line;
+    for (int wait = 0; wait < 100 && line.is_null(); ++wait) {
+      if (wait > 0) std::this_thread::sleep_for(50ms);
+      std::ifstream in(log_path);
+      for (std::string text; std::getline(in, text);) {
+        const auto j = nlohmann::json::parse(text, nullptr, false);
+        if (j.is_object() && j["request"]["uri"] == "/sse") line = j;
+      }
+    }
+    EXPECT_EQ(line["status"], 200) << line;
+    EXPECT_EQ(line["tries"], 1) << line;
+  }
+}
+
+}  // namespace
+}  // namespace heft::test
