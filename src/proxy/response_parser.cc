@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <new>
+#include <string>
+#include <utility>
 
 #include "proxy/http_chars.h"
 
@@ -98,6 +101,7 @@ http::field ResponseParser::proxy_field(field name) {
 
 std::size_t ResponseParser::put(boost::asio::const_buffer buffer, error_code& ec) {
   if (simple_) return put_simple_body(buffer, ec);
+  if (refused_) return put_without_length(buffer, 0, ec);  // waiting for the rest of the head
   if (!tried_simple_ && !base::is_header_done()) {
     // A head that comes in many pieces is parsed anew each time: after a
     // few, Beast (which resumes where it stopped) takes it.
@@ -118,7 +122,84 @@ std::size_t ResponseParser::put(boost::asio::const_buffer buffer, error_code& ec
       case Simple::not_simple: tried_simple_ = true; break;
     }
   }
-  return base::put(buffer, ec);
+  const std::size_t used = base::put(buffer, ec);
+  if ((ec == http::error::bad_transfer_encoding || ec == http::error::bad_content_length ||
+       ec == http::error::multiple_content_length) &&
+      !base::is_header_done() && !length_dropped_) {
+    refused_ = ec;
+    return put_without_length(buffer, used, ec);
+  }
+  return used;
+}
+
+// Beast refuses a head with both Transfer-Encoding and Content-Length (as a
+// request's must be refused). For a response RFC 9112 6.3 says the coding
+// overrides the length, and an intermediary that forwards it removes the
+// Content-Length first: nginx 1.22 and HAProxy 2.6 forward such a body
+// chunked. So the head is read again without its Content-Length lines (and
+// their obs-fold continuations); the connection is not kept (keep_alive()),
+// since such a message "ought to be handled as an error" (the origin and heft
+// may disagree about where it ends). A rare head: the copy and the parser
+// built anew cost nothing on the common path. `used`: what Beast took of
+// `buffer` before refusing a field (refused_), or 0 when the rest of the head
+// was awaited; the refusal stands when the head has no such pair.
+std::size_t ResponseParser::put_without_length(boost::asio::const_buffer buffer, std::size_t used, error_code& ec) {
+  // Beast takes the status line, then each field, as soon as they are whole
+  // (over several puts), and stops before the field it refuses: what it took
+  // is written anew from what it reported, the rest of the head follows, once
+  // it is all there (a field after the refused one may be the coding).
+  const std::string_view rest =
+      std::string_view(static_cast<const char*>(buffer.data()), buffer.size()).substr(std::min(used, buffer.size()));
+  const std::size_t end = rest.find("\r\n\r\n");
+  if (end == std::string_view::npos) {
+    ec = rest.size() >= header_limit_ ? error_code(http::error::header_limit) : error_code(http::error::need_more);
+    return used;
+  }
+  const std::string_view head = rest.substr(0, end + 4);
+  std::string kept;
+  kept.reserve(store_.size() + 8 * fields_.size() + head.size() + 32);
+  kept.append(version_ == 10 ? "HTTP/1.0 " : "HTTP/1.1 ").append(std::to_string(status_)).append(" ");
+  kept.append(reason()).append("\r\n");
+  bool coding = false, length = false;
+  for (const Field& f : fields_) {
+    length = length || f.name == field::content_length;
+    coding = coding || f.name == field::transfer_encoding;
+    if (f.name != field::content_length) kept.append(name(f)).append(": ").append(value(f)).append("\r\n");
+  }
+  bool dropping = false;
+  for (std::size_t at = 0; at < head.size();) {
+    const std::size_t next = head.find("\r\n", at) + 2;  // the head ends with CRLF CRLF
+    const std::string_view line = head.substr(at, next - at);
+    if (line.size() <= 2) {
+      dropping = false;  // the empty line
+    } else if (!is_ows(line.front())) {  // else an obs-fold line, which goes with its field
+      const std::string_view line_name = line.substr(0, line.find(':'));
+      dropping = lower_equals(line_name, "content-length");
+      length = length || dropping;
+      coding = coding || lower_equals(line_name, "transfer-encoding");
+    }
+    if (!dropping) kept.append(line);
+    at = next;
+  }
+  if (!coding || !length) {
+    ec = std::exchange(refused_, {});
+    return used;
+  }
+  // A parser as new (Beast's stops at its first error), with this one's settings.
+  FieldArena& arena = *arena_;
+  const std::uint32_t head_limit = header_limit_;
+  const std::uint64_t body_max = body_limit_;
+  const bool head_request = base::skip();
+  this->~ResponseParser();
+  new (this) ResponseParser(arena);
+  header_limit(head_limit);
+  body_limit(body_max);
+  base::skip(head_request);
+  tried_simple_ = true;
+  length_dropped_ = true;
+  const std::size_t parsed = base::put(boost::asio::buffer(kept), ec);
+  if (!ec && parsed != kept.size()) ec = http::error::bad_transfer_encoding;  // not reached: the head is whole
+  return ec ? used : used + head.size();
 }
 
 std::size_t ResponseParser::put_simple_body(boost::asio::const_buffer buffer, error_code& ec) {

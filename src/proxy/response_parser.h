@@ -14,7 +14,9 @@
 //   1xx, lists in Content-Length, malformed heads and their errors — behaves
 //   exactly as it did with Beast alone. The fast path accepts only heads that
 //   Beast accepts and gives the same results for them (differential test:
-//   tests/proxy/response_parser_test.cc).
+//   tests/proxy/response_parser_test.cc). One exception to Beast: a head with
+//   both Transfer-Encoding and Content-Length, which Beast refuses, is read
+//   without its Content-Length (put_without_length()).
 //
 // Either way the fields are kept as a flat list instead of Beast's
 // basic_fields: the proxy walks them once to build the head it forwards and
@@ -76,7 +78,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   bool is_header_done() const { return simple_ || base::is_header_done(); }
   bool is_done() const { return simple_ ? remaining_ == 0 : base::is_done(); }
-  bool keep_alive() const { return simple_ ? simple_keep_alive_ : base::keep_alive(); }
+  // False also after a head whose Content-Length was dropped (length_dropped()).
+  bool keep_alive() const { return simple_ ? simple_keep_alive_ : base::keep_alive() && !length_dropped_; }
   bool chunked() const { return simple_ ? false : base::chunked(); }
   boost::optional<std::uint64_t> content_length() const {
     if (!simple_) return base::content_length();
@@ -98,6 +101,9 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   // True when heft's own head parser took this response (for tests).
   bool took_simple_path() const { return simple_; }
+  // The head had Transfer-Encoding and Content-Length: the length was dropped
+  // (it is not among fields()) and the body is framed by the coding.
+  bool length_dropped() const { return length_dropped_; }
 
   FieldArena& arena() const { return *arena_; }
   unsigned status() const { return status_; }
@@ -122,6 +128,7 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   enum class Simple { taken, incomplete, not_simple };
   Simple parse_simple_head(const char* p, std::size_t n, std::size_t& used);
   std::size_t put_simple_body(boost::asio::const_buffer buffer, error_code& ec);
+  std::size_t put_without_length(boost::asio::const_buffer buffer, std::size_t used, error_code& ec);
   void forget_head() {
     store_.clear();
     fields_.clear();
@@ -138,7 +145,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   // Beast's callbacks, for the heads it parses.
   void on_request_impl(boost::beast::http::verb, string_view, string_view, int, error_code&) override {}
-  void on_response_impl(int code, string_view reason, int, error_code&) override {
+  void on_response_impl(int code, string_view reason, int version, error_code&) override {
+    version_ = static_cast<unsigned char>(version);
     status_ = static_cast<unsigned>(code);
     reason_at_ = keep(reason);
     reason_size_ = static_cast<uint32_t>(reason.size());
@@ -170,6 +178,7 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   FieldArena* arena_;
   unsigned status_ = 0;
+  unsigned char version_ = 11;  // of a head Beast parsed: 10 or 11
   uint32_t reason_at_ = 0, reason_size_ = 0;
   std::basic_string<char, std::char_traits<char>, ArenaAllocator<char>> store_;
   std::vector<Field, ArenaAllocator<Field>> fields_;
@@ -178,6 +187,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   // heft's own path (simple_): framing of a head parse_simple_head() took.
   bool simple_ = false;
   bool tried_simple_ = false;  // given to Beast
+  bool length_dropped_ = false;  // see length_dropped()
+  error_code refused_;  // Beast refused a framing field: see put_without_length()
   unsigned attempts_ = 0;      // heft's parse of an incomplete head, repeated a few times at most
   bool simple_keep_alive_ = false;
   bool has_length_ = false;

@@ -1,6 +1,7 @@
 // A backend's response once its head has come: what a failing body does (the
 // answer is committed to that backend, as nginx's next_upstream covers the
-// head only). Real heft processes in front of scripted raw-socket origins.
+// head only) and a head whose framing says two things. Real heft processes in
+// front of scripted raw-socket origins.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@ namespace heft::test {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace std::string_literals;
 
 // An origin on 127.0.0.1 that serves connections one after another on its own
 // thread until stop() (each accept waits 200 ms at most, so it notices): for
@@ -211,6 +213,56 @@ TEST(ResponseBody, ATimeoutAfterTheHeadCutsTheResponseWithoutRetryOrFailure) {
     EXPECT_EQ(line["status"], 200) << line;
     EXPECT_EQ(line["tries"], 1) << line;
   }
+}
+
+// A response with both Content-Length and Transfer-Encoding: chunked. RFC 9112
+// 6.3: the coding wins, and an intermediary forwarding it removes the length
+// first; nginx 1.22 and HAProxy 2.6 forward the chunked body. Such a message
+// "ought to be handled as an error", so the connection is not used again:
+// the next request goes out on a new one (the origin would answer it on the
+// first). heft answered 502 (Beast refuses the pair), counted as a failure.
+TEST(ResponseBody, ContentLengthBesideChunkedIsDroppedAndTheConnectionNotReused) {
+  for (const std::string& head : {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n"s,
+                                  "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 100\r\n\r\n"s}) {
+    SCOPED_TRACE(head);
+    Origin origin([&](int fd, const std::string&, int request) {
+      if (request == 0) return send_all(fd, head + "2\r\nok\r\n0\r\n\r\n");
+      // On the first connection this answer would say the connection was reused.
+      const std::string body = origin.connections.load() == 1 ? "same" : "fresh";
+      return send_all(fd, fmt::format("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+    });
+    ASSERT_NE(origin.port, 0);
+    const std::string dir = make_temp_dir();
+    const uint16_t port = free_port();
+    Process heft = start_heft(dir, fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
+                                               origin.port),
+                              port);
+    HttpClient client(port, 8s);
+    ASSERT_TRUE(client.send_raw("GET /both HTTP/1.1\r\nHost: example.test\r\n\r\n"));
+    const Response first = client.read_response();
+    EXPECT_EQ(first.status, 200) << heft.log();
+    EXPECT_EQ(first.body, "ok");
+    EXPECT_EQ(first.header("transfer-encoding"), "chunked");
+    EXPECT_EQ(first.header("content-length"), "");
+    const Response second = client.get("/next");  // the same client connection
+    EXPECT_EQ(second.status, 200) << heft.log();
+    EXPECT_EQ(second.body, "fresh");
+    EXPECT_EQ(origin.connections.load(), 2);
+    EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
+  }
+
+  // A coding other than chunked stays a 502, with a length or without.
+  Origin gzip([](int fd, const std::string&, int) {
+    return send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip\r\n\r\nhello");
+  });
+  ASSERT_NE(gzip.port, 0);
+  const uint16_t port = free_port();
+  Process heft = start_heft(make_temp_dir(),
+                            fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, gzip.port),
+                            port);
+  EXPECT_EQ(HttpClient(port, 8s).get("/gzip").status, 502);
+  EXPECT_NE(heft.log().find("failed (reading the response head: bad Transfer-Encoding)"), std::string::npos)
+      << heft.log();
 }
 
 }  // namespace
