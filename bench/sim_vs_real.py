@@ -13,7 +13,7 @@ Prints a comparison table and exits 1 if a share differs by more than 2
 percentage points or a utilisation by more than 10 % (relative). Everything
 runs on 127.0.0.1 and every process started here is stopped by PID.
 """
-import argparse, asyncio, json, os, random, signal, socket, subprocess, sys, tempfile, time
+import argparse, asyncio, atexit, json, os, random, shutil, signal, socket, subprocess, sys, tempfile, time
 
 SERVERS = [  # name, workers, service seconds, weight
     ("big", 3, 0.025, 3),
@@ -97,6 +97,7 @@ def main():
         arrivals.append(t)
 
     work = tempfile.mkdtemp(prefix="heft-sim-vs-real-")
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
     with open(os.path.join(work, "arrivals.txt"), "w") as f:
         f.writelines(f"{a:.6f}\n" for a in arrivals)
     scenario = {

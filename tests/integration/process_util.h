@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -34,9 +35,33 @@ namespace heft::test {
 
 using namespace std::chrono_literals;
 
+// The directories made by make_temp_dir(), removed when the test program exits
+// (a full run makes hundreds). HEFT_KEEP_TEST_DIRS=1 keeps them for a look at
+// a failed run's logs.
+class TempDirRegistry {
+ public:
+  static TempDirRegistry& instance() {
+    static TempDirRegistry registry;
+    return registry;
+  }
+  void add(const std::string& path) { paths_.push_back(path); }
+  ~TempDirRegistry() {
+    const char* keep = std::getenv("HEFT_KEEP_TEST_DIRS");
+    if (keep && *keep && std::string(keep) != "0") return;
+    for (const auto& path : paths_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  }
+
+ private:
+  std::vector<std::string> paths_;
+};
+
 inline std::string make_temp_dir() {
   std::string pattern = "/tmp/heft-it-XXXXXX";
   if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+  TempDirRegistry::instance().add(pattern);
   return pattern;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -63,6 +64,24 @@ struct Fixture : ::testing::Test {
 
 using AdminApiTest = Fixture;
 
+// A fresh directory under /tmp for one test's state files, removed after it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = "/tmp/heft-admin-api-XXXXXX";
+    if (mkdtemp(pattern.data())) path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+
 TEST_F(AdminApiTest, GetReturnsTheTreeWithAnETag) {
   AdminApi api(sample_config(), hooks(), "");
   AdminResponse r = api.handle(request("GET", "/config/"));
@@ -76,7 +95,9 @@ TEST_F(AdminApiTest, GetReturnsTheTreeWithAnETag) {
 }
 
 TEST_F(AdminApiTest, CanaryScriptPutOfUpstreamsIsAppliedAndPersisted) {
-  std::string state = "/tmp/heft-admin-api-" + std::to_string(::getpid()) + "/autosave.json";
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  std::string state = scratch.path() + "/autosave.json";
   AdminApi api(sample_config(), hooks(), state);
   std::string before_tag = api.etag();
   AdminResponse r = api.handle(request(
@@ -304,7 +325,9 @@ TEST_F(AdminApiTest, TokenIsRequiredWhenSetAndForNonLoopback) {
 }
 
 TEST(StateFile, WritesAtomicallyAndLoads) {
-  std::string dir = "/tmp/heft-state-" + std::to_string(::getpid());
+  ScratchDir scratch;
+  ASSERT_FALSE(scratch.path().empty());
+  std::string dir = scratch.path();
   std::string path = dir + "/nested/autosave.json";
   std::string error;
   ASSERT_TRUE(write_state_file(path, config::to_json(sample_config()).dump(), error)) << error;
