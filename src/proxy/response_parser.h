@@ -9,14 +9,23 @@
 //   proxied request cost (callgrind; mostly per-octet loops); this path
 //   takes ~1,150 (BENCHMARKS.md, sixth session).
 // * Everything else goes to Beast's HTTP/1.1 parser (basic_parser: status
-//   line, fields, Content-Length / chunked, limits) from the first octet, so
-//   anything unusual — chunked bodies, bodies delimited by close, interim
-//   1xx, lists in Content-Length, malformed heads and their errors — behaves
-//   exactly as it did with Beast alone. The fast path accepts only heads that
-//   Beast accepts and gives the same results for them (differential test:
+//   line, fields, Content-Length / chunked, limits), so anything unusual —
+//   chunked bodies, bodies delimited by close, interim 1xx, lists in
+//   Content-Length, malformed heads and their errors — behaves as it does
+//   with Beast alone. The fast path accepts only heads that Beast accepts and
+//   gives the same results for them (differential test:
 //   tests/proxy/response_parser_test.cc). One exception to Beast: a head with
 //   both Transfer-Encoding and Content-Length, which Beast refuses, is read
-//   without its Content-Length (put_without_length()).
+//   without its Content-Length (read_without_length()).
+//
+// Both read a response head more leniently than Beast alone, as nginx and
+// HAProxy do (a backend's 502 would be retried on every backend and counted
+// against each): a line may end in a bare LF (RFC 9112 2.2), a status line
+// may end right after its code (an empty reason), and a control character
+// other than CR, LF and NUL in a reason or field value is kept as received
+// (RFC 9110 5.5). For Beast, such a head is rewritten into a copy it
+// accepts (CRLF, the SP, the controls masked) and the controls are put back
+// into the values it reports; it is given whole heads only (see put()).
 //
 // Either way the fields are kept as a flat list instead of Beast's
 // basic_fields: the proxy walks them once to build the head it forwards and
@@ -32,8 +41,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/buffer.hpp>
@@ -99,11 +110,12 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
     base::body_limit(v);
   }
 
-  // True when heft's own head parser took this response (for tests).
-  bool took_simple_path() const { return simple_; }
   // The head had Transfer-Encoding and Content-Length: the length was dropped
   // (it is not among fields()) and the body is framed by the coding.
   bool length_dropped() const { return length_dropped_; }
+
+  // True when heft's own head parser took this response (for tests).
+  bool took_simple_path() const { return simple_; }
 
   FieldArena& arena() const { return *arena_; }
   unsigned status() const { return status_; }
@@ -128,7 +140,28 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   enum class Simple { taken, incomplete, not_simple };
   Simple parse_simple_head(const char* p, std::size_t n, std::size_t& used);
   std::size_t put_simple_body(boost::asio::const_buffer buffer, error_code& ec);
-  std::size_t put_without_length(boost::asio::const_buffer buffer, std::size_t used, error_code& ec);
+  // The first bytes for Beast: a whole head (as it came, or rewritten), or
+  // as much as shows a line Beast refuses.
+  std::size_t put_head_to_beast(const char* p, std::size_t n, error_code& ec);
+  // What of [p, p + n) Beast may have now: nothing yet (wait), the bytes as
+  // they are, or the first `size` of them rewritten (lenient_); too_large
+  // when a head heft has to rewrite does not end within the header limit,
+  // refused (refused_) for a status line Beast would refuse.
+  enum class Handoff { wait, as_is, rewritten, too_large, refused };
+  Handoff scan_for_beast(const char* p, std::size_t n, std::size_t& size);
+  // Whether [line, stop) (a whole line's content, its line end left out; a
+  // status line Beast takes) is a line Beast refuses; notes in lenient_ what
+  // it accepts only rewritten.
+  bool bad_line_for_beast(const char* p, const char* line, const char* stop);
+  // Into rewritten_->head: the first `size` octets of the `seen` at p, rewritten.
+  void rewrite_for_beast(const char* p, std::size_t size, std::size_t seen);
+  // After Beast refused a framing field of the whole head `head` (CRLF
+  // lines, as Beast had it): reads it again without its Content-Length when
+  // it has Transfer-Encoding too; false (the refusal stands) when not.
+  bool read_without_length(std::string_view head, error_code& ec);
+  // Puts the controls rewrite_for_beast() masked back into a copy at `at` in
+  // store_ of `text` (a view into rewritten_ or not).
+  void restore_controls(string_view text, uint32_t at);
   void forget_head() {
     store_.clear();
     fields_.clear();
@@ -145,11 +178,11 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   // Beast's callbacks, for the heads it parses.
   void on_request_impl(boost::beast::http::verb, string_view, string_view, int, error_code&) override {}
-  void on_response_impl(int code, string_view reason, int version, error_code&) override {
-    version_ = static_cast<unsigned char>(version);
+  void on_response_impl(int code, string_view reason, int, error_code&) override {
     status_ = static_cast<unsigned>(code);
     reason_at_ = keep(reason);
     reason_size_ = static_cast<uint32_t>(reason.size());
+    if (rewritten_ && !rewritten_->retained.empty()) restore_controls(reason, reason_at_);
   }
   void on_field_impl(field name, string_view name_string, string_view value, error_code&) override {
     Field f{proxy_field(name)};
@@ -157,6 +190,7 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
     f.name_size = static_cast<uint32_t>(name_string.size());
     f.value_at = keep(value);
     f.value_size = static_cast<uint32_t>(value.size());
+    if (rewritten_ && !rewritten_->retained.empty()) restore_controls(value, f.value_at);
     fields_.push_back(f);
   }
   static field proxy_field(field name);
@@ -178,7 +212,6 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   FieldArena* arena_;
   unsigned status_ = 0;
-  unsigned char version_ = 11;  // of a head Beast parsed: 10 or 11
   uint32_t reason_at_ = 0, reason_size_ = 0;
   std::basic_string<char, std::char_traits<char>, ArenaAllocator<char>> store_;
   std::vector<Field, ArenaAllocator<Field>> fields_;
@@ -187,8 +220,6 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   // heft's own path (simple_): framing of a head parse_simple_head() took.
   bool simple_ = false;
   bool tried_simple_ = false;  // given to Beast
-  bool length_dropped_ = false;  // see length_dropped()
-  error_code refused_;  // Beast refused a framing field: see put_without_length()
   unsigned attempts_ = 0;      // heft's parse of an incomplete head, repeated a few times at most
   bool simple_keep_alive_ = false;
   bool has_length_ = false;
@@ -196,6 +227,22 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   std::uint64_t remaining_ = 0;  // body octets still to come
   std::uint32_t header_limit_ = 8192;  // Beast's default
   std::uint64_t body_limit_ = 8 * 1024 * 1024;  // Beast's default for responses
+
+  // Beast's path: the head is scanned (scan_for_beast()) until it is whole.
+  bool beast_fed_ = false;  // Beast has had bytes
+  uint32_t scan_at_ = 0;    // the first line not scanned whole yet
+  uint32_t fields_at_ = 0;  // where the line after the status line starts (0: not scanned yet)
+  bool lenient_ = false;    // the head needs rewriting for Beast
+  bool length_dropped_ = false;  // see length_dropped()
+  boost::beast::http::error refused_{};
+  // The rewritten head, and the controls masked in it: offset, octet. Only
+  // for the rare heads that need it (heap memory), so that making a parser
+  // for every response costs no more.
+  struct Rewritten {
+    std::string head;
+    std::vector<std::pair<uint32_t, char>> retained;
+  };
+  std::unique_ptr<Rewritten> rewritten_;
 };
 
 }  // namespace heft::proxy

@@ -386,6 +386,45 @@ TEST(ProxyLifecycle, BackendClosingInItsResponseHeadIsA502) {
   }
 }
 
+// Response heads nginx and HAProxy relay and heft answered 502 (the backend
+// charged a failure, the request tried on every other): a status line
+// without the SP after its code, lines ended by a bare LF, a control
+// character in a field value. They reach the client as heft writes every
+// head (CRLF, the SP before an empty reason), the value as received.
+TEST(ProxyLifecycle, LenientResponseHeadsAreRelayed) {
+  const std::vector<std::string> replies = {
+      "HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
+      "HTTP/1.1 200 OK\nContent-Length: 2\nX-Lf: 1\n\nok",
+      "HTTP/1.1 200 OK\r\nX-A: a\x01" "b\r\nContent-Length: 2\r\n\r\nok",
+      "HTTP/1.1 200\nTransfer-Encoding: chunked\nX-Lf: 2\n\n2\r\nok\r\n0\r\n\r\n",
+  };
+  ScriptedOrigin origin(replies);  // on one connection, which heft reuses
+  ASSERT_TRUE(origin.listening());
+  const uint16_t port = free_port();
+  Process heft = start_heft_to(origin.port, port, "\t\tmax_fails 1\n\t\tfail_timeout 30s\n");
+  std::vector<std::string> got;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    HttpClient client(port, 5s);
+    ASSERT_TRUE(client.connect());
+    ASSERT_TRUE(client.send_raw("GET /k HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+    got.push_back(client.read_all());
+  }
+  origin.join();
+  EXPECT_EQ(origin.answered, 4);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].rfind("HTTP/1.1 200 \r\n", 0), 0u) << got[0];
+  EXPECT_TRUE(got[0].ends_with("\r\n\r\nok")) << got[0];
+  EXPECT_EQ(got[1].rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got[1];
+  EXPECT_NE(got[1].find("\r\nX-Lf: 1\r\n"), std::string::npos) << got[1];
+  EXPECT_TRUE(got[1].ends_with("\r\n\r\nok")) << got[1];
+  EXPECT_NE(got[2].find("\r\nX-A: a\x01" "b\r\n"), std::string::npos) << got[2];
+  EXPECT_TRUE(got[2].ends_with("\r\n\r\nok")) << got[2];
+  EXPECT_EQ(got[3].rfind("HTTP/1.1 200 \r\n", 0), 0u) << got[3];
+  EXPECT_NE(got[3].find("\r\nX-Lf: 2\r\n"), std::string::npos) << got[3];
+  EXPECT_TRUE(got[3].ends_with("\r\n\r\n2\r\nok\r\n0\r\n\r\n")) << got[3];
+  EXPECT_EQ(heft.log().find("failed"), std::string::npos) << heft.log();
+}
+
 // What the backend receives. X-Forwarded-For is appended to with the client
 // address (several lines of it are one list), X-Real-IP set, and hop-by-hop
 // fields (Connection, the fields it names, Keep-Alive, TE, Proxy-Connection)
