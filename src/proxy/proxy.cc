@@ -94,6 +94,7 @@ Task<void> sweep_loop(Worker& worker) {
     worker.ticker.expires_after(kSweepInterval);
     co_await worker.ticker.async_wait(use_task);
     const auto now = Clock::now();
+    worker.date.refresh(std::time(nullptr));  // formats only when the second changed
     sweep_timeouts(worker, now);
     if (++idle_sweeps % 20 == 0) {  // every second
       sweep_idle_upstream_connections(worker, now);

@@ -124,6 +124,7 @@ http::field classify(std::string_view name) {
   using http::field;
   switch (name.size()) {
     case 2: return lower_equals(name, "te") ? field::te : field::unknown;
+    case 4: return lower_equals(name, "date") ? field::date : field::unknown;
     case 7:
       if (lower_equals(name, "upgrade")) return field::upgrade;
       return lower_equals(name, "trailer") ? field::trailer : field::unknown;
@@ -161,7 +162,8 @@ http::field ResponseParser::proxy_field(field name) {
     case field::keep_alive:
     case field::proxy_connection:
     case field::transfer_encoding:
-    case field::content_length: return name;
+    case field::content_length:
+    case field::date: return name;
     default: return field::unknown;
   }
 }

@@ -68,7 +68,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   struct Field {
     // The names the proxy acts on (hop-by-hop and framing: Connection,
     // Keep-Alive, Proxy-Connection, TE, Trailer, Transfer-Encoding, Upgrade,
-    // Content-Length) as Beast's field enum; field::unknown for all others.
+    // Content-Length) and Date (added when missing) as Beast's field enum;
+    // field::unknown for all others.
     field name;
     uint32_t name_at = 0;  // offsets into the parser's copy of the head
     uint32_t name_size = 0;

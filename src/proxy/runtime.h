@@ -30,6 +30,7 @@
 #include "proxy/block_buffer.h"
 #include "proxy/endpoint.h"
 #include "proxy/host_routes.h"
+#include "proxy/http_date.h"
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "proxy/ready_watch.h"
@@ -161,6 +162,7 @@ struct Worker {
   std::map<uint16_t, std::shared_ptr<WorkerRoutes>> dropped_port_routes;
   Timer ticker{io};
   Timer grace_timer{io};
+  DateField date;  // the Date line of its responses, refreshed on the sweep tick
   uint64_t rng_state;
 
   // Current routes (refreshed when a reload published a new table).

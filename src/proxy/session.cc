@@ -157,6 +157,13 @@ bool overridden(const std::vector<config::HeaderOp>& ops, std::string_view name)
   return false;
 }
 
+// Whether any op (add, set or remove) is about `name`.
+bool names_field(const std::vector<config::HeaderOp>& ops, std::string_view name) {
+  for (const auto& op : ops)
+    if (iequals(op.name, name)) return true;
+  return false;
+}
+
 void append_ops(HeadBuilder& out, const std::vector<config::HeaderOp>& ops) {
   for (std::size_t k = 0; k < ops.size(); ++k) {
     if (ops[k].op == config::HeaderOp::remove) continue;
@@ -824,9 +831,10 @@ Task<void> Session::send_error(unsigned status, std::string_view text, bool keep
   record_.status = status;
   record_.size = text.size();
   down_head_.clear();
-  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}",
-                                status, status_text(status), text.size(), keep_alive ? "" : "Connection: close\r\n",
-                                text));
+  // heft is the origin of these: a Date, as RFC 9110 6.6.1 asks of an origin with a clock.
+  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\n{}Content-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{}",
+                                status, status_text(status), w.date.line(), text.size(),
+                                keep_alive ? "" : "Connection: close\r\n", text));
   arm(std::chrono::milliseconds(10000));
   before_client_write();
   co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
@@ -1609,6 +1617,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
   const std::string_view extras = connection_extras(connection_list(response, connection_lines_));
   bool length_sent = false;
+  bool date_sent = false;
   for (const ResponseParser::Field& field : response.fields()) {
     std::string_view name = response.name(field);
     if (no_body && field.name == http::field::content_length) {
@@ -1618,9 +1627,14 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     }
     if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;
     if (!pool.header_down.empty() && overridden(pool.header_down, name)) continue;
+    date_sent |= field.name == http::field::date;
     down_head_.field(name, response.value(field));
   }
   append_ops(down_head_, pool.header_down);
+  // A response without a Date gets one (RFC 9110 6.6.1: a recipient with a
+  // clock adds it to a response it forwards; nginx does), unless header_down
+  // names Date: then the configuration decides.
+  if (!date_sent && !names_field(pool.header_down, "Date")) down_head_.append(w.date.line());
   if (switching) {
     down_head_.append("Connection: upgrade\r\n"sv);
     down_head_.field("Upgrade", response.value(http::field::upgrade));

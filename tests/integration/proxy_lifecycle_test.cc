@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -423,6 +424,45 @@ TEST(ProxyLifecycle, LenientResponseHeadsAreRelayed) {
   EXPECT_NE(got[3].find("\r\nX-Lf: 2\r\n"), std::string::npos) << got[3];
   EXPECT_TRUE(got[3].ends_with("\r\n\r\n2\r\nok\r\n0\r\n\r\n")) << got[3];
   EXPECT_EQ(heft.log().find("failed"), std::string::npos) << heft.log();
+}
+
+// An IMF-fixdate (RFC 9110 5.6.7) within a few seconds of now.
+bool date_is_now(const std::string& value) {
+  std::tm tm{};
+  const char* end = ::strptime(value.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (value.size() != 29 || !end || *end != '\0') return false;
+  const std::time_t when = ::timegm(&tm);
+  return std::abs(std::difftime(when, std::time(nullptr))) <= 5;
+}
+
+// heft's own responses carry a Date (RFC 9110 6.6.1: an origin with a clock
+// sends one; heft is the origin of its errors), a forwarded response without
+// one gets one (as nginx adds it), and a backend's Date goes on as it came,
+// once.
+TEST(ProxyLifecycle, ResponsesCarryADate) {
+  ScriptedOrigin origin({"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                         "HTTP/1.1 200 OK\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\n\r\nok",
+                         "SSH-2.0-not-http\r\n\r\n"});
+  ASSERT_TRUE(origin.listening());
+  const uint16_t port = free_port();
+  Process heft = start_heft_to(origin.port, port);
+  HttpClient client(port, 5s);
+  Response r = client.get("/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(date_is_now(r.header("date"))) << "[" << r.header("date") << "]";
+  ASSERT_TRUE(client.send_raw("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"));
+  const std::string kept = client.read_all();
+  EXPECT_NE(kept.find("\r\ndate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"), std::string::npos) << kept;
+  EXPECT_EQ(kept.find("Date:"), std::string::npos) << "a second Date:\n" << kept;
+  // heft's own answers: a 400 (no Host) and a 502 (the origin answers no HTTP).
+  HttpClient bad(port, 5s);
+  r = bad.request("GET / HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(date_is_now(r.header("date"))) << "[" << r.header("date") << "]";
+  r = HttpClient(port, 5s).get("/");
+  EXPECT_EQ(r.status, 502) << heft.log();
+  EXPECT_TRUE(date_is_now(r.header("date"))) << "[" << r.header("date") << "]";
+  origin.join();
 }
 
 // What the backend receives. X-Forwarded-For is appended to with the client
