@@ -110,11 +110,20 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
       if (!is_field_text(c)) return bad("control character in a header value");
     value = trim_ows(value);
     if (lower_equals(name, "content-length")) {
-      std::uint64_t ignored;
-      if (!plain_length(value, ignored)) return bad("malformed Content-Length");
-      if (have_length && value != length) return bad("differing Content-Length");
-      have_length = true;
-      length = value;
+      // A list of one value repeated is that value, as the same value on
+      // several lines is (RFC 9110 8.6); anything else is refused. Each
+      // element must be plain digits: no empty element, no sign, and
+      // compared as written, so "05, 5" differs.
+      const char* problem = nullptr;
+      each_list_item(value, [&](std::string_view item) {
+        std::uint64_t ignored;
+        if (!plain_length(item, ignored)) problem = "malformed Content-Length";
+        else if (have_length && item != length) problem = "differing Content-Length";
+        have_length = true;
+        length = item;
+        return !problem;
+      });
+      if (problem) return bad(problem);
     } else if (lower_equals(name, "transfer-encoding")) {
       ++transfer_encodings;
       if (!lower_equals(value, "chunked")) return bad("Transfer-Encoding other than chunked");

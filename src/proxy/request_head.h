@@ -37,9 +37,10 @@ struct HeadScan {
 // Scans `bytes` (everything received so far on the connection). Checks, on a
 // complete head: request-line syntax; header names are tokens (so whitespace
 // before the colon and obs-fold fail); no control characters (except HTAB in
-// values) and no bare CR or bare LF anywhere; Content-Length is digits and every
-// occurrence is equal; Transfer-Encoding is exactly `chunked`, once, never with
-// Content-Length, never on HTTP/1.0; HTTP/1.1 has exactly one Host.
+// values) and no bare CR or bare LF anywhere; Content-Length is digits (a line
+// of it or a list of it) and every value is equal; Transfer-Encoding is exactly
+// `chunked`, once, never with Content-Length, never on HTTP/1.0; HTTP/1.1 has
+// exactly one Host.
 HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits = {});
 
 // A request target in absolute-form (`GET http://host:port/path?q HTTP/1.1`,

@@ -1177,7 +1177,10 @@ Task<bool> Session::handle(RequestParser& parser) {
     up_head_.append("Transfer-Encoding: chunked\r\n"sv);
     upstream_chunked_ = true;
   } else {
-    up_head_.field("Content-Length", req[http::field::content_length]);
+    // The value, not the field: a list of it ("5, 5") goes on as one (RFC 9110 8.6).
+    up_head_.append("Content-Length: "sv);
+    up_head_.number(parser.content_length().value_or(0));
+    up_head_.append("\r\n"sv);
   }
   up_head_.append("\r\n"sv);
 

@@ -465,6 +465,49 @@ TEST(ProxyLifecycle, ResponsesCarryADate) {
   origin.join();
 }
 
+// A Content-Length that is a list of one value repeated ("5, 5") is that
+// value, as the same value on two lines is (RFC 9110 8.6): the request is
+// served (it got 400) and the backend gets one Content-Length, whether heft
+// read the body before the attempt or streams it (larger than
+// retry_body_limit).
+TEST(ProxyLifecycle, AContentLengthListOfOneValueGoesOnAsThatValue) {
+  for (const std::size_t size : {std::size_t{5}, std::size_t{100000}}) {
+    SCOPED_TRACE(size);
+    uint16_t origin_port = 0;
+    const int listener = listen_on_loopback(origin_port, 10s);
+    ASSERT_GE(listener, 0);
+    std::string head, body;
+    std::thread origin([&] {
+      const int c = accept_scripted(listener);
+      if (c < 0) return;
+      std::string in;
+      read_until_head(c, in);
+      const std::size_t end = in.find("\r\n\r\n") + 4;
+      head = in.substr(0, end);
+      body = in.substr(end);
+      char buffer[65536];
+      for (ssize_t n = 1; body.size() < size && n > 0;) {
+        n = ::recv(c, buffer, sizeof buffer, 0);
+        if (n > 0) body.append(buffer, static_cast<std::size_t>(n));
+      }
+      const char reply[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+      ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
+      ::close(c);
+    });
+    const uint16_t port = free_port();
+    Process heft = start_heft_to(origin_port, port);
+    const std::string n = std::to_string(size);
+    Response r = HttpClient(port, 10s).request("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: " + n + ", " + n +
+                                               "\r\n\r\n" + std::string(size, 'b'));
+    origin.join();
+    ::close(listener);
+    EXPECT_EQ(r.status, 200) << heft.log();
+    EXPECT_EQ(body.size(), size);
+    EXPECT_NE(head.find("\r\nContent-Length: " + n + "\r\n"), std::string::npos) << head;
+    EXPECT_EQ(head.find("Content-Length"), head.rfind("Content-Length")) << head;
+  }
+}
+
 // What the backend receives. X-Forwarded-For is appended to with the client
 // address (several lines of it are one list), X-Real-IP set, and hop-by-hop
 // fields (Connection, the fields it names, Keep-Alive, TE, Proxy-Connection)
