@@ -76,19 +76,23 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   } else if (first_line_end > limits.max_request_line) {
     return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
   }
+  // The request line is judged once whole, not when the head is: a line
+  // without a version ("GET /x") waited for header_timeout and got 408
+  // (HAProxy answers 400 at once).
+  bool http10 = false;
+  if (first_line_end != std::string_view::npos) {
+    switch (check_request_line(data.substr(0, first_line_end), http10)) {
+      case RequestLine::valid: break;
+      case RequestLine::malformed: return bad("malformed request line");
+      case RequestLine::version_not_supported:
+        return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
+    }
+  }
   if (end == std::string_view::npos) {
     if (data.size() > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
     return HeadScan{HeadScan::incomplete, skip, 0, ""};
   }
   if (end > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
-
-  bool http10 = false;
-  switch (check_request_line(data.substr(0, first_line_end), http10)) {
-    case RequestLine::valid: break;
-    case RequestLine::malformed: return bad("malformed request line");
-    case RequestLine::version_not_supported:
-      return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
-  }
 
   // Header fields: one per line up to the empty line.
   std::size_t pos = first_line_end + 2;

@@ -34,13 +34,13 @@ struct HeadScan {
   std::size_t later_minor_at = 0;
 };
 
-// Scans `bytes` (everything received so far on the connection). Checks, on a
-// complete head: request-line syntax; header names are tokens (so whitespace
-// before the colon and obs-fold fail); no control characters (except HTAB in
-// values) and no bare CR or bare LF anywhere; Content-Length is digits (a line
-// of it or a list of it) and every value is equal; Transfer-Encoding is exactly
-// `chunked`, once, never with Content-Length, never on HTTP/1.0; HTTP/1.1 has
-// exactly one Host.
+// Scans `bytes` (everything received so far on the connection). Checks the
+// request-line syntax once that line is whole, and on a complete head: header
+// names are tokens (so whitespace before the colon and obs-fold fail); no
+// control characters (except HTAB in values) and no bare CR or bare LF
+// anywhere; Content-Length is digits (a line of it or a list of it) and every
+// value is equal; Transfer-Encoding is exactly `chunked`, once, never with
+// Content-Length, never on HTTP/1.0; HTTP/1.1 has exactly one Host.
 HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits = {});
 
 // A request target in absolute-form (`GET http://host:port/path?q HTTP/1.1`,

@@ -419,6 +419,41 @@ TEST(ProxySafety, BadChunkAfterTheResponseStartedCutsIt) {
   EXPECT_EQ(heft.log().find("backend"), std::string::npos) << heft.log();
 }
 
+// A request line without a valid HTTP version is answered once the line is
+// whole, as HAProxy does: heft waited for the rest of a head and answered
+// 408 after header_timeout (400 only when the empty line came). The read
+// timeout (3 s) is well under header_timeout (30 s).
+TEST(ProxySafety, ARequestLineWithoutAVersionIsRefusedAtOnce) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1", "", "workers 1\n\theader_timeout 30s"), port);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"GET /x\r\n", 400},
+      {"GET\r\n", 400},
+      {"GET /x HTTP/1.1 extra\r\n", 400},
+      {"GET /x HTTP/1.x\r\n", 400},
+      {"GET /x HTTP/2.0\r\n", 505},
+  };
+  for (const auto& [raw, status] : cases) {
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    ASSERT_TRUE(c.connect());
+    c.send_raw(raw);
+    Response r = c.read_response();
+    EXPECT_EQ(r.status, status) << raw;
+    EXPECT_EQ(r.header("connection"), "close") << raw;
+    EXPECT_EQ(c.read_all(), "") << raw << ": the connection must be closed";
+  }
+  // A valid request line still waits for the rest of its head.
+  HttpClient c(port, std::chrono::milliseconds(3000));
+  ASSERT_TRUE(c.connect());
+  c.send_raw("GET / HTTP/1.1\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  c.send_raw("Host: x\r\n\r\n");
+  EXPECT_EQ(c.read_response().status, 200);
+}
+
 // header_timeout, as nginx's client_header_timeout: for a connection's first
 // request it runs from the connection (a client that waited and then
 // trickled its head got twice the time: the clock restarted at the first
