@@ -105,7 +105,6 @@ struct ServerState {
   uint32_t epoch = 0;
   bool deadline_pending = false;
   WaitQueue queue;
-  std::atomic<uint32_t>* active = nullptr;  // the balancer's count for this server
   // Busy worker-time accounting, per bucket of the measurement window.
   double last_t = 0;
   size_t bucket = 0;
@@ -114,11 +113,6 @@ struct ServerState {
   std::unique_ptr<LatencySketch> latency = std::make_unique<LatencySketch>();
   ServerResult out;
 };
-
-// Single-threaded: plain load/store instead of a locked read-modify-write.
-inline void bump(std::atomic<uint32_t>* a, int delta) {
-  a->store(a->load(std::memory_order_relaxed) + static_cast<uint32_t>(delta), std::memory_order_relaxed);
-}
 
 // A quantile is its bucket's midpoint, which can lie above the largest value
 // seen (all at exactly 10 ms: p99 10.027 ms, max 10 ms); capped at the max so
@@ -261,12 +255,12 @@ class Run {
     ++s.out.requests;
     const uint64_t bits = stream_.draw(k, kService);
     if (s.busy < s.spec->size) {
-      bump(s.active, +1);
+      balancer_->begin_request(i);
       start_service(s, i, now, now, bits);
     } else if (s.queue.size() >= s.queue_limit) {
       ++s.out.refused;
     } else {
-      bump(s.active, +1);
+      balancer_->begin_request(i);
       s.queue.push(Waiting{now, bits});
       if (s.queue.size() > s.out.peak_queue) s.out.peak_queue = s.queue.size();
       schedule_deadline(s, i);
@@ -278,7 +272,7 @@ class Run {
     if (ev.epoch != s.epoch) return;  // lost when the server failed
     advance(s, ev.time);
     --s.busy;
-    bump(s.active, -1);
+    balancer_->end_request(ev.server);
     ++s.out.completed;
     s.latency->record_seconds(ev.time - ev.arrival);
     const double timeout = s.spec->timeout_s;
@@ -286,7 +280,7 @@ class Run {
       Waiting w = s.queue.pop();
       if (timeout > 0 && ev.time >= w.arrival + timeout) {  // its deadline is now: it left
         ++s.out.timed_out;
-        bump(s.active, -1);
+        balancer_->end_request(ev.server);
         continue;
       }
       start_service(s, ev.server, ev.time, w.arrival, w.service_bits);
@@ -305,7 +299,7 @@ class Run {
       if (ev.time < s.queue.front().arrival + timeout) break;
       s.queue.pop();
       ++s.out.timed_out;
-      bump(s.active, -1);
+      balancer_->end_request(ev.server);
     }
     schedule_deadline(s, ev.server);
   }
@@ -325,7 +319,7 @@ class Run {
       case Event::Kind::fail:
         advance(s, e.at_s);
         s.out.failed += s.busy + s.queue.size();
-        bump(s.active, -static_cast<int>(s.busy + s.queue.size()));
+        for (size_t lost = s.busy + s.queue.size(); lost > 0; --lost) balancer_->end_request(i);
         s.busy = 0;
         s.queue.clear();
         ++s.epoch;  // in-service completions still in the heap are now stale
@@ -353,7 +347,6 @@ class Run {
     }
     auto next = std::make_unique<balance::Balancer>(options_, std::move(specs), balancer_.get());
     balancer_ = std::move(next);
-    for (uint32_t i = 0; i < servers_.size(); ++i) servers_[i].active = &balancer_->live(i).active;
   }
 
   PolicyResult finish() {

@@ -247,6 +247,33 @@ TEST(EventsTest, WeightChangeChangesShares) {
   EXPECT_NEAR(rc.policies[0].servers[2].share, 1.0 / 6, 0.01);
 }
 
+// Least connections over more than eight servers keeps an index of the active
+// counts that the balancer updates through begin_request()/end_request(), as
+// the proxy calls them. The simulator changed live(i).active behind its back,
+// so a server whose requests had finished still counted as busy: here at 6 ms
+// s5 is idle (its two 1 ms requests are done), s1 has one request left and
+// every other server two, and the request went to s1, to wait behind it.
+TEST(LeastConnTest, ManyServersSeeEveryFinishedRequest) {
+  Scenario s;
+  s.duration_s = 1;
+  for (int i = 0; i < 9; ++i) {
+    ServerSpec server;
+    server.name = fmt::format("s{}", i + 1);
+    server.size = 1;
+    server.dist = ServiceDist::fixed;
+    server.service_s = i == 0 ? 0.005 : i == 4 ? 0.001 : 0.1;
+    s.servers.push_back(server);
+  }
+  std::string trace;
+  for (int i = 0; i < 18; ++i) trace += "0\n";  // two requests for every server at once
+  trace += "0.006\n";
+  load_trace(trace, s);
+  s.policies = {PolicyKind::least_conn};
+  const PolicyResult r = simulate(s).policies[0];
+  for (const ServerResult& server : r.servers) EXPECT_EQ(server.requests, server.name == "s5" ? 3u : 2u) << server.name;
+  EXPECT_NEAR(r.servers[4].latency.max_s, 0.002, 1e-9) << "s5's longest wait is its own second request";
+}
+
 TEST(EventsTest, SlowDownRaisesUtilisationAndLatency) {
   Scenario s = three_equal(100);
   s.policies = {PolicyKind::round_robin};
