@@ -497,6 +497,31 @@ TEST(ReportTest, FormatsAreDeterministicAndComplete) {
   EXPECT_EQ(svg, format_svg({simulate(s)}));
 }
 
+// Utilisations (and shares) in the JSON carry no binary noise: a server busy
+// 7 ms in every 10 ms for 1 s printed 0.7000000000000006 and its buckets
+// 0.7000000000000001, where the times beside them are rounded to the nanosecond.
+TEST(ReportTest, JsonFractionsCarryNoBinaryNoise) {
+  Scenario s;
+  s.name = "fixed";
+  ServerSpec server;
+  server.name = "a";
+  server.dist = ServiceDist::fixed;
+  server.service_s = 0.007;
+  s.servers.push_back(server);
+  std::string trace;
+  for (int i = 0; i < 100; ++i) trace += fmt::format("{}\n", i * 0.01);
+  load_trace(trace, s);
+  s.bucket_s = 0.1;
+  s.policies = {PolicyKind::round_robin};
+  const SimResult r = simulate(s);
+  ASSERT_NEAR(r.policies[0].servers[0].utilisation, 0.7, 1e-9);
+  const auto j = results_to_json({r})["scenarios"][0]["policies"][0]["servers"][0];
+  EXPECT_EQ(j["utilisation"].dump(), "0.7");
+  EXPECT_EQ(j["share"].dump(), "1.0");
+  ASSERT_EQ(j["utilisation_series"].size(), 10u);
+  for (const auto& u : j["utilisation_series"]) EXPECT_EQ(u.dump(), "0.7");
+}
+
 // Requests no server could take (every weight 0) are labelled in the table and
 // counted in CSV and JSON; the table's share column holds no bare negative count.
 TEST(ReportTest, UnroutedRequestsAreLabelled) {
