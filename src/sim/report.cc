@@ -1,5 +1,6 @@
 #include "sim/report.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -67,15 +68,19 @@ std::string format_table(const std::vector<SimResult>& results) {
     if (sc.events.empty()) out += " none";
     for (const Event& e : sc.events) out.append(" ").append(event_text(e));
     out += '\n';
-    out += fmt::format("  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
-                       "policy", "server", "size", "weight", "requests", "share", "util", "mean", "p50", "p95",
-                       "p99", "peak q", "end q", "refused", "timeout", "failed");
+    // The server column fits the longest name (an address: "127.0.0.1:22001").
+    size_t name_w = 8;
+    for (const ServerSpec& s : sc.servers) name_w = std::max(name_w, s.name.size());
+    out += fmt::format(
+        "  {:<21} {:<{}} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
+        "policy", "server", name_w, "size", "weight", "requests", "share", "util", "mean", "p50", "p95", "p99",
+        "peak q", "end q", "refused", "timeout", "failed");
     for (const PolicyResult& p : res.policies) {
       bool first = true;
       for (const ServerResult& s : p.servers) {
         out += fmt::format(
-            "  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
-            first ? std::string(balance::policy_name(p.policy)) : "", s.name, s.size, s.weight, s.requests,
+            "  {:<21} {:<{}} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n",
+            first ? std::string(balance::policy_name(p.policy)) : "", s.name, name_w, s.size, s.weight, s.requests,
             percent(s.share), percent(s.utilisation), format_latency(s.latency.mean_s),
             format_latency(s.latency.p50_s), format_latency(s.latency.p95_s), format_latency(s.latency.p99_s),
             s.peak_queue, s.queue_at_end, s.refused, s.timed_out, s.failed);
@@ -85,11 +90,11 @@ std::string format_table(const std::vector<SimResult>& results) {
       // requests column adds up to (all).
       if (p.unrouted > 0) {
         const double share = static_cast<double>(p.unrouted) / static_cast<double>(p.arrivals);
-        out += fmt::format("  {:<21} {:<20} {:>9} {:>6}\n", "", "(unrouted)", p.unrouted, percent(share));
+        out += fmt::format("  {:<21} {:<{}} {:>9} {:>6}\n", "", "(unrouted)", name_w + 12, p.unrouted, percent(share));
       }
       out += fmt::format(
-          "  {:<21} {:<8} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n", "",
-          "(all)", "", "", p.arrivals, "", "",
+          "  {:<21} {:<{}} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n", "",
+          "(all)", name_w, "", "", p.arrivals, "", "",
           format_latency(p.latency.mean_s), format_latency(p.latency.p50_s), format_latency(p.latency.p95_s),
           format_latency(p.latency.p99_s), "", "", p.refused, p.timed_out, p.failed);
     }

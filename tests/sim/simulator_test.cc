@@ -522,6 +522,40 @@ TEST(ReportTest, JsonFractionsCarryNoBinaryNoise) {
   for (const auto& u : j["utilisation_series"]) EXPECT_EQ(u.dump(), "0.7");
 }
 
+// Servers named by address (docs/sim.md: as the proxy names backends) are
+// longer than the server column's 8 characters: every column after the name
+// was pushed right on their rows, under the wrong headings.
+TEST(ReportTest, TableColumnsStayAlignedWithLongServerNames) {
+  Scenario s = three_equal(5);
+  s.servers[0].name = "127.0.0.1:22001";
+  s.servers[1].name = "backend-with-a-long-name.internal:8080";
+  for (ServerSpec& server : s.servers) server.weight = 0;  // an (unrouted) row too
+  s.servers[2].weight = 1;
+  s.events.push_back(parse_event("2s:s3:weight=0"));
+  const std::string table = format_table({simulate(s)});
+  std::istringstream lines(table);
+  std::string line;
+  size_t header_length = 0, rows = 0;
+  size_t requests_end = 0;  // where the requests column ends
+  while (std::getline(lines, line)) {
+    if (line.starts_with("  policy")) {
+      header_length = line.size();
+      requests_end = line.find("requests") + std::string("requests").size();
+    } else if (header_length && line.starts_with("  ") && line.find('%') != std::string::npos) {
+      ++rows;
+      if (line.find("(unrouted)") != std::string::npos) {
+        // Its count ends where the requests column does.
+        ASSERT_GT(line.size(), requests_end) << line;
+        EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(line[requests_end - 1])) && line[requests_end] == ' ')
+            << line;
+      } else {
+        EXPECT_EQ(line.size(), header_length) << line;
+      }
+    }
+  }
+  EXPECT_EQ(rows, 3u * 4u) << table;  // 3 policies x (3 servers + unrouted)
+}
+
 // Requests no server could take (every weight 0) are labelled in the table and
 // counted in CSV and JSON; the table's share column holds no bare negative count.
 TEST(ReportTest, UnroutedRequestsAreLabelled) {
