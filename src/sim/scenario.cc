@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "heft/balance/hash.h"
@@ -223,6 +224,18 @@ Event parse_event(std::string_view text) {
     fail(fmt::format("--event '{}': action is slow=F, fail, recover, weight=N or weights=A,B,..", text));
   }
   return e;
+}
+
+std::string event_text(const Event& e) {
+  std::string at = fmt::format("{}s", e.at_s);
+  switch (e.kind) {
+    case Event::Kind::slow: return fmt::format("{}:{}:slow={}", at, e.server, e.factor);
+    case Event::Kind::fail: return fmt::format("{}:{}:fail", at, e.server);
+    case Event::Kind::recover: return fmt::format("{}:{}:recover", at, e.server);
+    case Event::Kind::weight: return fmt::format("{}:{}:weight={}", at, e.server, e.weight);
+    case Event::Kind::weights: return fmt::format("{}:weights={}", at, fmt::join(e.weights, ","));
+  }
+  return at;
 }
 
 std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
@@ -505,6 +518,10 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
     const Event& e = s.events[i];
     if (e.kind != Event::Kind::weights && !names.contains(e.server))
       fail(fmt::format("scenario: events[{}]: names unknown server '{}'", i, e.server));
+    // Here, where the event's place is known (validate() checks the flags' too).
+    if (e.kind == Event::Kind::weights && !s.servers.empty() && e.weights.size() != s.servers.size())
+      fail(fmt::format("scenario: events[{}]: {} weight{} for {} server{}", i, e.weights.size(),
+                       e.weights.size() == 1 ? "" : "s", s.servers.size(), s.servers.size() == 1 ? "" : "s"));
   }
   return s;
 }
@@ -630,7 +647,8 @@ void validate(Scenario& s) {
       fail(fmt::format("event at {}s: slow factor must be {}", e.at_s, kSlowFactorRange));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
-        fail(fmt::format("event weights: {} weights for {} servers", e.weights.size(), s.servers.size()));
+        fail(fmt::format("--event '{}': {} weight{} for {} server{}", event_text(e), e.weights.size(),
+                         e.weights.size() == 1 ? "" : "s", s.servers.size(), s.servers.size() == 1 ? "" : "s"));
       for (uint32_t w : e.weights)
         if (w > kMaxWeight) fail(fmt::format("event at {}s: weights must be 0..{}", e.at_s, kMaxWeight));
     } else if (!names.contains(e.server)) {

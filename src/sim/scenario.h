@@ -110,6 +110,9 @@ ServerSpec parse_server(std::string_view text);
 // name may hold colons: "300s:127.0.0.1:22001:fail".
 Event parse_event(std::string_view text);
 
+// "300s:big:slow=2" and friends: the event as the flag syntax writes it.
+std::string event_text(const Event& event);
+
 // "round_robin,weighted_round_robin,least_conn"
 std::vector<balance::PolicyKind> parse_policies(std::string_view text);
 

@@ -7,7 +7,6 @@
 #include <numbers>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "heft/balance/balancer.h"
 #include "heft/balance/hash.h"
@@ -413,16 +412,5 @@ SimResult simulate(const Scenario& scenario) {
   return result;
 }
 
-std::string event_text(const Event& e) {
-  std::string at = fmt::format("{}s", e.at_s);
-  switch (e.kind) {
-    case Event::Kind::slow: return fmt::format("{}:{}:slow={}", at, e.server, e.factor);
-    case Event::Kind::fail: return fmt::format("{}:{}:fail", at, e.server);
-    case Event::Kind::recover: return fmt::format("{}:{}:recover", at, e.server);
-    case Event::Kind::weight: return fmt::format("{}:{}:weight={}", at, e.server, e.weight);
-    case Event::Kind::weights: return fmt::format("{}:weights={}", at, fmt::join(e.weights, ","));
-  }
-  return at;
-}
 
 }  // namespace heft::sim

@@ -70,7 +70,4 @@ SimResult simulate(const Scenario& scenario);
 // Runs one policy; `scenario` must already be validated.
 PolicyResult simulate_policy(const Scenario& scenario, balance::PolicyKind policy);
 
-// "300s:big:slow=2" and friends: the event as the flag syntax writes it.
-std::string event_text(const Event& event);
-
 }  // namespace heft::sim

@@ -386,6 +386,19 @@ TEST(ScenarioFlagsTest, SlowFactorIsBounded) {
   EXPECT_NE(error_of([&] { validate(s); }).find("slow factor"), std::string::npos);
 }
 
+// A weights= event with one weight too many or too few (a server added, the
+// event not): the error said "event weights: 2 weights for 1 servers", naming
+// neither the event nor, in a file, its place.
+TEST(ScenarioJsonTest, AWeightsEventOfTheWrongLengthIsNamed) {
+  const std::string in_file = scenario_error(R"("events": ["1s:a:fail", "2s:weights=1,2"])");
+  EXPECT_NE(in_file.find("scenario: events[1]: 2 weights for 1 server"), std::string::npos) << in_file;
+  Scenario s;
+  s.servers.resize(3);
+  s.events.push_back(parse_event("5s:weights=1,2"));
+  const std::string from_flag = error_of([&] { validate(s); });
+  EXPECT_NE(from_flag.find("--event '5s:weights=1,2': 2 weights for 3 servers"), std::string::npos) << from_flag;
+}
+
 // A zero bucket was silently replaced by duration / 60; two servers of one name
 // are an error in a file as on the command line.
 TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
