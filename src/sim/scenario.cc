@@ -660,10 +660,15 @@ void validate(Scenario& s) {
   std::stable_sort(s.events.begin(), s.events.end(), [](const Event& a, const Event& b) { return a.at_s < b.at_s; });
   if (!std::isfinite(s.bucket_s) || s.bucket_s < 0) fail("--bucket must be positive and finite");
   if (s.bucket_s == 0) s.bucket_s = s.duration_s / 60;
-  if (s.duration_s / s.bucket_s > 100000) fail("--bucket is too small: at most 100,000 buckets");
+  // The bucket comes from --bucket or a scenario's "bucket" (the default,
+  // duration / 60, is never too small): the message names both.
+  constexpr std::string_view kBucket = "the bucket (--bucket, or the scenario's \"bucket\")";
+  if (s.duration_s / s.bucket_s > 100000)
+    fail(fmt::format("{} is too small: {:g}s over {:g}s is {:.0f} buckets, at most 100,000", kBucket, s.bucket_s,
+                     s.duration_s, std::ceil(s.duration_s / s.bucket_s * (1 - 1e-9))));
   const double points = static_cast<double>(bucket_count(s)) * static_cast<double>(s.servers.size());
   if (points > static_cast<double>(kMaxSeriesPoints))
-    fail(fmt::format("--bucket is too small for {} servers: {:.0f} utilisation points per policy, at most {}",
+    fail(fmt::format("{} is too small for {} servers: {:.0f} utilisation points per policy, at most {}", kBucket,
                      s.servers.size(), points, kMaxSeriesPoints));
 }
 

@@ -399,6 +399,21 @@ TEST(ScenarioJsonTest, AWeightsEventOfTheWrongLengthIsNamed) {
   EXPECT_NE(from_flag.find("--event '5s:weights=1,2': 2 weights for 3 servers"), std::string::npos) << from_flag;
 }
 
+// A scenario file's bucket too small for its duration was reported as
+// "--bucket is too small", a flag the user never gave, without the numbers.
+TEST(ScenarioJsonTest, ATooSmallBucketIsNamedWithItsNumbers) {
+  const std::string in_file = scenario_error(R"("bucket": "1ms", "duration": "1000s")");
+  EXPECT_NE(in_file.find("the scenario's \"bucket\""), std::string::npos) << in_file;
+  EXPECT_NE(in_file.find("0.001s over 1000s is 1000000 buckets"), std::string::npos) << in_file;
+  Scenario s;
+  s.duration_s = 1000;
+  s.bucket_s = 0.01;  // 100,000 buckets
+  s.servers.resize(200);
+  const std::string points = error_of([&] { validate(s); });
+  EXPECT_NE(points.find("the scenario's \"bucket\""), std::string::npos) << points;
+  EXPECT_NE(points.find("20000000 utilisation points"), std::string::npos) << points;
+}
+
 // A zero bucket was silently replaced by duration / 60; two servers of one name
 // are an error in a file as on the command line.
 TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
