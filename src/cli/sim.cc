@@ -182,7 +182,7 @@ void run_sim(const SimFlags& f) {
     const uint64_t cut = s.has_trace ? sim::trace_arrivals_after_duration(s) : 0;
     if (cut == 0) continue;
     const std::string duration =
-        f.given("--duration") ? "--duration " + f.duration : fmt::format("the scenario's duration {:g}s", s.duration_s);
+        f.given("--duration") ? "--duration " + f.duration : fmt::format("the scenario's duration {}s", sim::format_seconds(s.duration_s));
     const std::string scenario = scenarios.size() > 1 ? s.name + ": " : "";  // --example runs two
     fmt::print(stderr, "heft sim: {}{} trace arrival{} at or after {} {} not replayed\n", scenario, cut,
                cut == 1 ? "" : "s", duration, cut == 1 ? "was" : "were");

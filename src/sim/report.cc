@@ -31,6 +31,8 @@ nlohmann::ordered_json latency_json(const LatencySummary& l) {
 
 }  // namespace
 
+std::string format_seconds(double s) { return fmt::format("{}", seconds(s)); }
+
 std::string format_rate(double rps) {
   // {:.1f} alone showed 0.001 req/s as 0.0.
   return rps >= 1 ? fmt::format("{:.1f}", rps) : fmt::format("{:.3g}", rps);
@@ -39,9 +41,9 @@ std::string format_rate(double rps) {
 std::string arrivals_text(const SimResult& result) {
   const Scenario& s = result.scenario;
   if (s.has_trace)
-    return fmt::format("{} trace arrival{} for {:g} s", result.trace_arrivals, result.trace_arrivals == 1 ? "" : "s",
-                       s.duration_s);
-  return fmt::format("{} req/s Poisson for {:g} s", format_rate(s.rate), s.duration_s);
+    return fmt::format("{} trace arrival{} for {} s", result.trace_arrivals, result.trace_arrivals == 1 ? "" : "s",
+                       format_seconds(s.duration_s));
+  return fmt::format("{} req/s Poisson for {} s", format_rate(s.rate), format_seconds(s.duration_s));
 }
 
 std::string format_latency(double s) {

@@ -16,6 +16,10 @@ namespace heft::sim {
 // "20.1 ms", "2.35 s", "850 us".
 std::string format_latency(double seconds);
 
+// A duration in seconds as given, to the nanosecond: "600", "2592000", "1234.5678"
+// ({:g} kept six digits: 2.592e+06, 1234.57).
+std::string format_seconds(double seconds);
+
 // "578.7", "100.0", "0.001": one decimal from 1 req/s up, else 3 significant digits.
 std::string format_rate(double rps);
 

@@ -199,9 +199,9 @@ std::string format_svg(const std::vector<SimResult>& results) {
     std::string events;
     for (const Event& e : sc.events) events += (events.empty() ? "" : ", ") + event_text(e);
     std::string arrivals = arrivals_text(res);
-    out += fmt::format(R"(<text x="10" y="{:.1f}" class="scenario">{} ({}, seed {}{}{}; buckets of {:g} s)</text>)" "\n",
+    out += fmt::format(R"(<text x="10" y="{:.1f}" class="scenario">{} ({}, seed {}{}{}; buckets of {} s)</text>)" "\n",
                        top + 18, escape(sc.name), arrivals, sc.seed, events.empty() ? "" : "; events: ",
-                       escape(events), sc.bucket_s);
+                       escape(events), format_seconds(sc.bucket_s));
     for (size_t c = 0; c < res.policies.size(); ++c) {
       Frame f{10 + c * kCellW + kLeft, top + kScenarioTitleH + kTop};
       utilisation_panel(out, f, res, res.policies[c]);

@@ -556,6 +556,21 @@ TEST(ReportTest, TableColumnsStayAlignedWithLongServerNames) {
   EXPECT_EQ(rows, 3u * 4u) << table;  // 3 policies x (3 servers + unrouted)
 }
 
+// The header's duration is the one given: {:g} kept six digits, so a 30-day
+// run read "for 2.592e+06 s" and --duration 1234.5678s "for 1234.57 s".
+TEST(ReportTest, HeaderShowsTheDurationAsGiven) {
+  Scenario s = three_equal(30 * 86400);
+  s.bucket_s = 0;  // duration / 60
+  s.rate = 0.001;
+  s.policies = {PolicyKind::round_robin};
+  std::string table = format_table({simulate(s)});
+  EXPECT_NE(table.find("0.001 req/s Poisson for 2592000 s, seed 1"), std::string::npos) << table.substr(0, 200);
+  s.duration_s = 1234.5678;
+  table = format_table({simulate(s)});
+  EXPECT_NE(table.find("Poisson for 1234.5678 s, seed 1"), std::string::npos) << table.substr(0, 200);
+  EXPECT_NE(format_svg({simulate(s)}).find("Poisson for 1234.5678 s, seed 1"), std::string::npos);
+}
+
 // Requests no server could take (every weight 0) are labelled in the table and
 // counted in CSV and JSON; the table's share column holds no bare negative count.
 TEST(ReportTest, UnroutedRequestsAreLabelled) {
