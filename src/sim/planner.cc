@@ -277,9 +277,10 @@ std::string format_plan_text(const Plan& plan) {
 
   step(3, "Servers needed",
        fmt::format("peak / (server req/s x target busy) = {} / ({} x {}%) = {:.2f} small servers' worth,\n"
-                   "   in groups of {} servers (capacity {}) = {} group{} = {}",
+                   "   in groups of {} server{} (capacity {}) = {} group{} = {}",
                    format_rps(plan.peak_rps), format_rps(in.server_rps), fmt::format("{}", in.target_busy_percent),
-                   plan.small_server_equivalents, describe_group(plan), format_size(plan.group_capacity),
+                   plan.small_server_equivalents, describe_group(plan), in.group.size() == 1 ? "" : "s",
+                   format_size(plan.group_capacity),
                    with_thousands(plan.groups), plan.groups == 1 ? "" : "s", describe_servers(plan)));
 
   std::string now_line;

@@ -285,5 +285,18 @@ TEST(PlannerTest, OneGroupIsSingular) {
   EXPECT_NE(text.find("(1 group x 5 x 200"), std::string::npos) << text;
 }
 
+// A group of one server read "in groups of one 2x servers".
+TEST(PlannerTest, AOneServerGroupIsSingular) {
+  PlanInputs in;
+  in.group = {2};
+  const std::string text = format_plan_text(make_plan(in));
+  EXPECT_NE(text.find("in groups of one 2x server (capacity 2)"), std::string::npos) << text;
+  in.group = {1, 1};
+  EXPECT_NE(format_plan_text(make_plan(in)).find("in groups of two 1x servers (capacity 2)"), std::string::npos);
+  in.group = {3, 1, 1};
+  EXPECT_NE(format_plan_text(make_plan(in)).find("in groups of one 3x and two 1x servers (capacity 5)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace heft::sim
