@@ -597,15 +597,16 @@ void validate(Scenario& s) {
       fail(fmt::format("--rate must be a positive, finite number of requests per second, got {}", s.rate));
     const double expected = s.rate * s.duration_s;
     if (!(expected <= kMaxArrivals))
-      fail(fmt::format("--rate {:g} x --duration {:g}s is {:.3g} expected arrivals; at most {:.0f} per run (10-20 s "
-                       "of simulation per policy): lower the rate or the duration",
+      fail(fmt::format("rate {:g} req/s x duration {:g}s is {:.3g} expected arrivals; at most {:.0f} per run (10-20 s "
+                       "of simulation per policy): lower the rate or the duration (--rate and --duration, or the "
+                       "scenario's \"rate\" and \"duration\")",
                        s.rate, s.duration_s, expected, kMaxArrivals));
   } else {
     const auto before_end = std::lower_bound(s.trace_times.begin(), s.trace_times.end(), s.duration_s);
     const auto arrivals = static_cast<double>(before_end - s.trace_times.begin());
     if (arrivals > kMaxArrivals)
-      fail(fmt::format("--trace has {:.0f} arrivals before the duration; at most {:.0f} per run", arrivals,
-                       kMaxArrivals));
+      fail(fmt::format("the trace (--trace, or the scenario's \"trace\") has {:.0f} arrivals before the duration; "
+                       "at most {:.0f} per run", arrivals, kMaxArrivals));
   }
   if (s.policies.empty()) fail("--policies is empty");
   std::unordered_set<std::string> names;

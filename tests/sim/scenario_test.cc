@@ -414,6 +414,15 @@ TEST(ScenarioJsonTest, ATooSmallBucketIsNamedWithItsNumbers) {
   EXPECT_NE(points.find("20000000 utilisation points"), std::string::npos) << points;
 }
 
+// A scenario file's rate x duration beyond the arrivals limit was reported as
+// "--rate 1e+06 x --duration 600s", flags the user never gave.
+TEST(ScenarioJsonTest, TooManyArrivalsNameTheScenarioMembersToo) {
+  const std::string in_file = scenario_error(R"("rate": 1000000, "duration": "600s")");
+  EXPECT_NE(in_file.find("rate 1e+06 req/s x duration 600s is 6e+08 expected arrivals"), std::string::npos)
+      << in_file;
+  EXPECT_NE(in_file.find("the scenario's \"rate\" and \"duration\""), std::string::npos) << in_file;
+}
+
 // A zero bucket was silently replaced by duration / 60; two servers of one name
 // are an error in a file as on the command line.
 TEST(ScenarioJsonTest, ZeroBucketAndDuplicateNamesAreRejected) {
