@@ -47,8 +47,9 @@ std::string arrivals_text(const SimResult& result) {
 }
 
 std::string format_latency(double s) {
-  if (s < 1e-3) return fmt::format("{:.0f} us", s * 1e6);
-  if (s < 1) return fmt::format("{:.1f} ms", s * 1e3);
+  // Each unit up to where its rounding reaches the next (999.96 ms is "1.00 s", not "1000.0 ms").
+  if (s < 0.9995e-3) return fmt::format("{:.0f} us", s * 1e6);
+  if (s < 0.99995) return fmt::format("{:.1f} ms", s * 1e3);
   return fmt::format("{:.2f} s", s);
 }
 

@@ -571,6 +571,18 @@ TEST(ReportTest, HeaderShowsTheDurationAsGiven) {
   EXPECT_NE(format_svg({simulate(s)}).find("Poisson for 1234.5678 s, seed 1"), std::string::npos);
 }
 
+// A latency just below a unit's boundary rounded up into the next unit's
+// range but kept the smaller unit: "1000.0 ms", "1000 us".
+TEST(ReportTest, LatenciesNearAUnitBoundaryTakeTheLargerUnit) {
+  EXPECT_EQ(format_latency(0.99996), "1.00 s");
+  EXPECT_EQ(format_latency(0.99994), "999.9 ms");
+  EXPECT_EQ(format_latency(0.0009996), "1.0 ms");
+  EXPECT_EQ(format_latency(0.000999), "999 us");
+  EXPECT_EQ(format_latency(0.0201), "20.1 ms");
+  EXPECT_EQ(format_latency(2.345), "2.35 s");
+  EXPECT_EQ(format_latency(0), "0 us");
+}
+
 // Requests no server could take (every weight 0) are labelled in the table and
 // counted in CSV and JSON; the table's share column holds no bare negative count.
 TEST(ReportTest, UnroutedRequestsAreLabelled) {
