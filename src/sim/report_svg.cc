@@ -165,14 +165,50 @@ void cdf_panel(std::string& out, const Frame& f, const SimResult& res) {
   }
 }
 
+// The server legend below a scenario's panels: one entry per server, wrapped
+// onto further lines where the next would pass the picture's right edge.
+struct LegendEntry {
+  std::string label;
+  double x;
+  int line;
+};
+constexpr double kLegendX = 10 + kLeft + 62;  // after "servers:"
+constexpr double kLegendLineH = 18;
+
+std::vector<LegendEntry> server_legend(const Scenario& sc, double width) {
+  std::vector<LegendEntry> entries;
+  double lx = kLegendX;
+  int line = 0;
+  for (const ServerSpec& s : sc.servers) {
+    std::string label =
+        fmt::format("{} ({} worker{}, {})", s.name, s.size, s.size == 1 ? "" : "s", format_latency(s.service_s));
+    const double text_w = 7.0 * static_cast<double>(label.size());  // 12 px text: about 7 px a character
+    if (lx > kLegendX && lx + 18 + text_w > width - 10) {
+      ++line;
+      lx = kLegendX;
+    }
+    entries.push_back({std::move(label), lx, line});
+    lx += 30 + text_w;
+  }
+  return entries;
+}
+
+double legend_height(const std::vector<LegendEntry>& entries) {
+  return kLegendH + (entries.empty() ? 0 : entries.back().line * kLegendLineH);
+}
+
 }  // namespace
 
 std::string format_svg(const std::vector<SimResult>& results) {
   size_t columns = 1;
   for (const SimResult& r : results) columns = std::max(columns, r.policies.size() + 1);
   const double width = columns * kCellW + 20;
-  const double row_h = kScenarioTitleH + kCellH + kLegendH;
-  const double height = kTitleH + results.size() * row_h + 10;
+  std::vector<std::vector<LegendEntry>> legends;
+  double height = kTitleH + 10;
+  for (const SimResult& r : results) {
+    legends.push_back(server_legend(r.scenario, width));
+    height += kScenarioTitleH + kCellH + legend_height(legends.back());
+  }
   std::string out;
   out += fmt::format(
       R"(<svg xmlns="http://www.w3.org/2000/svg" width="{0:.0f}" height="{1:.0f}" viewBox="0 0 {0:.0f} {1:.0f}" font-family="Helvetica, Arial, sans-serif">)"
@@ -192,10 +228,11 @@ std::string format_svg(const std::vector<SimResult>& results) {
   out += fmt::format(R"(<rect x="0" y="0" width="{:.0f}" height="{:.0f}" fill="white"/>)" "\n", width, height);
   out += R"(<text x="10" y="28" class="title">heft sim: utilisation per server over time, and latency CDFs</text>)"
          "\n";
+  double top = kTitleH;
   for (size_t r = 0; r < results.size(); ++r) {
     const SimResult& res = results[r];
     const Scenario& sc = res.scenario;
-    const double top = kTitleH + r * row_h;
+    if (r > 0) top += kScenarioTitleH + kCellH + legend_height(legends[r - 1]);
     std::string events;
     for (const Event& e : sc.events) events += (events.empty() ? "" : ", ") + event_text(e);
     std::string arrivals = arrivals_text(res);
@@ -209,19 +246,15 @@ std::string format_svg(const std::vector<SimResult>& results) {
     Frame cdf{10 + res.policies.size() * kCellW + kLeft, top + kScenarioTitleH + kTop};
     cdf_panel(out, cdf, res);
     // Legends: servers (colours of the utilisation lines), policies (CDF lines).
-    double ly = top + kScenarioTitleH + kCellH + 8;
-    double lx = 10 + kLeft;
-    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">servers:</text>)" "\n", lx, ly + 4);
-    lx += 62;
-    for (size_t i = 0; i < sc.servers.size(); ++i) {
-      const ServerSpec& s = sc.servers[i];
-      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="4" fill="{}"/>)" "\n", lx, ly - 2,
+    const double ly = top + kScenarioTitleH + kCellH + 8;
+    out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">servers:</text>)" "\n", 10 + kLeft, ly + 4);
+    for (size_t i = 0; i < legends[r].size(); ++i) {
+      const LegendEntry& e = legends[r][i];
+      const double y = ly + e.line * kLegendLineH;
+      out += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="4" fill="{}"/>)" "\n", e.x, y - 2,
                          server_colour(i));
-      std::string label =
-          fmt::format("{} ({} worker{}, {})", s.name, s.size, s.size == 1 ? "" : "s", format_latency(s.service_s));
-      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">{}</text>)" "\n", lx + 18, ly + 4,
-                         escape(label));
-      lx += 30 + 7.0 * label.size();
+      out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">{}</text>)" "\n", e.x + 18, y + 4,
+                         escape(e.label));
     }
     // Policy legend inside the CDF plot's upper left: no CDF reaches 100 % at the shortest latencies.
     const double box_w = 170, box_h = 16.0 * res.policies.size() + 8;

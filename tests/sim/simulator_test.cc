@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -581,6 +582,42 @@ TEST(ReportTest, LatenciesNearAUnitBoundaryTakeTheLargerUnit) {
   EXPECT_EQ(format_latency(0.0201), "20.1 ms");
   EXPECT_EQ(format_latency(2.345), "2.35 s");
   EXPECT_EQ(format_latency(0), "0 us");
+}
+
+// The SVG's server legend ran on in one line past the picture's right edge:
+// with a dozen servers and one policy, most of their names were cut off.
+TEST(ReportTest, SvgServerLegendStaysInsideThePicture) {
+  Scenario s = three_equal(5);
+  s.servers.resize(12, s.servers[0]);
+  for (size_t i = 0; i < s.servers.size(); ++i) s.servers[i].name = fmt::format("backend-{}.example", i + 1);
+  s.policies = {PolicyKind::least_conn};
+  const SimResult r = simulate(s);
+  const std::string svg = format_svg({r, r});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex(R"re(<svg [^>]*width="([0-9.]+)" height="([0-9.]+)")re")));
+  const double width = std::stod(m[1]), height = std::stod(m[2]);
+  const std::regex legend(R"re(<text x="([0-9.]+)" y="([0-9.]+)" class="legend">([^<]*)</text>)re");
+  size_t names = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), legend); it != std::sregex_iterator(); ++it) {
+    const std::string text = (*it)[3];
+    const double x = std::stod((*it)[1]), y = std::stod((*it)[2]);
+    EXPECT_LE(x + 7.0 * static_cast<double>(text.size()), width) << text;  // 12 px text: about 7 px a character
+    EXPECT_LT(y, height) << text;
+    if (text.starts_with("backend-")) ++names;
+  }
+  EXPECT_EQ(names, 24u);
+  // The second scenario's rows start below the first's legend.
+  std::vector<double> title_y;
+  const std::regex title(R"re(<text x="10" y="([0-9.]+)" class="scenario">)re");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), title); it != std::sregex_iterator(); ++it)
+    title_y.push_back(std::stod((*it)[1]));
+  ASSERT_EQ(title_y.size(), 2u);
+  double last_legend_y = 0;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), legend); it != std::sregex_iterator(); ++it) {
+    const double y = std::stod((*it)[2]);
+    if (y < title_y[1]) last_legend_y = std::max(last_legend_y, y);
+  }
+  EXPECT_LT(last_legend_y, title_y[1] - 14);
 }
 
 // Requests no server could take (every weight 0) are labelled in the table and
