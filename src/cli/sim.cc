@@ -205,7 +205,11 @@ void run_sim(const SimFlags& f) {
       return;
     }
   }
-  std::string text = f.json ? sim::results_to_json(results).dump(2) + "\n"
+  // A name that is not UTF-8 (--server name= from a Latin-1 terminal) is written
+  // with U+FFFD: the default handler threw, and heft sim aborted.
+  std::string text = f.json ? sim::results_to_json(results).dump(2, ' ', false,
+                                                                 nlohmann::json::error_handler_t::replace) +
+                                  "\n"
                      : f.csv ? sim::format_csv(results)
                              : sim::format_table(results);
   std::fputs(text.c_str(), stdout);

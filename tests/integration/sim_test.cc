@@ -409,6 +409,17 @@ TEST(SimCommandTest, JsonTimesCarryNoBinaryNoise) {
   EXPECT_GT(j["policies"][0]["latency"]["p99_s"].get<double>(), 0.0);
 }
 
+// A server name that is not valid UTF-8 (Latin-1 "caf\xe9" from a terminal)
+// aborted heft sim --json (exit 134: the JSON writer threw); the name is now
+// written with U+FFFD in place of the bad byte.
+TEST(SimCommandTest, NamesThatAreNotUtf8DoNotAbortJson) {
+  Output out = run_heft("sim --server 'name=caf\xe9' --rate 10 --duration 1s --policies round_robin --json");
+  ASSERT_EQ(out.exit_code, 0);
+  const auto j = nlohmann::json::parse(out.stdout_text);
+  EXPECT_EQ(j["scenarios"][0]["servers"][0]["name"], "caf\xEF\xBF\xBD");
+  EXPECT_EQ(j["scenarios"][0]["policies"][0]["servers"][0]["name"], "caf\xEF\xBF\xBD");
+}
+
 // The text between the ``` (or ```json) fence after `heading` in docs/sim.md and the closing fence.
 std::string sim_doc_block(const std::string& heading, const std::string& fence) {
   const std::string doc = read_file(std::filesystem::path(HEFT_SOURCE_DIR) / "docs" / "sim.md");

@@ -317,6 +317,20 @@ TEST(ReportTest, SvgHasNoControlCharacters) {
   EXPECT_NE(svg.find("ctl\xEF\xBF\xBDname tab"), std::string::npos);
 }
 
+// A name that is not valid UTF-8 made the SVG ill-formed XML (an XML parser
+// stops at the byte): invalid bytes are replaced, as control characters are.
+TEST(ReportTest, SvgReplacesBytesThatAreNotUtf8) {
+  Scenario s = three_equal(5);
+  s.name = "caf\xe9 \xc3\xa9t\xc3";  // Latin-1, then valid UTF-8, then a cut sequence
+  s.servers[0].name = "\xff\xfe";
+  s.policies = {PolicyKind::round_robin};
+  const std::string svg = format_svg({simulate(s)});
+  EXPECT_NE(svg.find("caf\xEF\xBF\xBD \xC3\xA9t\xEF\xBF\xBD"), std::string::npos);
+  EXPECT_NE(svg.find(">\xEF\xBF\xBD\xEF\xBF\xBD (4 workers"), std::string::npos);
+  EXPECT_EQ(svg.find('\xff'), std::string::npos);
+  EXPECT_EQ(svg.find('\xe9'), std::string::npos);
+}
+
 TEST(LimitsTest, QueueLimitRefusesAndTimeoutTimesOut) {
   Scenario s = three_equal(60);
   s.servers.resize(1);
