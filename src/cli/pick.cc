@@ -207,7 +207,9 @@ int run_pick(const PickOptions& o) {
   }
   if (o.trace) out["trace"] = trace;
   if (o.json) {
-    fmt::print("{}\n", out.dump());
+    // Names and keys are bytes: one that is not UTF-8 is written with U+FFFD
+    // (the default handler threw, and heft pick aborted).
+    fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
 

@@ -47,6 +47,19 @@ TEST(HeftPick, JsonSequenceAndNames) {
   EXPECT_EQ(j["sequence"], nlohmann::json({"web1", "web1", "web2", "web1", "web3", "web1", "web1"}));
 }
 
+// Names and keys are bytes: one that is not UTF-8 ("caf\xe9" in Latin-1, or a
+// binary key from --keys-file) aborted `heft pick --json` (exit 134: the JSON
+// writer threw). They are now written with U+FFFD in place of the bad byte.
+TEST(HeftPick, JsonWithBytesThatAreNotUtf8) {
+  PickRun r = heft("pick --weights 1,1 --names 'caf\xe9,b' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["names"][0], "caf\xEF\xBF\xBD");
+  PickRun keyed = heft("pick --policy hash --weights 1,1 --keys '\xff\xfe,bob' --json --trace");
+  ASSERT_EQ(keyed.exit_code, 0) << keyed.out;
+  EXPECT_EQ(nlohmann::json::parse(keyed.out)["trace"][0]["key"], "\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 TEST(HeftPick, LeastConnSeedExample) {
   PickRun r = heft("pick --policy least_conn --weights 2,5 --active 10,15 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
