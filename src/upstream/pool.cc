@@ -82,6 +82,19 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
     }
     {
       std::lock_guard lock(state->mu);
+      // An out state carried into a configuration that would never have
+      // taken the backend out (it is now the pool's only backend, or its
+      // max_fails is 0) ends here: it comes back (slow start from this
+      // snapshot's first tick), or a lone backend would answer 503 for the
+      // rest of fail_timeout.
+      const BackendConfig& b = config_.backends[i];
+      if (state->out && (config_.backends.size() == 1 || b.max_fails == 0)) {
+        state->out = false;
+        state->trial = false;
+        if (b.slow_start.count() > 0) state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
+        state->returned_at.store(0, std::memory_order_relaxed);
+        state->returned.store(true, std::memory_order_release);
+      }
       if (state->out) next_return = std::min(next_return, ticks(state->out_until));
     }
     factors_.push_back(state->factor.load(std::memory_order_relaxed));

@@ -20,7 +20,9 @@
 // puts it out again at once, a success clears its failures. A pool with a
 // single backend never takes it out and its failures change nothing but
 // failures_total (nginx: a lone peer is never unavailable; its effective
-// weight would only mislead). max_fails 0 disables the accounting.
+// weight would only mislead). max_fails 0 disables the accounting. A
+// backend out when update() makes it the only one, or its max_fails 0, is
+// back at once (a returning backend: slow start from the next tick).
 //
 // Dynamic weights (slow start, adaptive; rules in upstream/weights.h): each
 // backend's factor lives in its BackendState; a snapshot balances by the

@@ -240,5 +240,35 @@ TEST(PassiveFailures, LoneBackendStaysUpAtItsFullWeight) {
   EXPECT_FALSE(two.snapshot()->available(0));
 }
 
+
+// A pool cut down to one backend (a reload, an admin API write) while that
+// backend is out: the lone backend is never unavailable, whatever state it
+// carries (it stayed out, and every request got 503 "no available backend",
+// for the rest of fail_timeout). Neither is a backend whose max_fails becomes
+// 0 ("never").
+TEST(PassiveFailures, ABackendLeftAloneOrWithMaxFailsZeroIsNotKeptOut) {
+  Pool pool(pool_of(2, 1, 10000ms));
+  pool.snapshot()->report_failure(0, t0);
+  ASSERT_FALSE(pool.snapshot()->available(0));
+  pool.update(pool_of(1, 1, 10000ms));
+  auto snap = pool.snapshot();
+  EXPECT_TRUE(snap->available(0));
+  EXPECT_STREQ(snap->state_name(0), "up");
+  EXPECT_EQ(snap->pick({}, t0 + 1s), std::optional<uint32_t>(0));
+  // A second backend joins: the first is judged by max_fails again.
+  pool.update(pool_of(2, 1, 10000ms));
+  pool.snapshot()->report_failure(0, t0 + 2s);
+  EXPECT_FALSE(pool.snapshot()->available(0));
+
+  Pool never(pool_of(2, 1, 10000ms));
+  never.snapshot()->report_failure(1, t0);
+  ASSERT_FALSE(never.snapshot()->available(1));
+  never.update(pool_of(2, 0, 10000ms));
+  EXPECT_TRUE(never.snapshot()->available(1));
+  EXPECT_STREQ(never.snapshot()->state_name(1), "up");
+  never.snapshot()->report_failure(1, t0 + 1s);
+  EXPECT_TRUE(never.snapshot()->available(1));
+}
+
 }  // namespace
 }  // namespace heft::upstream
