@@ -95,7 +95,11 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
         state->returned_at.store(0, std::memory_order_relaxed);
         state->returned.store(true, std::memory_order_release);
       }
-      if (state->out) next_return = std::min(next_return, ticks(state->out_until));
+      // A reload that changed fail_timeout changes the out period under way.
+      if (state->out) {
+        state->out_until = state->out_since + b.fail_timeout;
+        next_return = std::min(next_return, ticks(state->out_until));
+      }
     }
     factors_.push_back(state->factor.load(std::memory_order_relaxed));
     states_.push_back(std::move(state));
@@ -184,6 +188,7 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
     if (!lone && !s.out && (s.trial || fails >= b.max_fails)) {
       s.out = true;
       s.trial = false;
+      s.out_since = now;
       s.out_until = now + b.fail_timeout;
       taken_out = true;
     }

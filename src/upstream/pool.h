@@ -166,6 +166,7 @@ struct BackendState {
   // Passive failure accounting, guarded by mu.
   std::mutex mu;
   RecentFailures recent_failures;
+  TimePoint out_since{};  // when it was taken out: the period is fail_timeout (as configured now) from then
   TimePoint out_until{};
   bool out = false;        // taken out by passive failures
   // Back after fail_timeout, on trial. Written under mu; atomic so that

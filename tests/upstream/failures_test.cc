@@ -270,5 +270,37 @@ TEST(PassiveFailures, ABackendLeftAloneOrWithMaxFailsZeroIsNotKeptOut) {
   EXPECT_TRUE(never.snapshot()->available(1));
 }
 
+
+// An out period lasts fail_timeout as configured now, from the failure that
+// began it: an operator who lowers a too long fail_timeout (a reload, an
+// admin API write) gets the backend back when the new one has passed. (The
+// period set by the old value ran to its end: with 10m lowered to 5s, the
+// backend stayed out for ten minutes.) A longer one lengthens it likewise.
+TEST(PassiveFailures, AChangedFailTimeoutAppliesToTheOutPeriodUnderWay) {
+  Pool pool(pool_of(2, 1, 600000ms));
+  pool.snapshot()->report_failure(0, t0);
+  pool.update(pool_of(2, 1, 5000ms));
+  auto snap = pool.snapshot();
+  EXPECT_FALSE(snap->available(0));
+  pool.tick(t0 + 4s);
+  EXPECT_STREQ(pool.snapshot()->state_name(0), "out");
+  pool.tick(t0 + 5s);
+  EXPECT_STREQ(pool.snapshot()->state_name(0), "up");
+  // Through a pick as well, no tick needed.
+  Pool picked(pool_of(2, 1, 600000ms));
+  picked.snapshot()->report_failure(0, t0);
+  picked.update(pool_of(2, 1, 5000ms));
+  std::vector<int> counts(2);
+  for (int k = 0; k < 4; ++k) ++counts[*picked.snapshot()->pick({}, t0 + 6s)];
+  EXPECT_GT(counts[0], 0);
+  // Raised: the period runs to the failure + the new value.
+  Pool longer(pool_of(2, 1, 5000ms));
+  longer.snapshot()->report_failure(0, t0);
+  longer.update(pool_of(2, 1, 20000ms));
+  longer.tick(t0 + 10s);
+  EXPECT_STREQ(longer.snapshot()->state_name(0), "out");
+  longer.tick(t0 + 20s);
+  EXPECT_STREQ(longer.snapshot()->state_name(0), "up");
+}
 }  // namespace
 }  // namespace heft::upstream
