@@ -352,11 +352,19 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
 
   // Adaptive weights.
   const AdaptiveOptions& adaptive = config.adaptive;
+  if (adaptive.enabled && next_evaluation_ && adaptive.interval != evaluation_interval_) {
+    // A reload changed the interval: a shorter one takes effect now (the
+    // evaluation would wait out the old one, perhaps minutes long), a
+    // longer one after the evaluation already due.
+    evaluation_interval_ = adaptive.interval;
+    next_evaluation_ = std::min(*next_evaluation_, now + adaptive.interval);
+  }
   if (!adaptive.enabled) {
     next_evaluation_.reset();
     for (uint32_t i = 0; i < n; ++i) snap->state(i).adaptive = 1.0;
   } else if (!next_evaluation_) {
     next_evaluation_ = now + adaptive.interval;
+    evaluation_interval_ = adaptive.interval;
     for (uint32_t i = 0; i < n; ++i) {  // start a clean interval
       BackendState& s = snap->state(i);
       s.drain_interval();

@@ -317,6 +317,7 @@ class Pool {
   std::atomic<uint64_t> version_{0};
   std::mutex tick_mu_;  // one tick at a time; guards the fields below and BackendState's tick-owned fields
   std::optional<TimePoint> next_evaluation_;
+  milliseconds evaluation_interval_{0};  // the adaptive interval next_evaluation_ was set with
   std::atomic<uint64_t> decisions_[kWeightReasons] = {};
 };
 

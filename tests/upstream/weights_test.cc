@@ -478,5 +478,22 @@ TEST(PoolAdaptive, LoadDependentLatencySettles) {
   EXPECT_LE(probes, 2);
 }
 
+
+// A reload that shortens the adaptive interval takes effect within one new
+// interval: the evaluation was left on the old schedule (10 minutes lowered to
+// 1 s: no judgement for up to 10 minutes, a slow backend kept its full share).
+TEST(PoolAdaptive, AShortenedIntervalTakesEffectAtOnce) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  cfg.adaptive.interval = 600s;
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);  // the first interval: 10 minutes
+  cfg.adaptive.interval = 1s;
+  pool.update(cfg);
+  for (int k = 0; k < 3; ++k) interval(pool, now, {100, 100, 100}, {10ms, 10ms, 200ms});
+  EXPECT_LT(pool.snapshot()->factor(2), 1.0);
+  EXPECT_GE(pool.decisions(WeightReason::latency), 2u);
+}
 }  // namespace
 }  // namespace heft::upstream
