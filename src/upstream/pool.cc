@@ -239,7 +239,15 @@ bool PoolSnapshot::clear_passive(uint32_t i, TimePoint now) const {
   BackendState& s = *states_[i];
   {
     std::lock_guard lock(s.mu);
-    if (!s.out) return false;
+    if (!s.out) {
+      // Back on trial (its out period ended, perhaps while unhealthy): the
+      // passing check settles it as a success would.
+      if (s.trial) {
+        s.trial = false;
+        s.recent_failures.clear();
+      }
+      return false;
+    }
     s.out = false;
     s.trial = false;
     s.recent_failures.clear();

@@ -237,7 +237,8 @@ class PoolSnapshot {
   // The same at `now`: a backend that becomes healthy again starts its slow start then.
   void set_healthy(uint32_t i, bool healthy, TimePoint now) const;
   // A passing active check: a backend out by passive failures comes back at
-  // once (the active check brings it back). True if it was out.
+  // once (the active check brings it back), one on trial is settled as by a
+  // success. True if it was out.
   bool clear_passive(uint32_t i, TimePoint now) const;
   bool passive_out(uint32_t i) const;
 

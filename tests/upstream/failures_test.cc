@@ -302,5 +302,30 @@ TEST(PassiveFailures, AChangedFailTimeoutAppliesToTheOutPeriodUnderWay) {
   longer.tick(t0 + 20s);
   EXPECT_STREQ(longer.snapshot()->state_name(0), "up");
 }
+
+// A backend whose out period ended while the active checks held it unhealthy
+// was left on trial: once a passing check brought it back, its first failed
+// request (of max_fails 3) put it out again for fail_timeout. The passing
+// check that brings it back (clear_passive, as the checker calls it) settles
+// the trial as a success would.
+TEST(PassiveFailures, APassingActiveCheckSettlesATrialLeftPending) {
+  Pool pool(pool_of(2, 3, 10000ms));
+  auto snap = pool.snapshot();
+  for (int k = 0; k < 3; ++k) snap->report_failure(0, t0 + k * 1ms);
+  snap->set_healthy(0, false, t0 + 1s);
+  pool.tick(t0 + 11s);  // the out period ends while it is unhealthy: on trial
+  EXPECT_FALSE(pool.snapshot()->passive_out(0));
+  snap = pool.snapshot();
+  snap->set_healthy(0, true, t0 + 60s);
+  EXPECT_FALSE(snap->clear_passive(0, t0 + 60s));  // nothing was out
+  pool.tick(t0 + 60s);
+  snap = pool.snapshot();
+  ASSERT_TRUE(snap->available(0));
+  snap->report_failure(0, t0 + 70s);
+  snap->report_failure(0, t0 + 71s);
+  EXPECT_TRUE(snap->available(0));  // 2 of max_fails 3
+  snap->report_failure(0, t0 + 72s);
+  EXPECT_FALSE(snap->available(0));
+}
 }  // namespace
 }  // namespace heft::upstream
