@@ -4,7 +4,6 @@
 #include <atomic>
 #include <map>
 #include <optional>
-#include <regex>
 #include <thread>
 
 #include <boost/asio/as_tuple.hpp>
@@ -19,6 +18,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/regex.hpp>
 #include <fmt/format.h>
 
 #include "observe/metrics.h"
@@ -286,11 +286,23 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
     co_return std::pair{false, fmt::format("status {} (expected {})", status,
                                            c.health_status.empty() ? "2xx" : c.health_status)};
   if (!c.health_body.empty()) {
+    // Boost.Regex, not std::regex: libstdc++'s matcher recurses once per
+    // character a repetition takes, and "^[^!]+" or "UP.*" over a body of a
+    // few tens of KiB overflowed this thread's stack (heft died of SIGSEGV).
+    // Boost's matcher keeps its own bounded stack and throws when a pattern
+    // is too costly. no_mod_m / no_mod_s: ^, $ and . as ECMAScript has them
+    // (std::regex's: ^ and $ at the ends of the body, . never a newline).
     bool matched = false;
+    std::string failure;
     try {
-      matched = std::regex_search(body, std::regex(c.health_body, std::regex::ECMAScript));
-    } catch (const std::regex_error&) {
+      const boost::regex pattern(c.health_body, boost::regex::ECMAScript | boost::regex::no_mod_m |
+                                                    boost::regex::no_mod_s);
+      matched = boost::regex_search(body, pattern);
+    } catch (const std::exception& e) {
+      failure = e.what();
     }
+    if (!failure.empty())
+      co_return std::pair{false, fmt::format("body not matched against /{}/: {}", c.health_body, failure)};
     if (!matched) co_return std::pair{false, fmt::format("body does not match /{}/", c.health_body)};
   }
   co_return std::pair{true, fmt::format("status {}", status)};

@@ -319,5 +319,49 @@ TEST(HealthChecks, HealthChangeAndWeightDecisionCountersOnlyGoUp) {
   EXPECT_EQ(f.heft.wait(15s), std::optional<int>(0));
 }
 
+
+// health_body on a large body: std::regex matched by recursion, one stack
+// frame per character a repetition takes, so a pattern like "^[^!]+" (or
+// "UP.*" on a one-line JSON document) over a few tens of KiB overflowed the
+// checker thread's stack and heft died of SIGSEGV at the first probe. The
+// probes now pass (the pattern matches the 256 KiB body) and heft serves on,
+// and a pattern no body matches still fails them.
+TEST(HealthChecks, ABodyPatternOverALargeBodyIsMatchedWithoutCrashing) {
+  Fleet f;
+  for (const char* n : {"a", "b"}) f.add(n);
+  const uint16_t other = free_port();
+  const auto config = [&](bool checks) {
+    std::string out = "{\n\tadmin off\n\tworkers 1\n}\n";
+    for (const auto& [port, pattern] : {std::pair<uint16_t, std::string>{f.port, "^[^!]+"}, {other, "![0-9]"}}) {
+      out += fmt::format(":{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} 127.0.0.1:{}\n", port, f.backends[0].port,
+                         f.backends[1].port);
+      if (checks)
+        out += fmt::format("\t\thealth_uri /bytes/262144\n\t\thealth_body \"{}\"\n\t\thealth_interval 100ms\n"
+                           "\t\thealth_timeout 2s\n",
+                           pattern);
+      out += "\t}\n}\n";
+    }
+    return out;
+  };
+  // Started without the checks, which a reload then adds: the first probes
+  // come once heft is surely up.
+  f.heft = start_heft(f.dir, config(false), f.port);
+  write_file(f.dir + "/Heftfile", config(true));
+  f.heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(f.heft, "heft: reloaded")) << f.heft.log();
+  // The other site's probes fail (its backends are marked unhealthy); by
+  // then the first site's have run too.
+  EXPECT_TRUE(wait_for_log(f.heft, "body does not match /![0-9]/", 5s)) << f.heft.log();
+  std::this_thread::sleep_for(500ms);  // several probes of each backend
+  ASSERT_TRUE(f.heft.running()) << f.heft.log();
+  // The first site's backends stayed healthy: they serve.
+  HttpClient client(f.port);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(client.get("/").status, 200) << f.heft.log();
+  const std::string log = f.heft.log();
+  size_t unhealthy = 0;
+  for (size_t at = log.find("is now unhealthy"); at != std::string::npos; at = log.find("is now unhealthy", at + 1))
+    ++unhealthy;
+  EXPECT_EQ(unhealthy, 2u) << log;  // the other site's two
+}
 }  // namespace
 }  // namespace heft::test
