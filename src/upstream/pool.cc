@@ -91,9 +91,11 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
       if (state->out && (config_.backends.size() == 1 || b.max_fails == 0)) {
         state->out = false;
         state->trial = false;
-        if (b.slow_start.count() > 0) state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
-        state->returned_at.store(0, std::memory_order_relaxed);
-        state->returned.store(true, std::memory_order_release);
+        if (state->healthy.load(std::memory_order_relaxed)) {  // else it returns when the checks say so
+          if (b.slow_start.count() > 0) state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
+          state->returned_at.store(0, std::memory_order_relaxed);
+          state->returned.store(true, std::memory_order_release);
+        }
       }
       // A reload that changed fail_timeout changes the out period under way.
       if (state->out) {
@@ -154,7 +156,9 @@ void PoolSnapshot::return_expired(TimePoint now) const {
         // finds every backend out (see the contract in pool.h).
         s.out = false;
         s.trial = true;
-        note_return(config_.backends[i], s, now);
+        // Back in service (slow start from now) unless the active checks
+        // hold it out: then it returns when they make it healthy again.
+        if (s.healthy.load(std::memory_order_relaxed)) note_return(config_.backends[i], s, now);
         returned = true;
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
@@ -228,7 +232,14 @@ void PoolSnapshot::set_healthy(uint32_t i, bool healthy, TimePoint now) const {
   bool deferred = false;
   if (s.healthy.exchange(healthy, std::memory_order_relaxed) != healthy) {
     s.health_changes_total.fetch_add(1, std::memory_order_relaxed);
-    if (healthy) deferred = defers_return(config_.backends[i], s, now);
+    bool out = false;
+    if (healthy) {
+      std::lock_guard lock(s.mu);
+      out = s.out;
+    }
+    // Still out by passive failures: it returns when that ends (clear_passive,
+    // return_expired), not now.
+    if (healthy && !out) deferred = defers_return(config_.backends[i], s, now);
   }
   if (!deferred) refresh_availability(i);
 }

@@ -495,5 +495,28 @@ TEST(PoolAdaptive, AShortenedIntervalTakesEffectAtOnce) {
   EXPECT_LT(pool.snapshot()->factor(2), 1.0);
   EXPECT_GE(pool.decisions(WeightReason::latency), 2u);
 }
+
+// A backend whose passive out period ends while the active checks hold it
+// unhealthy is not back in service: no slow start then (the log said "back in
+// service, ramping" and counted a decision for a backend taking no traffic,
+// then "ramp complete" while it still took none). Its ramp starts when the
+// checks bring it back.
+TEST(PoolSlowStart, NoRampWhileTheActiveChecksHoldItOut) {
+  Pool pool(pool_config({1, 1}, 10s));
+  pool.snapshot()->report_failure(1, t0);
+  pool.snapshot()->set_healthy(1, false, t0 + 100ms);
+  EXPECT_TRUE(pool.tick(t0 + 2s).empty());  // fail_timeout (1 s) has passed: no longer out, still unhealthy
+  EXPECT_FALSE(pool.snapshot()->passive_out(1));
+  EXPECT_FALSE(pool.snapshot()->available(1));
+  EXPECT_TRUE(pool.tick(t0 + 20s).empty());
+  EXPECT_EQ(pool.decisions(WeightReason::slow_start), 0u);
+  EXPECT_EQ(pool.decisions(WeightReason::slow_start_done), 0u);
+  pool.snapshot()->set_healthy(1, true, t0 + 30s);
+  auto events = pool.tick(t0 + 30s);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, WeightReason::slow_start);
+  EXPECT_TRUE(pool.snapshot()->available(1));
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), kSlowStartFloor);
+}
 }  // namespace
 }  // namespace heft::upstream
