@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <utility>
 #include <fmt/format.h>
 
 namespace heft::upstream {
@@ -155,10 +156,12 @@ void PoolSnapshot::return_expired(TimePoint now) const {
         // Available at once, slow start or not: this may be the pick that
         // finds every backend out (see the contract in pool.h).
         s.out = false;
-        s.trial = true;
         // Back in service (slow start from now) unless the active checks
-        // hold it out: then it returns when they make it healthy again.
-        if (s.healthy.load(std::memory_order_relaxed)) note_return(config_.backends[i], s, now);
+        // hold it out: then it returns when they make it healthy again. (A
+        // trial whose request had no outcome within fail_timeout: another
+        // trial, the ramp as it was.)
+        if (!s.trial.exchange(true, std::memory_order_relaxed) && s.healthy.load(std::memory_order_relaxed))
+          note_return(config_.backends[i], s, now);
         returned = true;
       } else {
         next_return = std::min(next_return, ticks(s.out_until));
@@ -171,7 +174,39 @@ void PoolSnapshot::return_expired(TimePoint now) const {
 
 std::optional<uint32_t> PoolSnapshot::pick(const balance::PickContext& ctx, TimePoint now) const {
   if (ticks(now) >= next_return_.load(std::memory_order_relaxed)) return_expired(now);
-  return balancer_->pick(ctx);
+  const std::optional<uint32_t> chosen = balancer_->pick(ctx);
+  if (chosen && states_[*chosen]->trial.load(std::memory_order_relaxed)) [[unlikely]]
+    hold_trial(*chosen, now);
+  return chosen;
+}
+
+void PoolSnapshot::hold_trial(uint32_t i, TimePoint now) const {
+  // nginx lets one request through to a backend back on trial and none other
+  // until that one ends or fail_timeout passes again (the pick sets `checked`).
+  // Were it available to every pick until its first failure came back, a
+  // backend that swallows connections (a host gone, no RST) would hold 1/n of
+  // all requests for connect_timeout every fail_timeout. So the trial's pick
+  // takes it out again, until the trial's outcome (report_success(),
+  // report_failure(), clear_passive()) or a new fail_timeout. Not when no
+  // other backend is available: then it stays everyone's (as it was), rather
+  // than every other request getting a 503.
+  bool other = false;
+  for (uint32_t j = 0; j < states_.size() && !other; ++j) other = j != i && available(j);
+  if (!other) return;
+  const BackendConfig& b = config_.backends[i];
+  BackendState& s = *states_[i];
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.trial || s.out) return;  // settled meanwhile, or held by another worker's pick
+    s.out = true;
+    s.out_since = now;
+    s.out_until = now + b.fail_timeout;
+  }
+  const int64_t until = ticks(now + b.fail_timeout);
+  int64_t cur = next_return_.load(std::memory_order_relaxed);
+  while (until < cur && !next_return_.compare_exchange_weak(cur, until)) {
+  }
+  refresh_availability(i);
 }
 
 void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
@@ -189,7 +224,8 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
   {
     std::lock_guard lock(s.mu);
     const uint32_t fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
-    if (!lone && !s.out && (s.trial || fails >= b.max_fails)) {
+    // On trial (its request held out or not): out again at once.
+    if (!lone && (s.trial || (!s.out && fails >= b.max_fails))) {
       s.out = true;
       s.trial = false;
       s.out_since = now;
@@ -215,11 +251,15 @@ uint32_t PoolSnapshot::recent_fails(uint32_t i, TimePoint now) const {
 void PoolSnapshot::report_success(uint32_t i) const {
   BackendState& s = *states_[i];
   if (!s.trial.load(std::memory_order_relaxed)) return;  // the usual case: nothing to settle
-  std::lock_guard lock(s.mu);
-  if (s.trial) {
+  bool released = false;
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.trial) return;
     s.trial = false;
     s.recent_failures.clear();
+    released = std::exchange(s.out, false);  // held while its trial ran (hold_trial())
   }
+  if (released) refresh_availability(i);
 }
 
 void PoolSnapshot::set_healthy(uint32_t i, bool healthy) const {

@@ -16,8 +16,11 @@
 // last fail_timeout (nginx's own count only restarts after a success, so
 // spaced-out failures add up there; here a failure older than fail_timeout no
 // longer counts). When the out period has passed, the backend is available
-// again on trial, to the first pick or tick() that sees the time: a failure
-// puts it out again at once, a success clears its failures. A pool with a
+// again on trial, to the first pick or tick() that sees the time: the pick
+// that chooses it sends it one request and holds it out meanwhile (as nginx
+// does; unless no other backend is available), a failure puts it out again
+// at once, a success clears its failures and ends the hold; a trial with no
+// outcome within fail_timeout is tried again. A pool with a
 // single backend never takes it out and its failures change nothing but
 // failures_total (nginx: a lone peer is never unavailable; its effective
 // weight would only mislead). max_fails 0 disables the accounting. A
@@ -221,6 +224,9 @@ class PoolSnapshot {
   // trial, scanning them all (pick() calls it only when next_return_ says one
   // may be due; Pool::tick() always).
   void return_expired(TimePoint now) const;
+  // The pick of backend i found it on trial: holds it out while that trial
+  // runs (see pool.cc).
+  void hold_trial(uint32_t i, TimePoint now) const;
   // Tells this snapshot's policy of availability changed through an older
   // snapshot (Balancer::sync_availability; Pool::tick() calls it).
   void sync_availability() const { balancer_->sync_availability(); }

@@ -105,9 +105,9 @@ TEST(PassiveFailures, TrialFailurePutsItOutAgainTrialSuccessClearsTheWindow) {
   snap->report_failure(1, t0 + 3500ms);
   // Back at 4.3 s; the trial succeeds and clears the window (the failures at
   // 3 and 3.5 s no longer count): two more failures leave it in.
-  snap->pick({}, t0 + 4300ms);
-  ASSERT_TRUE(snap->available(1));
+  snap->pick({}, t0 + 4300ms);  // if this is the trial's pick, it is held out until the outcome
   snap->report_success(1);
+  ASSERT_TRUE(snap->available(1));
   snap->report_failure(1, t0 + 4310ms);
   snap->report_failure(1, t0 + 4320ms);
   EXPECT_TRUE(snap->available(1));
@@ -125,7 +125,12 @@ TEST(PassiveFailures, WithSlowStartTheFirstPickAfterFailTimeoutGetsABackend) {
   snap->report_failure(0, t0);
   snap->report_failure(1, t0);
   EXPECT_FALSE(snap->pick({}, t0 + 999ms));
-  EXPECT_TRUE(snap->pick({}, t0 + 1000ms));
+  const auto first = snap->pick({}, t0 + 1000ms);
+  ASSERT_TRUE(first);
+  // That pick's backend is held for its trial request, the other takes the
+  // rest, until the trial's outcome.
+  EXPECT_NE(snap->available(0), snap->available(1));
+  snap->report_success(*first);
   EXPECT_TRUE(snap->available(0));
   EXPECT_TRUE(snap->available(1));
   // The next tick balances both by the ramp's floor, ramping from the pick.
@@ -194,7 +199,10 @@ TEST(PassiveFailures, ReturnThroughAnOlderSnapshotReachesTheCurrentPolicy) {
   pool.tick(t0 + 1250ms);
   int picked[2] = {0, 0};
   for (int k = 0; k < 20; ++k)
-    if (auto i = current->pick({}, t0 + 1300ms)) ++picked[*i];
+    if (auto i = current->pick({}, t0 + 1300ms)) {
+      ++picked[*i];
+      current->report_success(*i);  // (the first to backend 1 is its trial)
+    }
   // Equal weights: about half each (the smooth WRR state carried over may
   // give one a pick of lead); backend 1 got none before.
   EXPECT_GE(picked[0], 9);
@@ -327,5 +335,66 @@ TEST(PassiveFailures, APassingActiveCheckSettlesATrialLeftPending) {
   snap->report_failure(0, t0 + 72s);
   EXPECT_FALSE(snap->available(0));
 }
+// nginx sends one request to a backend back on trial (its pick sets
+// `checked`, which keeps the peer out for another fail_timeout) and the rest
+// elsewhere until that request's outcome. heft made it available to every
+// pick until a failure came back: a backend that swallows connections held
+// 1/n of all requests for connect_timeout every fail_timeout.
+TEST(PassiveFailures, ABackendOnTrialGetsOneRequestUntilItsOutcome) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto snap = pool.snapshot();
+  snap->report_failure(1, t0);
+  ASSERT_FALSE(snap->available(1));
+  // Back on trial at 1 s: 20 picks while no outcome has come, one of them to it.
+  int to_trial = 0;
+  for (int k = 0; k < 20; ++k) {
+    const auto picked = snap->pick({}, t0 + 1000ms + k * 1ms);
+    ASSERT_TRUE(picked.has_value());
+    to_trial += *picked == 1;
+  }
+  EXPECT_EQ(to_trial, 1);
+  EXPECT_FALSE(snap->available(1));
+  // Its success ends the hold: its share again, failures forgotten.
+  snap->report_success(1);
+  EXPECT_TRUE(snap->available(1));
+  EXPECT_STREQ(snap->state_name(1), "up");
+  int to_it = 0;
+  for (int k = 0; k < 20; ++k) to_it += snap->pick({}, t0 + 1100ms) == std::optional<uint32_t>(1);
+  EXPECT_GE(to_it, 9);
+}
+
+// The trial's failure puts it out for fail_timeout from then; a trial with no
+// outcome within fail_timeout (a request still waiting) is followed by another.
+TEST(PassiveFailures, ATrialFailsOrTimesOutIntoAnotherOutPeriod) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto snap = pool.snapshot();
+  snap->report_failure(1, t0);
+  const auto trials_between = [&](milliseconds from, milliseconds to) {
+    int n = 0;
+    for (milliseconds at = from; at < to; at += 10ms) n += snap->pick({}, t0 + at) == std::optional<uint32_t>(1);
+    return n;
+  };
+  EXPECT_EQ(trials_between(1000ms, 2000ms), 1);  // one trial, no outcome
+  EXPECT_EQ(trials_between(2000ms, 2500ms), 1);  // fail_timeout after it: another
+  snap->report_failure(1, t0 + 2500ms);  // that one fails: out until 3.5 s
+  EXPECT_EQ(trials_between(2510ms, 3500ms), 0);
+  EXPECT_EQ(trials_between(3500ms, 3600ms), 1);
+}
+
+// With no other backend available, the one on trial stays every request's
+// (held out, they would all get 503).
+TEST(PassiveFailures, ATrialIsEveryonesWhenNoOtherBackendIsAvailable) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto snap = pool.snapshot();
+  snap->report_failure(0, t0);
+  snap->report_failure(1, t0);
+  ASSERT_FALSE(snap->available(0));
+  ASSERT_FALSE(snap->available(1));
+  // Both back on trial at 1 s: the first pick holds one, the other takes the rest.
+  int got = 0;
+  for (int k = 0; k < 20; ++k) got += snap->pick({}, t0 + 1000ms).has_value();
+  EXPECT_EQ(got, 20);
+}
+
 }  // namespace
 }  // namespace heft::upstream

@@ -33,11 +33,16 @@ PoolConfig pool_config(const std::vector<uint32_t>& weights, milliseconds slow_s
 }
 
 // Picks `n` times at `now`, returns counts by backend index.
+// n requests that each succeed (a backend back on trial is held out from its
+// trial's pick until that request's outcome).
 std::vector<uint64_t> picks(Pool& pool, int n, TimePoint now) {
   auto snap = pool.snapshot();
   std::vector<uint64_t> counts(snap->size());
   for (int k = 0; k < n; ++k)
-    if (auto i = snap->pick({}, now)) ++counts[*i];
+    if (auto i = snap->pick({}, now)) {
+      ++counts[*i];
+      snap->report_success(*i);
+    }
   return counts;
 }
 
