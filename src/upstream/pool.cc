@@ -461,6 +461,11 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       if (!out[i].reason) continue;
       s.adaptive = out[i].factor;
       std::string detail;
+      if (out[i].to_floor) {
+        detail = fmt::format("raised to min_weight_ratio {:.2f}", adaptive.min_weight_ratio);
+        note(i, *out[i].reason, s.ramp * s.adaptive, std::move(detail));
+        continue;
+      }
       switch (*out[i].reason) {
         case WeightReason::latency:
           detail = fmt::format("latency {:.1f}ms > limit {:.1f}ms", in[i].ewma_latency_ms, out[i].latency_limit_ms);

@@ -63,6 +63,15 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
     o.clean = b.clean;
     o.last_up = b.last_up;
     o.full = b.full;
+    if (b.factor < floor) {
+      // Below the bound: min_weight_ratio was raised since the backend was
+      // cut. Lifted to it, whatever its figures (a cut never raises a factor,
+      // and a failing backend would not recover).
+      o.factor = floor;
+      o.reason = WeightReason::recover;
+      o.to_floor = true;
+      continue;
+    }
     if (b.samples < kAdaptiveMinSamples) continue;  // too little traffic to judge: hold
     const bool slow = limit > 0 && b.ewma_latency_ms > limit;
     const bool failing = b.ewma_error > options.error_threshold;

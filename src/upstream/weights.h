@@ -33,7 +33,8 @@
 //     to its lower weight is not punished.
 //   * too many errors: EWMA error rate > error_threshold.
 //   A bad backend's factor is multiplied by (1 - cut), never below
-//   min_weight_ratio. A backend back within bounds with hysteresis (EWMA
+//   min_weight_ratio; a factor below it (min_weight_ratio was raised since
+//   the cut) is lifted to it at the next evaluation, whatever the figures. A backend back within bounds with hysteresis (EWMA
 //   latency < 0.8 x threshold and error rate < 0.8 x error_threshold) regains
 //   `cut` of its full weight per interval (factor += cut) up to 1: never above
 //   its configured weight. Between the two bands nothing changes.
@@ -109,6 +110,7 @@ struct AdaptiveOutput {
   double latency_limit_ms = 0;         // the latency threshold applied (0 = none)
   unsigned hold = 1, clean = 0, full = 0;  // backoff state to carry
   bool last_up = false;
+  bool to_floor = false;  // raised to min_weight_ratio (it was raised above the factor)
 };
 
 // One evaluation of a pool (inputs and outputs by backend index).

@@ -525,3 +525,41 @@ TEST(PoolSlowStart, NoRampWhileTheActiveChecksHoldItOut) {
 }
 }  // namespace
 }  // namespace heft::upstream
+
+namespace heft::upstream {
+namespace {
+
+// An operator who finds a backend cut too far raises min_weight_ratio (a
+// reload, an admin change): the backend is lifted to the new floor at the
+// next evaluation, failing or not. It used to stay below it for as long as it
+// stayed bad (a cut never raises a factor, and recovery needs good figures),
+// so `weight_factor` showed 0.10 under a configured floor of 0.5.
+TEST(PoolAdaptive, RaisedMinWeightRatioLiftsACutBackendToIt) {
+  PoolConfig cfg = pool_config({2, 2});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  const auto failing_interval = [&] {
+    feed(pool, 0, 100, 5ms);
+    feed(pool, 1, 100, 5ms, 30);
+    now += 1s;
+    return pool.tick(now);
+  };
+  for (int k = 0; k < 12; ++k) failing_interval();
+  ASSERT_NEAR(pool.snapshot()->factor(1), 0.1, 0.001);  // at the floor
+  cfg.adaptive.min_weight_ratio = 0.5;
+  pool.update(cfg);
+  const std::vector<WeightEvent> events = failing_interval();  // still failing
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), 0.5);
+  EXPECT_EQ(pool.snapshot()->balancer().backend(1).balance_weight, 100u);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].to_string().find("weight factor 0.10 -> 0.50 (recover: raised to min_weight_ratio 0.50)"),
+            std::string::npos)
+      << events[0].to_string();
+  for (int k = 0; k < 5; ++k) failing_interval();
+  EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), 0.5);  // and cut no further
+}
+
+}  // namespace
+}  // namespace heft::upstream
