@@ -16,6 +16,13 @@ bool listens_on(const json& server, const std::string& port_suffix) {
   return false;
 }
 
+// The port a server listens on (":8080" -> "8080"), from its first address.
+std::string port_of(const json& server) {
+  for (const json& l : server.value("listen", json::array()))
+    if (l.is_string()) return l.get<std::string>().substr(l.get<std::string>().rfind(':') + 1);
+  return "?";
+}
+
 }  // namespace
 
 std::optional<SiteLocation> find_site(const json& config, const std::string& site, std::string& why) {
@@ -40,6 +47,10 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   }
   size_t index = 0;
+  // A host name alone may be served on several ports (one site each): every
+  // site it names, to refuse it as ambiguous rather than take the first.
+  std::optional<SiteLocation> found_site;
+  std::vector<std::string> named;
   for (size_t s = 0; servers->contains(fmt::format("srv{}", s)); ++s) {
     const json& server = (*servers)[fmt::format("srv{}", s)];
     const bool port_matches = port_suffix.empty() || listens_on(server, port_suffix);
@@ -59,6 +70,9 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
           if (h.is_string() && h.get<std::string>() == host) match = true;
       }
       if (!match) continue;
+      named.push_back(fmt::format("{}:{} (site {})", host.find(':') != std::string::npos ? "[" + host + "]" : host,
+                                  port_of(server), index));
+      if (found_site) continue;
       SiteLocation at;
       at.index = index;
       at.upstreams_path = fmt::format("/config/apps/http/servers/srv{}/routes/{}/handle/0/routes/0/handle/0/upstreams", s, r);
@@ -69,9 +83,16 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
         why = "site " + site + " has no reverse_proxy upstreams";
         return std::nullopt;
       }
-      return at;
+      found_site = std::move(at);
     }
   }
+  if (named.size() > 1) {
+    std::string list;
+    for (const std::string& n : named) list += (list.empty() ? "" : ", ") + n;
+    why = fmt::format("site {} is ambiguous: {} serve it; give HOST:PORT or the site's index", site, list);
+    return std::nullopt;
+  }
+  if (found_site) return found_site;
   why = fmt::format("no site {} (give a host, HOST:PORT, :PORT or the site's index)", site);
   return std::nullopt;
 }

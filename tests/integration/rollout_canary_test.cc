@@ -467,3 +467,67 @@ TEST(Rollout, CanaryRemovedMeanwhileStopsWithoutReAddingIt) {
 
 }  // namespace
 }  // namespace heft::test
+
+namespace heft::test {
+namespace {
+
+// One host name served by two sites (two ports) with the same two upstreams:
+// `--site HOST` names neither, and is refused with the sites it could mean
+// (exit 2, nothing changed). It used to take the first one silently: the
+// rollout moved (and judged) one port's traffic only, reported as the host's.
+TEST(Rollout, HostNameOfSeveralSitesIsRefusedAsAmbiguous) {
+  const std::string dir = make_temp_dir();
+  Backend stable = start_backend(dir, "stable"), canary = start_backend(dir, "canary");
+  const uint16_t first = free_port(), second = free_port(), admin = free_port();
+  std::string sites;
+  for (uint16_t port : {first, second})
+    sites += fmt::format("app.test:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} "
+                         "weight 0\n\t}}\n}}\n",
+                         port, stable.port, canary.port);
+  Process heft = start_heft(dir, fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n{}", admin, sites), first);
+  ASSERT_TRUE(wait_for_port(second) && wait_for_port(admin)) << heft.log();
+  const std::string address = fmt::format("127.0.0.1:{}", admin);
+  const std::string stable_dial = fmt::format("127.0.0.1:{}", stable.port);
+  const std::string canary_dial = fmt::format("127.0.0.1:{}", canary.port);
+  const auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{HEFT_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--address", address});
+    Process p(argv, dir + "/command.log");
+    const int code = p.wait(30s).value_or(-1);
+    return std::pair{code, p.log()};
+  };
+  const std::string candidates =
+      fmt::format("app.test:{} (site 0), app.test:{} (site 1)", first, second);
+
+  auto [code, out] = run({"rollout", "--site", "APP.test", "--stable", stable_dial, "--canary", canary_dial,
+                          "--stages", "50:50", "--hold", "1s", "--min-requests", "0"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("site APP.test is ambiguous: " + candidates), std::string::npos) << out;
+  EXPECT_EQ(out.find("applied"), std::string::npos) << out;
+
+  std::tie(code, out) = run({"weight", "app.test", canary_dial, "7"});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("site app.test is ambiguous: " + candidates), std::string::npos) << out;
+
+  // Nothing changed on either site.
+  HttpClient c(admin);
+  auto config = nlohmann::json::parse(
+      c.request(fmt::format("GET /config/ HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", admin)).body, nullptr, false);
+  for (const char* server : {"srv0", "srv1"}) {
+    const nlohmann::json::json_pointer at(fmt::format(
+        "/apps/http/servers/{}/routes/0/handle/0/routes/0/handle/0/upstreams", server));
+    ASSERT_TRUE(config.contains(at)) << config;
+    EXPECT_EQ(config[at][0].value("weight", 1), 100) << server << config[at];
+    EXPECT_EQ(config[at][1].value("weight", 1), 0) << server << config[at];
+  }
+
+  // HOST:PORT picks one.
+  std::tie(code, out) = run({"rollout", "--site", fmt::format("app.test:{}", second), "--stable", stable_dial,
+                             "--canary", canary_dial, "--dry-run"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("/config/apps/http/servers/srv1/routes/0/"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace heft::test
