@@ -274,6 +274,10 @@ class Rollout {
   enum class Applied { ok, failed, gone, interrupted };
   Applied apply(const Stage& stage, std::string& error, bool interruptible);
   std::optional<json> upstreams_state(std::string& error);
+  // GET `target` as the watch reads: while the admin API gives no answer at
+  // all (heft restarting: refused, timed out), asked again every poll for up
+  // to kOutageWait, saying so, instead of taking the first miss for good.
+  AdminReply read(const std::string& target);
   // Sets stable 100 : canary 0 and says how it went.
   Applied roll_back_and_report(const std::string& reason);
   int roll_back(const std::string& reason) {
@@ -291,7 +295,37 @@ class Rollout {
   AdminClientOptions reads_;
   Target target_;
   std::optional<Stage> applied_;
+  size_t stage_ = 0;  // the stage under way (for read()'s lines)
 };
+
+// How long a stage waits for an admin API that stopped answering (a restart
+// of heft) before it counts the counters as unreadable.
+constexpr std::chrono::seconds kOutageWait{30};
+
+AdminReply Rollout::read(const std::string& target) {
+  std::optional<Clock::time_point> since;
+  for (;;) {
+    AdminReply r = admin_request(reads_, "GET", target);
+    if (g_interrupted) return r;
+    const auto now = Clock::now();
+    if (r.status != 0) {
+      if (since)
+        fmt::print("stage {}/{}: the admin API answers again after {:.1f}s\n", stage_ + 1, o_.stages.size(),
+                   std::chrono::duration<double>(now - *since).count());
+      return r;
+    }
+    if (!since) {
+      since = now;
+      fmt::print("stage {}/{}: no answer from the admin API ({}); waiting up to {} for it\n", stage_ + 1,
+                 o_.stages.size(), r.transport_error, config::format_duration(kOutageWait));
+    } else if (now - *since >= kOutageWait) {
+      return r;
+    }
+    const auto wake = std::min(*since + kOutageWait, Clock::now() + o_.poll);
+    while (Clock::now() < wake && !g_interrupted) std::this_thread::sleep_for(milliseconds(50));
+    if (g_interrupted) return r;
+  }
+}
 
 Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool interruptible) {
   // Someone else may change the site meanwhile (mark another upstream down,
@@ -299,7 +333,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool int
   // is now and PATCHes it only if nothing changed since it was read.
   constexpr int kTries = 5;
   for (int attempt = 0; attempt < kTries; ++attempt) {
-    AdminReply current = admin_request(interruptible ? reads_ : o_.admin, "GET", "/config/");
+    AdminReply current = interruptible ? read("/config/") : admin_request(o_.admin, "GET", "/config/");
     if (interruptible && g_interrupted) return Applied::interrupted;
     if (current.status != 200) {
       error = "cannot read the configuration: " + current.error_message();
@@ -342,7 +376,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool int
 }
 
 std::optional<json> Rollout::upstreams_state(std::string& error) {
-  AdminReply r = admin_request(reads_, "GET", "/reverse_proxy/upstreams");
+  AdminReply r = read("/reverse_proxy/upstreams");
   if (r.status != 200) {
     error = r.error_message();
     return std::nullopt;
@@ -464,6 +498,7 @@ int Rollout::run() {
 
   for (size_t s = 0; s < o_.stages.size(); ++s) {
     const Stage& stage = o_.stages[s];
+    stage_ = s;
     if (g_interrupted) return interrupted(s);
     std::string error;
     switch (apply(stage, error, true)) {

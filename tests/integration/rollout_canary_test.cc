@@ -31,10 +31,12 @@ struct RolloutFleet {
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
   }
-  // heft again on the same files with --resume (the state file holds the admin changes).
-  void restart_heft_resuming() {
+  // heft again on the same files with --resume (the state file holds the admin changes),
+  // `gap` after the old one exited.
+  void restart_heft_resuming(std::chrono::milliseconds gap = 0ms) {
     heft.signal(SIGTERM);
     if (!heft.wait(20s)) throw std::runtime_error("heft did not stop; log:\n" + heft.log());
+    std::this_thread::sleep_for(gap);
     heft = Process({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--resume", "--state", dir + "/autosave.json"},
                    dir + "/heft2.log");
     if (!wait_for_port(port, 10s) || !wait_for_port(admin, 10s))
@@ -285,6 +287,33 @@ TEST(Rollout, CountersGoingDownWithARestartAreJudgedFromTheRestart) {
   EXPECT_NE(out.find(fmt::format("the counters of 127.0.0.1:{} went down", f.canary.port)), std::string::npos) << out;
   EXPECT_NE(out.find("canary 300 req, "), std::string::npos) << out;
   EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+}
+
+// heft restarted with --resume during a stage, its admin API gone for 1.5 s
+// (several polls): the rollout waits for it and goes on. It used to take the
+// first unanswered poll for unreadable counters and roll back, which failed
+// too (heft was down): "ROLLBACK FAILED", exit 1, the canary left at the
+// stage's weight with nothing watching it.
+TEST(Rollout, HeftRestartedDuringAStageIsWaitedFor) {
+  RolloutFleet f;
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "4s", "--poll", "250ms", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  f.restart_heft_resuming(1500ms);
+  auto code = p.wait(40s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 0) << out;
+  EXPECT_NE(out.find(fmt::format("stage 1/1: no answer from the admin API (cannot reach the admin API at "
+                                 "127.0.0.1:{}: Connection refused); waiting up to 30s for it",
+                                 f.admin)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("stage 1/1: the admin API answers again after "), std::string::npos) << out;
+  EXPECT_EQ(out.find("ROLLBACK FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 50) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 50) << upstreams;
 }
 
 // A reload puts the Heftfile's weights back during a stage: the rollout stops
