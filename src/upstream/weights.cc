@@ -74,7 +74,10 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
     }
     if (b.samples < kAdaptiveMinSamples) continue;  // too little traffic to judge: hold
     const bool slow = limit > 0 && b.ewma_latency_ms > limit;
-    const bool failing = b.ewma_error > options.error_threshold;
+    // The EWMA decays by 0.2 an interval and never reaches 0: below the
+    // resolution it is 0, or error_threshold 0 would never let a backend be clean.
+    const double error = b.ewma_error < kErrorRateResolution ? 0.0 : b.ewma_error;
+    const bool failing = error > options.error_threshold;
     if (slow || failing) {
       o.clean = 0;
       o.full = 0;
@@ -88,7 +91,7 @@ std::vector<AdaptiveOutput> adaptive_evaluate(const AdaptiveOptions& options, co
       continue;
     }
     const bool fast = limit <= 0 || b.ewma_latency_ms < kRecoverHysteresis * limit;
-    const bool clean = b.ewma_error <= kRecoverHysteresis * options.error_threshold;
+    const bool clean = error <= kRecoverHysteresis * options.error_threshold;
     if (b.factor >= 1.0) {
       if (++o.full >= kMaxRecoverHold) {
         // Settled at full weight: the recovery is over, so a later cut is a

@@ -31,7 +31,10 @@
 //     noise, not a slower backend. Latency is judged against the pool's
 //     median, never against a weight share, so a backend slower in proportion
 //     to its lower weight is not punished.
-//   * too many errors: EWMA error rate > error_threshold.
+//   * too many errors: EWMA error rate > error_threshold. An EWMA error rate
+//     below kErrorRateResolution (0.01 %) counts as 0: it only decays
+//     geometrically and never reaches 0, so with error_threshold 0 a backend
+//     that once had errors would stay "failing" and never be clean again.
 //   A bad backend's factor is multiplied by (1 - cut), never below
 //   min_weight_ratio; a factor below it (min_weight_ratio was raised since
 //   the cut) is lifted to it at the next evaluation, whatever the figures. A backend back within bounds with hysteresis (EWMA
@@ -65,6 +68,7 @@ inline constexpr double kRecoverHysteresis = 0.8;
 inline constexpr uint64_t kAdaptiveMinSamples = 5;
 inline constexpr unsigned kMaxRecoverHold = 16;
 inline constexpr double kMinRelativeLatencyLimitMs = 1.0;
+inline constexpr double kErrorRateResolution = 1e-4;  // an EWMA error rate below it counts as 0
 inline constexpr unsigned kMaxCarriedIntervals = 16;  // (1 - kEwmaAlpha)^16: history gone
 
 struct AdaptiveOptions {

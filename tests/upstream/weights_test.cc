@@ -563,3 +563,39 @@ TEST(PoolAdaptive, RaisedMinWeightRatioLiftsACutBackendToIt) {
 
 }  // namespace
 }  // namespace heft::upstream
+
+namespace heft::upstream {
+namespace {
+
+// error_threshold 0 ("cut on any error"): after an interval with errors, the
+// backend recovers once it answers without errors. The EWMA of its error
+// rate only decays geometrically (0.2 per interval) and never reaches 0, so
+// it used to stay "failing" (> 0) for hundreds of intervals: cut every one
+// of them down to the floor, and never "clean" (<= 0.8 x 0) to recover.
+TEST(PoolAdaptive, ZeroErrorThresholdStillRecovers) {
+  PoolConfig cfg = pool_config({1, 1});
+  cfg.adaptive = adaptive_options();
+  cfg.adaptive.error_threshold = 0;
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  feed(pool, 0, 100, 5ms);
+  feed(pool, 1, 100, 5ms, 10);  // 10 % errors in one interval
+  now += 1s;
+  pool.tick(now);
+  ASSERT_DOUBLE_EQ(pool.snapshot()->factor(1), 0.75);
+  int intervals = 0;
+  while (pool.snapshot()->factor(1) < 1.0 && intervals < 30) {
+    feed(pool, 0, 100, 5ms);
+    feed(pool, 1, 100, 5ms);
+    now += 1s;
+    pool.tick(now);
+    ++intervals;
+  }
+  EXPECT_EQ(pool.snapshot()->factor(1), 1.0);
+  EXPECT_LE(intervals, 10);
+  EXPECT_GE(pool.snapshot()->factor(1), 0.75);
+}
+
+}  // namespace
+}  // namespace heft::upstream
