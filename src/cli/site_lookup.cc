@@ -34,6 +34,8 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
     return std::nullopt;
   }
   const bool numeric = !site.empty() && site.find_first_not_of("0123456789") == std::string::npos;
+  // An index past any site (even past SIZE_MAX: std::stoul threw) matches none.
+  const std::optional<uint64_t> wanted_index = numeric ? config::parse_uint(site, UINT64_MAX) : std::nullopt;
   // HOST, HOST:PORT or :PORT. Stored hosts are lower-case.
   std::string host = config::lowercase(site), port_suffix;
   // An IPv6 literal without brackets ("::1", as the JSON form writes a site
@@ -60,7 +62,7 @@ std::optional<SiteLocation> find_site(const json& config, const std::string& sit
     const json& routes = found != server.end() && found->is_array() ? *found : no_routes;
     for (size_t r = 0; r < routes.size(); ++r, ++index) {
       const json& route = routes[r];
-      bool match = numeric && std::stoul(site) == index;
+      bool match = numeric && wanted_index && *wanted_index == index;
       if (!numeric && port_matches) {
         json hosts = json::array();
         for (const json& m : route.value("match", json::array()))

@@ -560,3 +560,31 @@ TEST(Rollout, HostNameOfSeveralSitesIsRefusedAsAmbiguous) {
 
 }  // namespace
 }  // namespace heft::test
+
+namespace heft::test {
+namespace {
+
+// A site index past any integer type is no site (exit 2 for rollout, 1 for
+// weight), said so; it aborted both commands (std::stoul threw out_of_range,
+// exit 134).
+TEST(Rollout, SiteIndexTooLargeIsNoSite) {
+  RolloutFleet f;
+  const std::string index = "99999999999999999999";
+  auto [code, out] = f.rollout({"--dry-run"});
+  ASSERT_EQ(code, 0) << out;  // the fleet's own site, by :PORT
+  Process rollout({HEFT_BINARY, "rollout", "--site", index, "--stable", fmt::format("127.0.0.1:{}", f.stable.port),
+                   "--canary", fmt::format("127.0.0.1:{}", f.canary.port), "--dry-run", "--address",
+                   fmt::format("127.0.0.1:{}", f.admin)},
+                  f.dir + "/big.log");
+  EXPECT_EQ(rollout.wait(30s).value_or(-1), 2) << rollout.log();
+  EXPECT_NE(rollout.log().find("heft: rollout: no site " + index + " (give a host"), std::string::npos)
+      << rollout.log();
+  Process weight({HEFT_BINARY, "weight", index, fmt::format("127.0.0.1:{}", f.canary.port), "3", "--address",
+                  fmt::format("127.0.0.1:{}", f.admin)},
+                 f.dir + "/weight.log");
+  EXPECT_EQ(weight.wait(30s).value_or(-1), 1) << weight.log();
+  EXPECT_NE(weight.log().find("heft: no site " + index + " (give a host"), std::string::npos) << weight.log();
+}
+
+}  // namespace
+}  // namespace heft::test
