@@ -69,8 +69,24 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   int64_t next_return = INT64_MAX;
   for (uint32_t i = 0; i < config_.backends.size(); ++i) {
     std::shared_ptr<BackendState> state;
+    bool was_down = false;
     if (previous) {
-      if (auto old = previous->balancer_->find(config_.backends[i].name)) state = previous->states_[*old];
+      if (auto old = previous->balancer_->find(config_.backends[i].name)) {
+        state = previous->states_[*old];
+        was_down = previous->config_.backends[*old].down;
+      }
+    }
+    // Marked up again after `down` (a reload, the admin API): back in service,
+    // so slow start, as HAProxy's slowstart when a server leaves maintenance.
+    // Unless the checks or its failures still hold it out: it ramps when they end.
+    if (was_down && !config_.backends[i].down && config_.backends[i].slow_start.count() > 0 &&
+        state->healthy.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(state->mu);
+      if (!state->out) {
+        state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
+        state->returned_at.store(0, std::memory_order_relaxed);
+        state->returned.store(true, std::memory_order_release);
+      }
     }
     if (!state) {
       state = std::make_shared<BackendState>(config_.counter_slots);

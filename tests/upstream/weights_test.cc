@@ -144,6 +144,31 @@ TEST(PoolSlowStart, BackendAddedToRunningPoolRamps) {
   EXPECT_NEAR(double(c[2]), 1000, 2);
 }
 
+// A backend marked up again after `down` (reload or admin API) comes back
+// into service: it ramps, as HAProxy's slowstart when a server leaves
+// maintenance (it took its full share at once).
+TEST(PoolSlowStart, BackendMarkedUpAfterDownRamps) {
+  PoolConfig config = pool_config({1, 1}, 10s);
+  config.backends[1].down = true;
+  Pool pool(config);
+  pool.tick(t0);
+  config.backends[1].down = false;
+  pool.update(config);
+  auto c = picks(pool, 1100, t0);
+  EXPECT_NEAR(double(c[1]), 100, 2);  // 0.1 / 1.1 of picks, before any tick
+  auto events = pool.tick(t0);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].backend, "B");
+  EXPECT_EQ(events[0].reason, WeightReason::slow_start);
+  pool.tick(t0 + 10s);
+  c = picks(pool, 2000, t0 + 10s);
+  EXPECT_NEAR(double(c[1]), 1000, 2);
+  // Only its weight changing starts no ramp.
+  config.backends[1].weight = 2;
+  pool.update(config);
+  EXPECT_TRUE(pool.tick(t0 + 11s).empty());
+}
+
 TEST(PoolSlowStart, WorksWithEveryWeightedPolicy) {
   for (auto kind : {balance::PolicyKind::weighted_round_robin, balance::PolicyKind::random,
                     balance::PolicyKind::least_conn, balance::PolicyKind::p2c}) {
