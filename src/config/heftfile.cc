@@ -563,12 +563,10 @@ class Parser {
         else
           error(*arg, fmt::format("invalid health_status \"{}\" (e.g. 200 or 2xx)", arg->text));
       } else if (name == "health_body") {
-        try {
-          std::regex compiled(arg->text, std::regex::ECMAScript);
+        if (const std::string problem = health_body_problem(arg->text); problem.empty())
           pool.health_body = arg->text;
-        } catch (const std::regex_error& e) {
-          error(*arg, fmt::format("invalid health_body regular expression \"{}\": {}", arg->text, e.what()));
-        }
+        else
+          error(*arg, fmt::format("invalid health_body regular expression \"{}\": {}", arg->text, problem));
       } else if (name == "health_passes") {
         if (auto n = integer(*arg, 1, 1000, "health_passes")) pool.health_passes = uint32_t(*n);
       } else if (name == "health_fails") {

@@ -728,12 +728,10 @@ class Reader {
     }
     std::string body;
     if (string_field(*active, "expect_body", ap, body)) {
-      try {
-        std::regex compiled(body, std::regex::ECMAScript);
+      if (const std::string problem = health_body_problem(body); problem.empty())
         pool.health_body = body;
-      } catch (const std::regex_error& e) {
-        error(member(ap, "expect_body"), fmt::format("invalid regular expression: {}", e.what()));
-      }
+      else
+        error(member(ap, "expect_body"), fmt::format("invalid regular expression: {}", problem));
     }
     if (const json* headers = array_field(*active, "headers", ap, false)) {
       std::string hp = member(ap, "headers");

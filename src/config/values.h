@@ -117,6 +117,12 @@ inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 // would end the header and start one the configuration did not mean to send.
 std::string header_value_problem(std::string_view value);
 
+// Why `pattern` cannot be a health_body regular expression, or empty if it
+// can (Boost.Regex, as the health checks match it; body_pattern.cc).
+std::string health_body_problem(std::string_view pattern);
+// The syntax flags health_body patterns are compiled with (boost::regex's).
+unsigned health_body_flags();
+
 // Whether `target` may be sent as written in a request line: visible ASCII
 // only (RFC 9112 request-target; a space, CR or LF would end it and start
 // something else, other bytes must be percent-encoded).

@@ -21,6 +21,7 @@
 #include <boost/regex.hpp>
 #include <fmt/format.h>
 
+#include "config/values.h"
 #include "observe/metrics.h"
 #include "proxy/endpoint.h"
 
@@ -290,13 +291,12 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
     // character a repetition takes, and "^[^!]+" or "UP.*" over a body of a
     // few tens of KiB overflowed this thread's stack (heft died of SIGSEGV).
     // Boost's matcher keeps its own bounded stack and throws when a pattern
-    // is too costly. no_mod_m / no_mod_s: ^, $ and . as ECMAScript has them
-    // (std::regex's: ^ and $ at the ends of the body, . never a newline).
+    // is too costly. Compiled with the flags the configuration checked the
+    // pattern with (config::health_body_flags()).
     bool matched = false;
     std::string failure;
     try {
-      const boost::regex pattern(c.health_body, boost::regex::ECMAScript | boost::regex::no_mod_m |
-                                                    boost::regex::no_mod_s);
+      const boost::regex pattern(c.health_body, config::health_body_flags());
       matched = boost::regex_search(body, pattern);
     } catch (const std::exception& e) {
       failure = e.what();

@@ -839,6 +839,18 @@ TEST(HeftfileErrors, HealthUriIsOneRequestTarget) {
             "/caf%C3%A9?x=1&y=%20");
 }
 
+// health_body is checked by the engine the probes match with (Boost.Regex):
+// a lookbehind, which they take, was refused by std::regex's check; a pattern
+// neither takes is an error at its place.
+TEST(HeftfileErrors, HealthBodyIsCheckedAsTheProbesMatchIt) {
+  EXPECT_EQ(parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\thealth_body \"(?<=status: )up\"\n\t}\n}\n")
+                .sites[0]
+                .proxy.health_body,
+            "(?<=status: )up");
+  const std::string error = only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_body \"(up\"\n\t}\n}\n");
+  EXPECT_EQ(error.rfind("Heftfile:3:15: invalid health_body regular expression \"(up\": ", 0), 0u) << error;
+}
+
 TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
   auto errors = errors_of(R"(app.example.com {
 	reverse_proxy {
