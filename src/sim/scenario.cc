@@ -637,10 +637,18 @@ void validate(Scenario& s) {
   // at most a millionth of one.
   double shortest_service = std::numeric_limits<double>::infinity();
   for (const ServerSpec& server : s.servers) shortest_service = std::min(shortest_service, server.service_s);
-  if (s.duration_s > shortest_service * kMaxDurationInServiceTimes)
+  if (s.duration_s > shortest_service * kMaxDurationInServiceTimes) {
+    // A trace of Unix timestamps (1.7e9 s) ends here: say so.
+    const std::string absolute =
+        s.has_trace && !s.trace_times.empty() && s.trace_times.front() >= kAbsoluteTraceTimeS
+            ? fmt::format(" (the trace's first arrival is at {:.0f}s: its times look like absolute timestamps; a "
+                          "trace gives seconds since its start, so subtract the first time from every line)",
+                          s.trace_times.front())
+            : "";
     fail(fmt::format("duration {:g}s is too long for the shortest service time ({:g}s): simulated time would lose "
-                     "its precision; at most {:.3g}s",
-                     s.duration_s, shortest_service, shortest_service * kMaxDurationInServiceTimes));
+                     "its precision; at most {:.3g}s{}",
+                     s.duration_s, shortest_service, shortest_service * kMaxDurationInServiceTimes, absolute));
+  }
   set_default_weights(s.servers);
   for (const Event& e : s.events) {
     if (!(e.at_s >= 0) || !std::isfinite(e.at_s)) fail("event times must be >= 0 and finite");

@@ -36,6 +36,9 @@ inline constexpr uint64_t kMaxSeriesPoints = 10'000'000;
 // The longest duration, in shortest service times: simulated time (a double of
 // seconds) then still resolves a millionth of a service time (2^52 x 1e-6).
 inline constexpr double kMaxDurationInServiceTimes = 4.5e9;
+// A trace whose first arrival is this late (about 3 years) was most likely
+// written with absolute (Unix) timestamps; the precision error says so.
+inline constexpr double kAbsoluteTraceTimeS = 1e8;
 // A slow event's factor. 1e300 ran latencies far past what the latency
 // histogram holds (2^64 ns, 585 years: p99 showed 18374686479.67 s); a million
 // times a 5 ms service is 83 minutes, and a millionth is a speed-up nobody models.

@@ -308,6 +308,23 @@ TEST(ScenarioValidateTest, DurationBeyondTheClocksPrecisionIsRefused) {
   EXPECT_EQ(error_of([&] { validate(s); }), "");
 }
 
+// A trace of Unix timestamps makes the duration ~1.7e9 s, past the clock's
+// precision for a 5 ms service: the error says the times look absolute
+// (it named only the duration and the service time).
+TEST(ScenarioValidateTest, ATraceOfAbsoluteTimestampsIsNamedAsSuch) {
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.servers[0].service_s = 0.005;
+  load_trace("1764600000.000\n1764600000.250\n1764600001.000\n", s);
+  const std::string error = error_of([&] { validate(s); });
+  EXPECT_NE(error.find("too long for the shortest service time"), std::string::npos) << error;
+  EXPECT_NE(error.find("its times look like absolute timestamps"), std::string::npos) << error;
+  // Relative times are simulated, with no such words.
+  load_trace("0\n0.250\n1.000\n", s);
+  s.duration_s = 0;
+  EXPECT_EQ(error_of([&] { validate(s); }), "");
+}
+
 // 60 s in 1.2 ms buckets is 50,000 of them (the division gives 50000.000000000007),
 // so 200 servers are exactly at the 10,000,000-point limit, not over it.
 TEST(ScenarioValidateTest, BucketCountIsNotRoundedUpByBinaryNoise) {
