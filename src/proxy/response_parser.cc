@@ -215,10 +215,7 @@ std::size_t ResponseParser::put_head_to_beast(const char* p, std::size_t n, erro
   }
   beast_fed_ = true;
   rewrite_for_beast(p, size, std::min<std::size_t>(n, header_limit_));
-  // The limit is on what the backend sent, not on the CRs added.
-  base::header_limit(static_cast<std::uint32_t>(std::max<std::size_t>(header_limit_, rewritten_->head.size())));
-  base::put(boost::asio::buffer(rewritten_->head), ec);
-  base::header_limit(header_limit_);
+  put_rewritten(ec);
   if (refused_framing(ec) && whole_head(rewritten_->head)) return read_without_length(rewritten_->head, ec) ? size : 0;
   // Beast had a whole head, or up to a line it refuses: it is past the head
   // or has refused it.
@@ -276,11 +273,16 @@ bool ResponseParser::read_without_length(std::string_view head, error_code& ec) 
   rewritten_ = std::make_unique<Rewritten>();
   rewritten_->head = std::move(kept);
   rewritten_->retained = std::move(retained);
+  put_rewritten(ec);
+  if (!ec && !base::is_header_done()) ec = http::error::bad_transfer_encoding;  // not reached: the head is whole
+  return !ec;
+}
+
+void ResponseParser::put_rewritten(error_code& ec) {
+  // The limit is on what the backend sent, not on the CRs added.
   base::header_limit(static_cast<std::uint32_t>(std::max<std::size_t>(header_limit_, rewritten_->head.size())));
   base::put(boost::asio::buffer(rewritten_->head), ec);
   base::header_limit(header_limit_);
-  if (!ec && !base::is_header_done()) ec = http::error::bad_transfer_encoding;  // not reached: the head is whole
-  return !ec;
 }
 
 ResponseParser::Handoff ResponseParser::scan_for_beast(const char* const p, const std::size_t n, std::size_t& size) {

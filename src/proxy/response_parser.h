@@ -154,6 +154,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   // status line Beast takes) is a line Beast refuses; notes in lenient_ what
   // it accepts only rewritten.
   bool bad_line_for_beast(const char* p, const char* line, const char* stop);
+  // Gives Beast the head in rewritten_ (whole, or up to a line it refuses).
+  void put_rewritten(error_code& ec);
   // Into rewritten_->head: the first `size` octets of the `seen` at p, rewritten.
   void rewrite_for_beast(const char* p, std::size_t size, std::size_t seen);
   // After Beast refused a framing field of the whole head `head` (CRLF

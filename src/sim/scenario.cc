@@ -226,6 +226,13 @@ Event parse_event(std::string_view text) {
   return e;
 }
 
+namespace {
+// "2 weights for 1 server": a weights= event's count against the fleet's.
+std::string weights_for_servers(size_t weights, size_t servers) {
+  return fmt::format("{} weight{} for {} server{}", weights, weights == 1 ? "" : "s", servers, servers == 1 ? "" : "s");
+}
+}  // namespace
+
 std::string event_text(const Event& e) {
   std::string at = fmt::format("{}s", e.at_s);
   switch (e.kind) {
@@ -520,8 +527,7 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       fail(fmt::format("scenario: events[{}]: names unknown server '{}'", i, e.server));
     // Here, where the event's place is known (validate() checks the flags' too).
     if (e.kind == Event::Kind::weights && !s.servers.empty() && e.weights.size() != s.servers.size())
-      fail(fmt::format("scenario: events[{}]: {} weight{} for {} server{}", i, e.weights.size(),
-                       e.weights.size() == 1 ? "" : "s", s.servers.size(), s.servers.size() == 1 ? "" : "s"));
+      fail(fmt::format("scenario: events[{}]: {}", i, weights_for_servers(e.weights.size(), s.servers.size())));
   }
   return s;
 }
@@ -656,8 +662,7 @@ void validate(Scenario& s) {
       fail(fmt::format("event at {}s: slow factor must be {}", e.at_s, kSlowFactorRange));
     if (e.kind == Event::Kind::weights) {
       if (e.weights.size() != s.servers.size())
-        fail(fmt::format("--event '{}': {} weight{} for {} server{}", event_text(e), e.weights.size(),
-                         e.weights.size() == 1 ? "" : "s", s.servers.size(), s.servers.size() == 1 ? "" : "s"));
+        fail(fmt::format("--event '{}': {}", event_text(e), weights_for_servers(e.weights.size(), s.servers.size())));
       for (uint32_t w : e.weights)
         if (w > kMaxWeight) fail(fmt::format("event at {}s: weights must be 0..{}", e.at_s, kMaxWeight));
     } else if (!names.contains(e.server)) {

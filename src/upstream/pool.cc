@@ -10,13 +10,16 @@ namespace heft::upstream {
 namespace {
 int64_t ticks(TimePoint t) { return t.time_since_epoch().count(); }
 
-// Records that a backend came back at `now`: the next Pool::tick starts its
-// slow-start ramp from then and publishes a snapshot at the ramp's floor.
-void note_return(const BackendConfig& b, BackendState& s, TimePoint now) {
-  s.returned_at.store(ticks(now), std::memory_order_relaxed);
+// Records that a backend came back at steady ticks `at` (0: at the next
+// tick): the next Pool::tick starts its slow-start ramp from then and
+// publishes a snapshot at the ramp's floor.
+void mark_returned(const BackendConfig& b, BackendState& s, int64_t at) {
+  s.returned_at.store(at, std::memory_order_relaxed);
   if (b.slow_start.count() > 0) s.factor.store(kSlowStartFloor, std::memory_order_relaxed);
   s.returned.store(true, std::memory_order_release);
 }
+
+void note_return(const BackendConfig& b, BackendState& s, TimePoint now) { mark_returned(b, s, ticks(now)); }
 
 // The same for a backend an active check brings back; with slow start it is
 // made available by that tick, in the snapshot that already balances it at
@@ -68,10 +71,11 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   factors_.reserve(config_.backends.size());
   int64_t next_return = INT64_MAX;
   for (uint32_t i = 0; i < config_.backends.size(); ++i) {
+    const BackendConfig& b = config_.backends[i];
     std::shared_ptr<BackendState> state;
     bool was_down = false;
     if (previous) {
-      if (auto old = previous->balancer_->find(config_.backends[i].name)) {
+      if (auto old = previous->balancer_->find(b.name)) {
         state = previous->states_[*old];
         was_down = previous->config_.backends[*old].down;
       }
@@ -79,23 +83,14 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
     // Marked up again after `down` (a reload, the admin API): back in service,
     // so slow start, as HAProxy's slowstart when a server leaves maintenance.
     // Unless the checks or its failures still hold it out: it ramps when they end.
-    if (was_down && !config_.backends[i].down && config_.backends[i].slow_start.count() > 0 &&
-        state->healthy.load(std::memory_order_relaxed)) {
+    if (was_down && !b.down && b.slow_start.count() > 0 && state->healthy.load(std::memory_order_relaxed)) {
       std::lock_guard lock(state->mu);
-      if (!state->out) {
-        state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
-        state->returned_at.store(0, std::memory_order_relaxed);
-        state->returned.store(true, std::memory_order_release);
-      }
+      if (!state->out) mark_returned(b, *state, 0);
     }
     if (!state) {
       state = std::make_shared<BackendState>(config_.counter_slots);
       // Added to a running pool: slow start (from the floor until the next tick starts the ramp).
-      if (previous && config_.backends[i].slow_start.count() > 0) {
-        state->factor.store(kSlowStartFloor);
-        state->returned_at.store(0);
-        state->returned.store(true);
-      }
+      if (previous && b.slow_start.count() > 0) mark_returned(b, *state, 0);
     }
     {
       std::lock_guard lock(state->mu);
@@ -104,15 +99,11 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
       // max_fails is 0) ends here: it comes back (slow start from this
       // snapshot's first tick), or a lone backend would answer 503 for the
       // rest of fail_timeout.
-      const BackendConfig& b = config_.backends[i];
       if (state->out && (config_.backends.size() == 1 || b.max_fails == 0)) {
         state->out = false;
         state->trial = false;
-        if (state->healthy.load(std::memory_order_relaxed)) {  // else it returns when the checks say so
-          if (b.slow_start.count() > 0) state->factor.store(kSlowStartFloor, std::memory_order_relaxed);
-          state->returned_at.store(0, std::memory_order_relaxed);
-          state->returned.store(true, std::memory_order_release);
-        }
+        // (Unhealthy: it returns when the checks say so.)
+        if (state->healthy.load(std::memory_order_relaxed)) mark_returned(b, *state, 0);
       }
       // A reload that changed fail_timeout changes the out period under way.
       if (state->out) {
