@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -15,6 +14,7 @@
 #include "admin/state_file.h"
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "integration/process_util.h"
 
 namespace heft::admin {
 namespace {
@@ -64,24 +64,6 @@ struct Fixture : ::testing::Test {
 
 using AdminApiTest = Fixture;
 
-// A fresh directory under /tmp for one test's state files, removed after it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = "/tmp/heft-admin-api-XXXXXX";
-    if (mkdtemp(pattern.data())) path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-
 TEST_F(AdminApiTest, GetReturnsTheTreeWithAnETag) {
   AdminApi api(sample_config(), hooks(), "");
   AdminResponse r = api.handle(request("GET", "/config/"));
@@ -95,9 +77,7 @@ TEST_F(AdminApiTest, GetReturnsTheTreeWithAnETag) {
 }
 
 TEST_F(AdminApiTest, CanaryScriptPutOfUpstreamsIsAppliedAndPersisted) {
-  ScratchDir scratch;
-  ASSERT_FALSE(scratch.path().empty());
-  std::string state = scratch.path() + "/autosave.json";
+  std::string state = test::make_temp_dir() + "/autosave.json";
   AdminApi api(sample_config(), hooks(), state);
   std::string before_tag = api.etag();
   AdminResponse r = api.handle(request(
@@ -325,9 +305,7 @@ TEST_F(AdminApiTest, TokenIsRequiredWhenSetAndForNonLoopback) {
 }
 
 TEST(StateFile, WritesAtomicallyAndLoads) {
-  ScratchDir scratch;
-  ASSERT_FALSE(scratch.path().empty());
-  std::string dir = scratch.path();
+  std::string dir = test::make_temp_dir();
   std::string path = dir + "/nested/autosave.json";
   std::string error;
   ASSERT_TRUE(write_state_file(path, config::to_json(sample_config()).dump(), error)) << error;
