@@ -16,7 +16,7 @@ HeadScan bad(const char* reason) {
   return s;
 }
 
-enum class RequestLine { valid, malformed, version_not_supported };
+enum class RequestLine { valid, malformed, fragment, version_not_supported };
 
 RequestLine check_request_line(std::string_view line, bool& http10) {
   std::size_t sp1 = line.find(' ');
@@ -25,9 +25,14 @@ RequestLine check_request_line(std::string_view line, bool& http10) {
     if (!is_tchar(line[i])) return RequestLine::malformed;
   std::size_t sp2 = line.find(' ', sp1 + 1);
   if (sp2 == std::string_view::npos || sp2 == sp1 + 1) return RequestLine::malformed;
+  // No fragment: a client never sends one (RFC 9112 3.2), and a backend
+  // or cache may split the path at it differently than heft routes it
+  // (HAProxy refuses it since CVE-2023-45539).
+  bool fragment = false;
   for (std::size_t i = sp1 + 1; i < sp2; ++i) {
     auto u = static_cast<unsigned char>(line[i]);
     if (u <= 0x20 || u == 0x7f) return RequestLine::malformed;
+    fragment |= u == '#';
   }
   std::string_view version = line.substr(sp2 + 1);
   if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !is_digit(version[5]) || version[6] != '.' ||
@@ -36,6 +41,7 @@ RequestLine check_request_line(std::string_view line, bool& http10) {
   // A later major version over HTTP/1.1's syntax is refused as nginx does
   // (505); a later 1.x minor is HTTP/1.1 to us (RFC 9110 2.5).
   if (version[5] != '1') return RequestLine::version_not_supported;
+  if (fragment) return RequestLine::fragment;
   http10 = version[7] == '0';
   return RequestLine::valid;
 }
@@ -84,6 +90,7 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
     switch (check_request_line(data.substr(0, first_line_end), http10)) {
       case RequestLine::valid: break;
       case RequestLine::malformed: return bad("malformed request line");
+      case RequestLine::fragment: return bad("fragment in the request target");
       case RequestLine::version_not_supported:
         return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
     }
@@ -160,7 +167,8 @@ AbsoluteTarget split_absolute_target(std::string_view target) {
     return t;
   }
   const std::string_view rest = target.substr(scheme_end + 3);
-  const std::size_t authority_end = std::min(rest.find_first_of("/?#"), rest.size());
+  // (A '#' was refused with the request line.)
+  const std::size_t authority_end = std::min(rest.find_first_of("/?"), rest.size());
   t.authority = rest.substr(0, authority_end);
   t.path = rest.substr(authority_end);
   // RFC 9110 4.2.1: an http URI with an empty host is invalid; 4.2.4: userinfo
@@ -171,10 +179,6 @@ AbsoluteTarget split_absolute_target(std::string_view target) {
   }
   if (t.authority.find('@') != std::string_view::npos) {
     t.reason = "absolute URI with userinfo";
-    return t;
-  }
-  if (!t.path.empty() && t.path.front() == '#') {
-    t.reason = "fragment in the request target";
     return t;
   }
   t.status = AbsoluteTarget::absolute;

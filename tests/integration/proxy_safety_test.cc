@@ -95,6 +95,9 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"Host unclosed IPv6", "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n"},
       {"absolute-form bad port", "GET http://a:99999/x HTTP/1.1\r\nHost: a\r\n\r\n"},
       {"absolute-form unclosed IPv6", "GET http://[::1/x HTTP/1.1\r\nHost: a\r\n\r\n"},
+      {"fragment in the path", "GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"fragment after the query", "GET /a?q=1#/../admin HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"fragment in an absolute-form path", "GET http://x/a#b HTTP/1.1\r\nHost: x\r\n\r\n"},
   };
   for (const auto& [name, raw] : cases) {
     HttpClient c(port, std::chrono::milliseconds(3000));
