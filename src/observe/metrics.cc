@@ -11,8 +11,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -73,6 +75,11 @@ struct Registry {
   std::mutex rare_mu;
   std::map<std::string, uint64_t> health_changes;    // server, site, upstream
   std::map<std::string, uint64_t> weight_decisions;  // server, site, reason
+  // Since when a backend (server, site, upstream) or a pool (server, site)
+  // with series has been missing from the live ones (forget_removed_series()).
+  std::mutex retention_mu;
+  std::map<std::string, std::chrono::steady_clock::time_point> upstream_absent_since;
+  std::map<std::string, std::chrono::steady_clock::time_point> pool_absent_since;
   std::atomic<int64_t> connections{0};
   std::atomic<uint64_t> reloads_ok{0};
   std::atomic<uint64_t> reloads_failed{0};
@@ -116,6 +123,17 @@ std::vector<std::string> split_key(const std::string& key) {
     if (end == std::string::npos) return parts;
     start = end + 1;
   }
+}
+
+// The first `parts` label values of `key`, still joined: a series' backend
+// (server, site, upstream) or pool (server, site).
+std::string_view key_prefix(std::string_view key, int parts) {
+  size_t end = 0;
+  for (int i = 0; i < parts; ++i) {
+    end = key.find(kSep, i ? end + 1 : 0);
+    if (end == std::string_view::npos) return key;
+  }
+  return key.substr(0, end);
 }
 
 std::string escape(std::string_view value) {
@@ -311,7 +329,64 @@ void record_reload(bool success) {
   (success ? registry().reloads_ok : registry().reloads_failed).fetch_add(1, std::memory_order_relaxed);
 }
 
+void forget_removed_series(const std::vector<UpstreamGauge>& live, std::chrono::steady_clock::time_point now) {
+  std::unordered_set<std::string> live_upstreams, live_pools;
+  for (const UpstreamGauge& g : live) {
+    live_upstreams.emplace(make_key(g.server, g.site, g.upstream));
+    live_pools.emplace(make_key(g.server, g.site));
+  }
+  Registry& r = registry();
+  std::lock_guard retention(r.retention_mu);
+  // Every backend and pool that has series now.
+  std::set<std::string, std::less<>> upstreams, pools;
+  for (Shard& s : r.shards) {
+    std::lock_guard lock(s.mu);
+    for (const auto& [k, v] : s.upstream_requests) upstreams.emplace(key_prefix(k, 3));
+    for (const auto& [k, v] : s.upstream_durations) upstreams.emplace(k);
+    for (const auto& [k, v] : s.failures) upstreams.emplace(key_prefix(k, 3));
+  }
+  {
+    std::lock_guard lock(r.rare_mu);
+    for (const auto& [k, v] : r.health_changes) upstreams.emplace(k);
+    for (const auto& [k, v] : r.weight_decisions) pools.emplace(key_prefix(k, 2));
+  }
+  // Absent ones are timed from the first call that missed them; those back
+  // (or without series any more) are not absent.
+  const auto doomed = [&](std::map<std::string, std::chrono::steady_clock::time_point>& absent_since,
+                          const std::set<std::string, std::less<>>& known,
+                          const std::unordered_set<std::string>& alive) {
+    std::set<std::string, std::less<>> out;
+    std::erase_if(absent_since, [&](const auto& entry) { return alive.count(entry.first) || !known.count(entry.first); });
+    for (const std::string& key : known) {
+      if (alive.count(key)) continue;
+      auto since = absent_since.try_emplace(key, now).first;
+      if (now - since->second >= kRemovedSeriesKept) {
+        out.insert(key);
+        absent_since.erase(since);
+      }
+    }
+    return out;
+  };
+  const std::set<std::string, std::less<>> gone_upstreams = doomed(r.upstream_absent_since, upstreams, live_upstreams);
+  const std::set<std::string, std::less<>> gone_pools = doomed(r.pool_absent_since, pools, live_pools);
+  if (gone_upstreams.empty() && gone_pools.empty()) return;
+  // The workers' caches point into the maps: invalidate them before erasing
+  // (a worker takes its shard's lock before it reads the generation).
+  g_generation.fetch_add(1, std::memory_order_relaxed);
+  const auto gone = [&](const std::string& key, int parts) { return gone_upstreams.count(key_prefix(key, parts)) > 0; };
+  for (Shard& s : r.shards) {
+    std::lock_guard lock(s.mu);
+    std::erase_if(s.upstream_requests, [&](const auto& e) { return gone(e.first, 3); });
+    std::erase_if(s.upstream_durations, [&](const auto& e) { return gone(e.first, 3); });
+    std::erase_if(s.failures, [&](const auto& e) { return gone(e.first, 3); });
+  }
+  std::lock_guard lock(r.rare_mu);
+  std::erase_if(r.health_changes, [&](const auto& e) { return gone(e.first, 3); });
+  std::erase_if(r.weight_decisions, [&](const auto& e) { return gone_pools.count(key_prefix(e.first, 2)) > 0; });
+}
+
 std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
+  forget_removed_series(gauges, std::chrono::steady_clock::now());
   std::map<std::string, uint64_t> requests, upstream_requests, failures;
   std::map<std::string, Histogram> request_durations, upstream_durations;
   for (Shard& s : registry().shards) {
@@ -352,8 +427,9 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
   std::map<std::string, uint64_t> health_changes, weight_decisions;
   {
     // The current backends' series from 0 on, kept in the registry: a backend
-    // or site removed later keeps its series at their last value, 0 included
-    // (docs/admin.md), instead of the zero series vanishing.
+    // or site removed later keeps its series at their last value, 0 included,
+    // for kRemovedSeriesKept (docs/admin.md), instead of the zero series
+    // vanishing at once.
     Registry& r = registry();
     std::lock_guard lock(r.rare_mu);
     for (const UpstreamGauge& g : gauges) {
@@ -405,6 +481,11 @@ void reset_metrics() {
     std::lock_guard lock(registry().rare_mu);
     registry().health_changes.clear();
     registry().weight_decisions.clear();
+  }
+  {
+    std::lock_guard lock(registry().retention_mu);
+    registry().upstream_absent_since.clear();
+    registry().pool_absent_since.clear();
   }
   registry().connections = 0;
   registry().reloads_ok = 0;

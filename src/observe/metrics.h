@@ -13,11 +13,13 @@
 // Gauges that describe pools (weights, health, active requests) are not
 // recorded: the caller passes their current values to render(). Counters
 // are all recorded here, never in pool state, which a reload may replace:
-// they only go up while the process runs.
+// they only go up while a backend is configured, and for
+// kRemovedSeriesKept after it was removed (forget_removed_series()).
 //
 // Threads: every function may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -66,10 +68,30 @@ struct UpstreamGauge {
   double weight_factor = 1;  // slow start x adaptive, 0..1
 };
 
+// How long the series of a backend no pool holds any more (and the weight
+// decisions of a pool no site has) are kept at their last values: long
+// enough for scrapes to see their final counts, and for a backend put back
+// within it (a blue-green flip back) to continue them; after it they are
+// forgotten, so a fleet whose addresses change with every deploy does not
+// grow the registry and every scrape without bound.
+inline constexpr std::chrono::seconds kRemovedSeriesKept{300};
+
+// The backends the pools hold now are `live` (their server, site and
+// upstream labels; the gauge values are not read). Series of any other
+// backend, and weight decisions of any other pool, are forgotten once they
+// have been absent for kRemovedSeriesKept as of `now` (from the first call
+// that found them absent). Called by render_metrics() with its gauges and by
+// the proxy after every configuration change, so a heft nobody scrapes
+// forgets them too. Client-side series (heft_requests_total,
+// heft_request_duration_seconds, by server port) are kept: ports rarely
+// change.
+void forget_removed_series(const std::vector<UpstreamGauge>& live, std::chrono::steady_clock::time_point now);
+
 // The whole exposition (text format 0.0.4): recorded metrics, `gauges`, the
 // access log's drop counter and process metrics. The backends and pools of
 // `gauges` have their health-change and weight-decision counters shown from
-// 0 before anything is recorded for them.
+// 0 before anything is recorded for them. Calls forget_removed_series()
+// with `gauges` first.
 std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
 
 // The `server` label of a site (metrics, the upstreams view): its port,

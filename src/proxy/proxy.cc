@@ -599,10 +599,16 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (const auto& endpoint : removed)
     if (!served.count(endpoint.port())) dropped.insert(endpoint.port());
   std::set<tcp::endpoint> backends;  // backend addresses the new configuration uses
+  std::vector<observe::UpstreamGauge> live;  // and their metrics' labels
   for (const SiteRoute& site : impl.current()->sites) {
     auto snapshot = site.pool->snapshot();
-    for (uint32_t b = 0; b < snapshot->size(); ++b) backends.insert(backend_endpoint(snapshot->backend(b).address));
+    for (uint32_t b = 0; b < snapshot->size(); ++b) {
+      backends.insert(backend_endpoint(snapshot->backend(b).address));
+      live.push_back({.server = site.server_label, .site = site.site_label, .upstream = snapshot->backend(b).name});
+    }
   }
+  // A heft nobody scrapes forgets removed backends' series too (kRemovedSeriesKept).
+  observe::forget_removed_series(live, std::chrono::steady_clock::now());
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));

@@ -58,7 +58,7 @@ struct SiteRoute {
   std::size_t index = 0;
   config::SiteConfig site;
   std::shared_ptr<upstream::Pool> pool;
-  std::string server_label;                 // "srvN": the metrics' server label
+  std::string server_label;                 // observe::server_label(site): the metrics' server label
   std::shared_ptr<observe::AccessLog> log;  // null when the site logs nothing
   std::string site_label;                   // observe::site_label(site): the metrics' site label
   // The backend's Host for a request without one (HTTP/1.0, or an empty

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <regex>
@@ -141,6 +142,14 @@ struct Exposition {
       if (s.name == name && s.labels == labels) return s.value;
     return NAN;
   }
+
+  // How many samples carry label `name` with `value` (a backend's, a pool's series).
+  size_t count_with(const std::string& name, const std::string& value) const {
+    size_t n = 0;
+    for (const Sample& s : samples)
+      if (auto it = s.labels.find(name); it != s.labels.end() && it->second == value) ++n;
+    return n;
+  }
 };
 
 TEST(Metrics, ExpositionIsValidAndCountsWhatWasRecorded) {
@@ -249,6 +258,67 @@ TEST(Metrics, HealthChangesAndWeightDecisionsOnlyGoUp) {
   e = Exposition::parse(render_metrics(both));
   EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 2);
   EXPECT_EQ(e.value("heft_upstream_weight_decisions_total", slow_start), 1);
+}
+
+// A backend no pool holds any more keeps its series at their last values for
+// kRemovedSeriesKept, then they are forgotten (a fleet whose addresses change
+// with every deploy would otherwise grow the registry and every scrape
+// without bound); so are the weight decisions of a pool no site has. One put
+// back within that time continues its counts.
+TEST(Metrics, RemovedBackendsSeriesAreForgottenAfterTheyWereKept) {
+  reset_metrics();
+  record_upstream(0, ":8080", "a:8080", "10.0.0.1:80", 200, 0.002);
+  record_upstream(1, ":8080", "a:8080", "10.0.0.1:80", 502, 0.002);
+  record_failure(0, ":8080", "a:8080", "10.0.0.1:80", "status");
+  record_health_change(":8080", "a:8080", "10.0.0.1:80");
+  record_upstream(0, ":8080", "a:8080", "10.0.0.2:80", 200, 0.002);
+  record_weight_decision(":8080", "b:8080", "slow_start");  // a pool about to go
+  record_upstream(0, ":8080", "b:8080", "10.0.0.3:80", 200, 0.002);
+  const std::vector<UpstreamGauge> only_second{{":8080", "a:8080", "10.0.0.2:80", 0, 1, 1, true, 1}};
+  const std::map<std::string, std::string> first{{"server", ":8080"}, {"site", "a:8080"}, {"upstream", "10.0.0.1:80"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  forget_removed_series(only_second, t0);  // a reload removed 10.0.0.1 and site b
+  Exposition e = Exposition::parse(render_metrics(only_second));
+  EXPECT_EQ(e.value("heft_upstream_health_changes_total", first), 1);
+  EXPECT_GT(e.count_with("upstream", "10.0.0.1:80"), 0u);
+  EXPECT_GT(e.count_with("site", "b:8080"), 0u);
+  forget_removed_series(only_second, t0 + kRemovedSeriesKept - std::chrono::seconds(1));
+  e = Exposition::parse(render_metrics(only_second));
+  auto with_first = first;
+  with_first["code"] = "502";
+  EXPECT_EQ(e.value("heft_upstream_requests_total", with_first), 1);
+  forget_removed_series(only_second, t0 + kRemovedSeriesKept);
+  e = Exposition::parse(render_metrics(only_second));
+  EXPECT_EQ(e.count_with("upstream", "10.0.0.1:80"), 0u);
+  EXPECT_EQ(e.count_with("site", "b:8080"), 0u);
+  auto second = first;
+  second["upstream"] = "10.0.0.2:80";
+  second["code"] = "200";
+  EXPECT_EQ(e.value("heft_upstream_requests_total", second), 1);  // the live backend is untouched
+  // A request that was in flight to the removed backend still records: a new
+  // series from 0 (the workers' cached slots were let go with the old ones).
+  record_upstream(0, ":8080", "a:8080", "10.0.0.1:80", 200, 0.002);
+  record_upstream(0, ":8080", "a:8080", "10.0.0.2:80", 200, 0.002);
+  e = Exposition::parse(render_metrics(only_second));
+  with_first["code"] = "200";
+  EXPECT_EQ(e.value("heft_upstream_requests_total", with_first), 1);
+  EXPECT_EQ(e.value("heft_upstream_requests_total", second), 2);
+  // Put back within the time kept, then removed again: counted on, and timed
+  // afresh from its second removal. (Simulated times from t0 + 1000 s on:
+  // render_metrics() times absences by the real clock, near t0.)
+  const std::vector<UpstreamGauge> with_fourth{{":8080", "a:8080", "10.0.0.2:80", 0, 1, 1, true, 1},
+                                               {":8080", "a:8080", "10.0.0.4:80", 0, 1, 1, true, 1}};
+  auto fourth = second;
+  fourth["upstream"] = "10.0.0.4:80";
+  const auto t1 = t0 + std::chrono::seconds(1000);
+  record_upstream(0, ":8080", "a:8080", "10.0.0.4:80", 200, 0.002);
+  forget_removed_series(only_second, t1);
+  forget_removed_series(with_fourth, t1 + kRemovedSeriesKept / 2);
+  record_upstream(0, ":8080", "a:8080", "10.0.0.4:80", 200, 0.002);
+  forget_removed_series(only_second, t1 + kRemovedSeriesKept);
+  forget_removed_series(only_second, t1 + kRemovedSeriesKept * 3 / 2);
+  e = Exposition::parse(render_metrics(only_second));
+  EXPECT_EQ(e.value("heft_upstream_requests_total", fourth), 2);
 }
 
 TEST(Metrics, EmptyRegistryIsStillValid) {
