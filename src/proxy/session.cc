@@ -617,6 +617,12 @@ class Session {
   // The deadline ended the attempt (kept apart from timed_out, which the
   // next arm() clears: a cut response writes its held head first).
   bool failure_timed_out_ = false;
+  // When this attempt's response head was received (forward_response()), or
+  // none: the backend's latency for adaptive weights and the per-backend
+  // histogram is the time to its head (nginx's $upstream_header_time,
+  // HAProxy's Tr), not the whole relay — a large download to a slow client
+  // or an event stream open for minutes is not a slow backend.
+  Clock::time_point response_head_at_{};
   // An error or timeout (whichever the deadline says) at `stage`.
   AttemptResult failure(const char* stage, error_code ec) {
     if (client_closed_) return AttemptResult{Outcome::client_gone};
@@ -1232,6 +1238,7 @@ Task<bool> Session::handle(RequestParser& parser) {
     // A tunnel (WebSocket) keeps its backend counted active while it runs,
     // as nginx's least_conn counts an upgraded connection.
     std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i);
+    response_head_at_ = {};
     result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
     if (!tunnel_) active.reset();
     const auto attempt_end = Clock::now();
@@ -1245,7 +1252,9 @@ Task<bool> Session::handle(RequestParser& parser) {
       bool ok = result.outcome == Outcome::done && !result.failed;
       if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body &&
           result.outcome != Outcome::local_error)
-        snapshot->record_response(i, attempt_end - attempt_start, status, ok, w.index);
+        snapshot->record_response(
+            i, (response_head_at_ != Clock::time_point{} ? response_head_at_ : attempt_end) - attempt_start, status,
+            ok, w.index);
     }
     upstream = nullptr;
     const std::string& name = snapshot->backend(i).name;
@@ -1597,6 +1606,7 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     if (upgrade && response.status() == 101 && !parser.is_done())
       co_return failure("reading the response head", http::error::bad_status);
   }
+  response_head_at_ = Clock::now();
   const auto& req = parser.get();
   const unsigned status = response.status();
   const bool switching = status == 101 && upgrade;

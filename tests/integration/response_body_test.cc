@@ -265,5 +265,60 @@ TEST(ResponseBody, ContentLengthBesideChunkedIsDroppedAndTheConnectionNotReused)
       << heft.log();
 }
 
+// A backend's latency (the input of adaptive weights, and the per-backend
+// histogram `heft rollout` judges p99 from) is the time to its response
+// head, nginx's $upstream_header_time: a body relayed slowly (a large
+// download to a slow client, an event stream open for minutes) is not a slow
+// backend. It counted the whole relay, so a pool serving event streams cut
+// those backends' weights. The metrics' response-duration histogram keeps
+// the whole attempt, as nginx's $upstream_response_time.
+TEST(ResponseBody, ABackendsLatencyIsTheTimeToItsHeadNotTheBodysRelay) {
+  const Origin::Script script = [&](int fd, const std::string& head, int) {
+    if (head.rfind("GET /stream ", 0) == 0) {
+      if (!send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      return send_all(fd, "cd");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a slow head: counted
+    return send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  };
+  Origin origin(script);
+  ASSERT_NE(origin.port, 0);
+  const std::string dir = make_temp_dir();
+  const uint16_t port = free_port(), admin_port = free_port();
+  Process heft = start_heft(dir, fmt::format(R"({{
+	admin 127.0.0.1:{}
+	workers 1
+}}
+:{} {{
+	reverse_proxy 127.0.0.1:{}
+}}
+)", admin_port, port, origin.port), port);
+  HttpClient client(port, 10s);
+  const auto sent = Clock::now();
+  Response streamed = client.get("/stream");
+  EXPECT_EQ(streamed.body, "abcd");
+  EXPECT_GE(Clock::now() - sent, std::chrono::milliseconds(600));
+  EXPECT_EQ(client.get("/slow-head").body, "ok");
+
+  const auto upstreams = nlohmann::json::parse(admin_get(admin_port, "/reverse_proxy/upstreams"), nullptr, false);
+  ASSERT_TRUE(upstreams.is_array() && upstreams.size() == 1) << upstreams;
+  int fast = 0, slow = 0;  // responses within 100 ms; from 250 ms on
+  for (const auto& bucket : upstreams[0]["latency_ms_buckets"]) {
+    const bool bounded = bucket[0].is_number();
+    if (bounded && bucket[0].get<double>() <= 100) fast += bucket[1].get<int>();
+    if (!bounded || bucket[0].get<double>() > 250) slow += bucket[1].get<int>();
+  }
+  EXPECT_EQ(fast, 1) << upstreams[0]["latency_ms_buckets"];  // the stream's head came at once
+  EXPECT_EQ(slow, 1) << upstreams[0]["latency_ms_buckets"];  // the slow head
+  std::string metrics;
+  for (int wait = 0; wait < 100; ++wait) {  // the last request is counted once written (bounded)
+    if (wait > 0) std::this_thread::sleep_for(50ms);
+    metrics = admin_get(admin_port, "/metrics");
+    if (metric_sum(metrics, "heft_upstream_response_duration_seconds_count", "upstream=") >= 2) break;
+  }
+  EXPECT_GE(metric_sum(metrics, "heft_upstream_response_duration_seconds_sum", "upstream="), 0.9) << metrics;
+}
+
 }  // namespace
 }  // namespace heft::test
