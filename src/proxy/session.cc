@@ -753,6 +753,7 @@ class Session {
   // Counts and logs a request refused while its head was read (no parsed
   // request: method and URI stay empty in the log).
   void record_refused_head(unsigned status);
+  Clock::time_point head_started_{};  // read_head(): when the current head's header_timeout began (coarse clock)
   Clock::time_point request_start_{};  // when the current request's head was complete
   bool upstream_chunked_ = false;  // request body sent chunked (streamed, size unknown)
 };
@@ -800,6 +801,9 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     if (ec || in_.size() == 0) co_return -1;
   }
   if (!header_clock_running) arm(config().header_timeout);
+  // Where header_timeout's clock started: a refused head's duration runs
+  // from there (nginx's $request_time from the first bytes), not 0.
+  head_started_ = header_clock_running ? idle_since : deadline - config().header_timeout;
   for (;;) {
     std::string_view bytes(in_.bytes(), in_.size());
     HeadScan scan = scan_request_head(bytes);
@@ -873,10 +877,11 @@ void Session::record_refused_head(unsigned status) {
   const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
   const SiteRoute* route = port_site(*routes);
   if (!route) return;
-  observe::record_request(w.index, route->server_label, static_cast<int>(status), 0.0);
+  const double seconds = std::chrono::duration<double>(coarse_now() - head_started_).count();
+  observe::record_request(w.index, route->server_label, static_cast<int>(status), seconds);
   if (!route->log) return;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  route->log->write({now, client_ip, "", "", "", "", "", static_cast<int>(status), 0.0, record_.size, 0});
+  route->log->write({now - seconds, client_ip, "", "", "", "", "", static_cast<int>(status), seconds, record_.size, 0});
 }
 
 Task<void> Session::run() {

@@ -115,8 +115,10 @@ TEST(MetricsAndAccessLog, AgreeOverARun) {
 }
 
 // Requests heft refuses itself (a smuggling attempt, an oversized head,
-// CONNECT, an unknown host) are counted and logged too, as nginx logs its
-// 400s, under the port's site; the size is the bytes of heft's own answer.
+// CONNECT, an unknown host, a head not finished within header_timeout) are
+// counted and logged too, as nginx logs its 400s, under the port's site; the
+// size is the bytes of heft's own answer, the duration runs from where
+// header_timeout's clock started (it was 0 for a refused head).
 TEST(MetricsAndAccessLog, RefusedRequestsAreCountedAndLogged) {
   std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a");
@@ -125,6 +127,7 @@ TEST(MetricsAndAccessLog, RefusedRequestsAreCountedAndLogged) {
   Process heft = start_heft(dir, fmt::format(R"({{
 	admin 127.0.0.1:{}
 	workers 1
+	header_timeout 1s
 }}
 app.test:{} {{
 	reverse_proxy 127.0.0.1:{}
@@ -141,27 +144,47 @@ app.test:{} {{
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n"), 431);
   EXPECT_EQ(status_of("CONNECT app.test:443 HTTP/1.1\r\nHost: app.test:443\r\n\r\n"), 501);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nHost: other.test\r\n\r\n"), 404);
+  for (const bool keep_alive : {false, true}) {
+    // Begun and never finished: 408 once header_timeout ran out, from the
+    // connection for its first request, from the first byte for a later one.
+    HttpClient stalled(port, 5s);
+    if (keep_alive) {
+      EXPECT_EQ(stalled.request("GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").status, 200);
+      std::this_thread::sleep_for(300ms);  // idle, not part of the head's time
+    }
+    ASSERT_TRUE(stalled.send_raw("GET /stalled HTTP/1.1\r\nHost: app.test\r\n"));
+    EXPECT_EQ(stalled.read_response().status, 408);
+  }
 
   HttpClient admin(admin_port);
   Response metrics;
   for (int wait = 0; wait < 100; ++wait) {
     metrics = admin.request("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(admin_port) + "\r\n\r\n");
-    if (metric_sum(metrics.body, "heft_requests_total") >= 5) break;
+    if (metric_sum(metrics.body, "heft_requests_total") >= 8) break;
     std::this_thread::sleep_for(20ms);
   }
-  for (const char* code : {"200", "400", "431", "501", "404"})
+  for (const char* code : {"400", "431", "501", "404"})
     EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", fmt::format("code=\"{}\"", code)), 1) << code;
+  for (const char* code : {"200", "408"})
+    EXPECT_EQ(metric_sum(metrics.body, "heft_requests_total", fmt::format("code=\"{}\"", code)), 2) << code;
+  // The 408s' seconds are in the duration histogram too.
+  EXPECT_GE(metric_sum(metrics.body, "heft_request_duration_seconds_sum"), 1.8) << metrics.body;
 
   std::vector<nlohmann::json> lines;
-  for (int wait = 0; wait < 100 && lines.size() < 5; ++wait) {
+  for (int wait = 0; wait < 100 && lines.size() < 8; ++wait) {
     std::this_thread::sleep_for(50ms);
     lines.clear();
     std::ifstream in(log_path);
     for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
   }
-  ASSERT_EQ(lines.size(), 5u);
+  ASSERT_EQ(lines.size(), 8u);
   std::map<int, nlohmann::json> by_status;
-  for (const auto& j : lines) by_status[j["status"].get<int>()] = j;
+  for (const auto& j : lines) {
+    by_status[j["status"].get<int>()] = j;
+    if (j["status"] != 408) continue;
+    EXPECT_GE(j["duration"].get<double>(), 0.9) << j;
+    EXPECT_LT(j["duration"].get<double>(), 1.25) << j << ": the idle time before the head counted";
+  }
   EXPECT_EQ(by_status[400]["size"], std::string("400 Bad Request\n").size());
   EXPECT_EQ(by_status[501]["request"]["method"], "CONNECT");
   EXPECT_EQ(by_status[501]["request"]["host"], "app.test:443");  // the Host field (it was empty)
