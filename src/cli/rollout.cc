@@ -12,8 +12,10 @@
 // (on 412 it reads again). Then it watches GET /reverse_proxy/upstreams once a second:
 // the canary's requests, 5xx responses and p99 (from the per-backend response
 // time histogram) since the stage began. A breach at any poll rolls back to
-// stable 100 : canary 0 at once. Exit: 0 done, 1 rolled back (or stopped: the
-// stable or canary left the site, or their weights are no longer the stage's),
+// stable 100 : canary 0 at once. The site is found once by SITE and followed
+// by its address after that, so sites added or removed before it do not
+// shift the rollout onto another. Exit: 0 done, 1 rolled back (or stopped: the
+// site, stable or canary left, or their weights are no longer the stage's),
 // 2 bad arguments or nothing to roll out against, 130 interrupted (state
 // reported).
 #include <signal.h>
@@ -106,10 +108,13 @@ void parse(RolloutOptions& o) {
   }
 }
 
-// Where the site's upstreams live in the config tree (as last read).
+// The site rolled out, followed by its address: a site added or removed
+// before it (an admin write, a reload) shifts its index and its path, and
+// the index would then name another site's traffic and weights.
 struct Target {
-  std::string path;  // /config/.../upstreams
-  size_t site_index = 0;
+  std::string address;  // HOSTS:PORT, as /reverse_proxy/upstreams' site_address says it
+  std::string path;     // /config/.../upstreams (as last read)
+  size_t site_index = 0;  // (as last read)
 };
 
 // The index of the upstream dialled as `dial` in a site's `upstreams` array.
@@ -167,7 +172,26 @@ std::optional<Target> find_target(const json& config, const RolloutOptions& o, s
                       o.site, policy, *how);
     return std::nullopt;
   }
-  return Target{site->upstreams_path, site->index};
+  return Target{site->address, site->upstreams_path, site->index};
+}
+
+// The index under which a /reverse_proxy/upstreams answer lists the site
+// whose site_address is `address`; nullopt with `why` set when none does
+// (removed, or its hosts or port changed) or several do.
+std::optional<size_t> site_index_in(const json& list, const std::string& address, std::string& why) {
+  std::vector<size_t> indices;
+  for (const json& u : list)
+    if (u.value("site_address", "") == address) {
+      const size_t index = u.value("site", size_t(-1));
+      if (std::find(indices.begin(), indices.end(), index) == indices.end()) indices.push_back(index);
+    }
+  if (indices.size() == 1) return indices.front();
+  why = indices.empty()
+            ? fmt::format("site {} is no longer in /reverse_proxy/upstreams (removed, or its hosts or port changed)",
+                          address)
+            : fmt::format("site {} is ambiguous: /reverse_proxy/upstreams lists sites {} with that address", address,
+                          fmt::join(indices, ", "));
+  return std::nullopt;
 }
 
 // The entry of the backend dialled as `address` in site `site` of a
@@ -284,6 +308,13 @@ class Rollout {
     roll_back_and_report(reason);
     return 1;
   }
+  // The site's index in a /reverse_proxy/upstreams answer, found by its
+  // address (saying so when it moved), or nullopt with `why` set.
+  std::optional<size_t> follow_site(const json& list, std::string& why);
+  // SITE as given, with the address it stands for when that says more.
+  std::string site_name() const {
+    return o_.site == target_.address ? o_.site : fmt::format("{} ({})", o_.site, target_.address);
+  }
   int stopped(size_t stage_index, const std::string& why);
   int interrupted(size_t stage_index);
   std::string stage_lost(const json& stable, const json& canary, const Stage& stage) const;
@@ -345,7 +376,9 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool int
     }
     const json config = json::parse(current.body, nullptr, false);
     std::string why;
-    auto site = find_site(config, o_.site, why);
+    // By address, not by SITE again: a numeric SITE would name another site
+    // once one is added before it, and a host name could become ambiguous.
+    auto site = find_site_by_address(config, target_.address, why);
     if (!site) {
       error = why;
       return Applied::gone;
@@ -354,7 +387,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool int
     auto stable = upstream_index(upstreams, o_.stable), canary = upstream_index(upstreams, o_.canary);
     if (!stable || !canary) {
       error = fmt::format("the {} upstream {} is no longer in site {}", stable ? "canary" : "stable",
-                          stable ? o_.canary : o_.stable, o_.site);
+                          stable ? o_.canary : o_.stable, site_name());
       return Applied::gone;
     }
     upstreams[*stable]["weight"] = stage.stable;
@@ -367,7 +400,7 @@ Rollout::Applied Rollout::apply(const Stage& stage, std::string& error, bool int
       error = r.error_message();
       return Applied::failed;
     }
-    target_ = Target{site->upstreams_path, site->index};
+    target_ = Target{site->address, site->upstreams_path, site->index};
     applied_ = stage;
     return Applied::ok;
   }
@@ -406,6 +439,16 @@ Rollout::Applied Rollout::roll_back_and_report(const std::string& reason) {
       break;
   }
   return applied;
+}
+
+std::optional<size_t> Rollout::follow_site(const json& list, std::string& why) {
+  auto index = site_index_in(list, target_.address, why);
+  if (index && *index != target_.site_index) {
+    fmt::print("stage {}/{}: site {} is site {} now (was {}): a site was added or removed before it\n", stage_ + 1,
+               o_.stages.size(), target_.address, *index, target_.site_index);
+    target_.site_index = *index;
+  }
+  return index;
 }
 
 int Rollout::stopped(size_t stage_index, const std::string& why) {
@@ -467,8 +510,8 @@ int Rollout::run() {
     return kBadArguments;
   }
   target_ = std::move(*target);
-  fmt::print("rollout of site {} ({}): stable {} -> canary {}, {} stage{}, hold {}, max 5xx rate {}, min {} requests{}\n",
-             o_.site, target_.path, o_.stable, o_.canary, o_.stages.size(), o_.stages.size() == 1 ? "" : "s",
+  fmt::print("rollout of site {} ({}{}): stable {} -> canary {}, {} stage{}, hold {}, max 5xx rate {}, min {} requests{}\n",
+             o_.site, o_.site == target_.address ? "" : target_.address + ", ", target_.path, o_.stable, o_.canary, o_.stages.size(), o_.stages.size() == 1 ? "" : "s",
              config::format_duration(o_.hold), config::format_fraction(o_.max_error_rate), o_.min_requests,
              o_.max_p99 ? ", max p99 " + config::format_duration(*o_.max_p99) : "");
   if (o_.dry_run) {
@@ -520,8 +563,10 @@ int Rollout::run() {
     auto base_list = upstreams_state(error);
     if (g_interrupted) return interrupted(s);
     if (!base_list) return roll_back("cannot read upstream counters: " + error);
-    const json* base_stable = find_upstream(*base_list, target_.site_index, o_.stable);
-    const json* base_canary = find_upstream(*base_list, target_.site_index, o_.canary);
+    const auto base_site = follow_site(*base_list, error);
+    if (!base_site) return roll_back(error);
+    const json* base_stable = find_upstream(*base_list, *base_site, o_.stable);
+    const json* base_canary = find_upstream(*base_list, *base_site, o_.canary);
     if (!base_stable || !base_canary) return roll_back("the upstreams are not in /reverse_proxy/upstreams");
     if (std::string lost = stage_lost(*base_stable, *base_canary, stage); !lost.empty()) return stopped(s, lost);
     Watch stable_watch(read_counters(*base_stable)), canary_watch(read_counters(*base_canary));
@@ -538,8 +583,10 @@ int Rollout::run() {
       // A signal during the read (which gives way to it) or since: nothing is judged after it.
       if (g_interrupted) return interrupted(s);
       if (!list) return roll_back("cannot read upstream counters: " + error);
-      const json* us = find_upstream(*list, target_.site_index, o_.stable);
-      const json* uc = find_upstream(*list, target_.site_index, o_.canary);
+      const auto site = follow_site(*list, error);
+      if (!site) return roll_back(error);
+      const json* us = find_upstream(*list, *site, o_.stable);
+      const json* uc = find_upstream(*list, *site, o_.canary);
       if (!us || !uc) return roll_back("the upstreams left /reverse_proxy/upstreams");
       if (std::string lost = stage_lost(*us, *uc, stage); !lost.empty()) return stopped(s, lost);
       const auto take = [&](Watch& watch, const json& entry, const std::string& address) {

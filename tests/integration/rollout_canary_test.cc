@@ -588,3 +588,120 @@ TEST(Rollout, SiteIndexTooLargeIsNoSite) {
 
 }  // namespace
 }  // namespace heft::test
+
+namespace heft::test {
+namespace {
+
+// Two sites on one port, a.test (site 0) and b.test (site 1), with the same
+// stable and canary (a.test's at 7 : 3), a canary failing half its requests,
+// and a third site, c.test, to insert before both during a rollout of b.test:
+// b.test becomes site 2 and site 1 is a.test.
+struct TwoSites {
+  std::string dir = make_temp_dir();
+  Backend stable = start_backend(dir, "stable");
+  Backend canary = start_backend(dir, "canary", {"--fail-rate", "0.5"});
+  uint16_t port = free_port();
+  uint16_t admin_port = free_port();
+  Process heft;
+
+  TwoSites() {
+    std::string sites;
+    for (const auto& [host, stable_weight, canary_weight] : {std::tuple{"a.test", 7, 3}, std::tuple{"b.test", 100, 0}})
+      sites += fmt::format("{}:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} weight {}\n\t\tto 127.0.0.1:{} "
+                           "weight {}\n\t}}\n}}\n",
+                           host, port, stable.port, stable_weight, canary.port, canary_weight);
+    heft = start_heft(dir, fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n{}", admin_port, sites), port);
+  }
+  std::string dial(const Backend& b) const { return fmt::format("127.0.0.1:{}", b.port); }
+  Process start_rollout(const std::string& site, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{HEFT_BINARY, "rollout", "--site", site, "--stable", dial(stable), "--canary",
+                                  dial(canary), "--poll", "250ms", "--address", fmt::format("127.0.0.1:{}", admin_port)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Process(args, dir + "/rollout.log");
+  }
+  Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
+    HttpClient client(admin_port);
+    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
+                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                                      method, path, admin_port, body.size(), body));
+  }
+  nlohmann::json routes() {
+    auto config = nlohmann::json::parse(admin("GET", "/config/").body, nullptr, false);
+    const nlohmann::json::json_pointer at("/apps/http/servers/srv0/routes");
+    return config.is_object() && config.contains(at) ? config[at] : nlohmann::json();
+  }
+  // Site c.test (a copy of b.test as it is now) inserted as the port's first route.
+  int insert_site_before() {
+    nlohmann::json route = routes().at(1);
+    route["match"] = nlohmann::json::array({{{"host", {"c.test"}}}});
+    return admin("PUT", "/config/apps/http/servers/srv0/routes/0", route.dump()).status;
+  }
+  // The (stable, canary) weights of the route that matches `host`.
+  std::pair<int, int> weights(const std::string& host) {
+    for (const auto& route : routes()) {
+      if (route.at("match").at(0).at("host").at(0) != host) continue;
+      const auto& upstreams = route.at("handle").at(0).at("routes").at(0).at("handle").at(0).at("upstreams");
+      return {upstreams.at(0).value("weight", 1), upstreams.at(1).value("weight", 1)};
+    }
+    return {-1, -1};
+  }
+  // `n` sequential requests for `host`; false if one got no answer.
+  bool send_requests(const std::string& host, int n) {
+    HttpClient c(port);
+    for (int i = 0; i < n; ++i)
+      if (c.request(fmt::format("GET / HTTP/1.1\r\nHost: {}:{}\r\n\r\n", host, port)).status == 0) return false;
+    return true;
+  }
+};
+
+// A site inserted before the rolled-out one during a stage: the rollout
+// follows b.test by its address to its new index, judges its canary (whose
+// errors breach) and rolls b.test back; a.test keeps its 7 : 3. It used to
+// keep reading site 1, now a.test: its weights (7 : 3, not the stage's)
+// stopped the rollout, b.test left at 50 : 50 with the failing canary.
+TEST(Rollout, SiteInsertedBeforeItIsFollowedByItsAddress) {
+  TwoSites f;
+  Process p = f.start_rollout("b.test", {"--stages", "50:50", "--hold", "5s", "--min-requests", "20",
+                                         "--max-error-rate", "5%"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  ASSERT_EQ(f.insert_site_before(), 200) << f.heft.log();
+  ASSERT_TRUE(f.send_requests("b.test", 100));
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 1) << out;
+  EXPECT_NE(out.find(fmt::format("stage 1/1: site b.test:{} is site 2 now (was 1)", f.port)), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("-> BREACH"), std::string::npos) << out;
+  EXPECT_NE(out.find("ROLLED BACK to " + f.dial(f.stable) + " 100 : " + f.dial(f.canary) + " 0 — canary 5xx rate"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("STOPPED"), std::string::npos) << out;
+  EXPECT_EQ(f.weights("b.test"), std::pair(100, 0));
+  EXPECT_EQ(f.weights("a.test"), std::pair(7, 3));
+  EXPECT_EQ(f.weights("c.test"), std::pair(50, 50));  // inserted as b.test was: not the rollout's
+}
+
+// --site as an index names the site it is at the start; a site inserted
+// before it during stage 1 does not move the rollout: stage 2 is written to
+// b.test, now site 2, and a.test, now site 1, is left alone. It used to
+// judge site 1 from then on (stopped, a.test's weights not the stage's) and
+// would have written stage 2 to it.
+TEST(Rollout, SiteGivenByIndexIsFollowedByItsAddress) {
+  TwoSites f;
+  Process p = f.start_rollout("1", {"--stages", "50:50,20:80", "--hold", "2s", "--min-requests", "0"});
+  ASSERT_TRUE(wait_for_log(p, "stage 1/2: ", 30s)) << p.log();
+  ASSERT_EQ(f.insert_site_before(), 200) << f.heft.log();
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 0) << out;
+  EXPECT_NE(out.find(fmt::format("rollout of site 1 (b.test:{}, /config/apps/http/servers/srv0/routes/1/", f.port)),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rollout complete"), std::string::npos) << out;
+  EXPECT_EQ(f.weights("b.test"), std::pair(20, 80));
+  EXPECT_EQ(f.weights("a.test"), std::pair(7, 3));
+  EXPECT_EQ(f.weights("c.test"), std::pair(50, 50));
+}
+
+}  // namespace
+}  // namespace heft::test
