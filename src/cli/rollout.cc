@@ -14,10 +14,10 @@
 // time histogram) since the stage began. A breach at any poll rolls back to
 // stable 100 : canary 0 at once. The site is found once by SITE and followed
 // by its address after that, so sites added or removed before it do not
-// shift the rollout onto another. Exit: 0 done, 1 rolled back (or stopped: the
-// site, stable or canary left, or their weights are no longer the stage's),
-// 2 bad arguments or nothing to roll out against, 130 interrupted (state
-// reported).
+// shift the rollout onto another. Exit: 0 done, 1 rolled back or the rollback
+// failed (state reported), or stopped (the site, stable or canary left, or
+// their weights are no longer the stage's), 2 bad arguments or nothing to
+// roll out against, 130 interrupted (state reported).
 #include <signal.h>
 
 #include <algorithm>
@@ -304,10 +304,14 @@ class Rollout {
   AdminReply read(const std::string& target);
   // Sets stable 100 : canary 0 and says how it went.
   Applied roll_back_and_report(const std::string& reason);
+  // A rollback that failed still ends with the state left, as far as known,
+  // as an interrupt's does: the operator must not be left guessing.
   int roll_back(const std::string& reason) {
-    roll_back_and_report(reason);
+    const Applied rollback = roll_back_and_report(reason);
+    if (rollback == Applied::failed || rollback == Applied::interrupted) report_unconfirmed_rollback();
     return 1;
   }
+  void report_unconfirmed_rollback() const;
   // The site's index in a /reverse_proxy/upstreams answer, found by its
   // address (saying so when it moved), or nullopt with `why` set.
   std::optional<size_t> follow_site(const json& list, std::string& why);
@@ -441,6 +445,14 @@ Rollout::Applied Rollout::roll_back_and_report(const std::string& reason) {
   return applied;
 }
 
+void Rollout::report_unconfirmed_rollback() const {
+  if (applied_)
+    fmt::print("state: unknown, the rollback was not confirmed (before it: {} {} : {} {}, the last applied stage)\n",
+               o_.stable, applied_->stable, o_.canary, applied_->canary);
+  else
+    fmt::print("state: unknown, the rollback was not confirmed (before it: weights untouched)\n");
+}
+
 std::optional<size_t> Rollout::follow_site(const json& list, std::string& why) {
   auto index = site_index_in(list, target_.address, why);
   if (index && *index != target_.site_index) {
@@ -467,11 +479,8 @@ int Rollout::interrupted(size_t stage_index) {
       fmt::print("state: {} 100 : {} 0 (rolled back)\n", o_.stable, o_.canary);
     else if (rollback == Applied::gone)
       fmt::print("state: not rolled back, weights left as they are\n");
-    else if (applied_)
-      fmt::print("state: unknown, the rollback was not confirmed (before it: {} {} : {} {}, the last applied stage)\n",
-                 o_.stable, applied_->stable, o_.canary, applied_->canary);
     else
-      fmt::print("state: unknown, the rollback was not confirmed (before it: weights untouched)\n");
+      report_unconfirmed_rollback();
   } else if (applied_) {
     fmt::print("INTERRUPTED during stage {}/{}: left at {} {} : {} {} (the last applied stage)\n", stage_index + 1,
                o_.stages.size(), o_.stable, applied_->stable, o_.canary, applied_->canary);

@@ -703,5 +703,36 @@ TEST(Rollout, SiteGivenByIndexIsFollowedByItsAddress) {
   EXPECT_EQ(f.weights("c.test"), std::pair(50, 50));
 }
 
+// A breach whose rollback fails (heft refuses the write: its state file
+// cannot be saved) ends with the state left as far as known, as an
+// interrupt's failed rollback does, exit 1. It ended at "ROLLBACK FAILED"
+// with no state line.
+TEST(Rollout, FailedRollbackAfterABreachEndsWithTheStateLeft) {
+  RolloutFleet f({"--fail-rate", "0.5"});
+  Process p = f.start_rollout({"--stages", "50:50", "--hold", "5s", "--poll", "250ms", "--min-requests", "20",
+                               "--max-error-rate", "5%"});
+  ASSERT_TRUE(wait_for_log(p, "applied, holding", 30s)) << p.log();
+  // heft saves a change in a temporary file beside the state file before it
+  // applies it: a directory in that file's place makes heft refuse the change
+  // (root too), while it keeps answering.
+  std::filesystem::create_directory(fmt::format("{}/autosave.json.tmp.{}", f.dir, f.heft.pid()));
+  ASSERT_TRUE(send_requests(f.port, 100));
+  auto code = p.wait(30s);
+  const std::string out = p.log();
+  EXPECT_EQ(code.value_or(-1), 1) << out;
+  EXPECT_NE(out.find("-> BREACH"), std::string::npos) << out;
+  EXPECT_NE(out.find("ROLLBACK FAILED: canary 5xx rate"), std::string::npos) << out;
+  const std::string last_line = fmt::format(
+      "state: unknown, the rollback was not confirmed (before it: 127.0.0.1:{} 50 : 127.0.0.1:{} 50, the last "
+      "applied stage)\n",
+      f.stable.port, f.canary.port);
+  EXPECT_TRUE(out.ends_with(last_line)) << out;
+  // As the line says: heft refused the rollback, the stage is still in place.
+  auto upstreams = f.upstreams();
+  ASSERT_TRUE(upstreams.is_array()) << upstreams;
+  EXPECT_EQ(upstreams[0].value("weight", 1), 50) << upstreams;
+  EXPECT_EQ(upstreams[1].value("weight", 1), 50) << upstreams;
+}
+
 }  // namespace
 }  // namespace heft::test
