@@ -128,6 +128,10 @@ std::vector<double> parse_group(std::string_view text) {
     size_t comma = text.find(',', start);
     if (comma == std::string_view::npos) comma = text.size();
     std::string item(text.substr(start, comma - start));
+    // Spaces and tabs around a size are trimmed ("3, 1,\t1"), as in heft
+    // pick's and heft sim's lists; a tab after the number was an error.
+    const size_t first = item.find_first_not_of(" \t");
+    item = first == std::string::npos ? std::string() : item.substr(first, item.find_last_not_of(" \t") - first + 1);
     size_t used = 0;
     double size = 0;
     try {
@@ -135,8 +139,6 @@ std::vector<double> parse_group(std::string_view text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    // Trailing spaces are tolerated; anything else after the number is not.
-    while (used < item.size() && item[used] == ' ') ++used;
     if (item.empty() || used != item.size() || !std::isfinite(size) || size <= 0) {
       throw std::invalid_argument(fmt::format(
           "--group must be comma-separated positive server sizes like 3,1,1, got '{}'", text));

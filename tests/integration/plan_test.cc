@@ -92,6 +92,18 @@ TEST(PlanCommandTest, WorkedExampleInTheDocsIsTheRealOutput) {
   EXPECT_EQ(doc.substr(open + 4, close - open - 4), run.output);
 }
 
+// Spaces and tabs around --group's sizes are trimmed, as heft pick's and heft
+// sim's lists are (a tab after a size was an error); an empty size is not.
+TEST(PlanCommandTest, GroupSizesAreTrimmed) {
+  const ProcessResult spaced = run_heft("plan --json --group ' 3 ,\t1\t, 1'");
+  ASSERT_EQ(spaced.exit_code, 0) << spaced.output;
+  EXPECT_EQ(spaced.output, run_heft("plan --json --group 3,1,1").output);
+  const ProcessResult empty = run_heft("plan --group '3, ,1'");
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_NE(empty.output.find("--group must be comma-separated positive server sizes"), std::string::npos)
+      << empty.output;
+}
+
 TEST(PlanCommandTest, BadArgumentsExitTwoWithOneLine) {
   for (const char* args : {"plan --dau 0", "plan --group 3,x", "plan --target-busy 150", "plan --server-rps -5",
                            "plan --dau many", "plan --server-rps 9e18", "plan --group 1e308,1e308",

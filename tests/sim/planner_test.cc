@@ -209,7 +209,8 @@ TEST(PlannerTest, ParseGroup) {
   EXPECT_EQ(parse_group("3,1,1"), (std::vector<double>{3, 1, 1}));
   EXPECT_EQ(parse_group("2"), (std::vector<double>{2}));
   EXPECT_EQ(parse_group("1.5, 1"), (std::vector<double>{1.5, 1}));
-  for (const char* bad : {"", ",", "3,", "3,,1", "a", "3,0", "3,-1", "3x", "inf", "nan"}) {
+  EXPECT_EQ(parse_group(" 3\t, 1 ,1\t"), (std::vector<double>{3, 1, 1}));  // blanks around sizes are trimmed
+  for (const char* bad : {"", ",", "3,", "3,,1", "3, ,1", "\t", "a", "3,0", "3,-1", "3x", "inf", "nan"}) {
     EXPECT_THROW(parse_group(bad), std::invalid_argument) << bad;
   }
 }
