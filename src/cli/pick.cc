@@ -40,13 +40,20 @@ struct PickOptions {
   bool json = false;
 };
 
+// Comma-separated items, each trimmed of the spaces and tabs around it
+// ("5, 3, 2" is 5,3,2, as nginx and HAProxy read their lists): a blank had
+// made a weight invalid and become part of a name or key.
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     if (comma == std::string::npos) comma = text.size();
-    out.push_back(text.substr(start, comma - start));
+    size_t first = text.find_first_not_of(" \t", start);
+    if (first == std::string::npos || first > comma) first = comma;
+    size_t last = comma;
+    while (last > first && (text[last - 1] == ' ' || text[last - 1] == '\t')) --last;
+    out.push_back(text.substr(first, last - first));
     start = comma + 1;
   }
   return out;
@@ -274,8 +281,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--policy", options->policy,
                   "round_robin, weighted_round_robin, least_conn, hash (ip_hash), random, p2c, first")
       ->capture_default_str();
-  cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1")->required();
-  cmd->add_option("--names", options->names, "comma-separated distinct names (default A,B,C...)");
+  cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1 (blanks around each trimmed)")
+      ->required();
+  cmd->add_option("--names", options->names,
+                  "comma-separated distinct names (default A,B,C...; blanks around each trimmed)");
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
   options->active_option =

@@ -106,6 +106,32 @@ TEST(HeftPick, NamesKeysAndCountAreChecked) {
   EXPECT_NE(one.out.find("sequence: A\n"), std::string::npos) << one.out;
 }
 
+// Spaces and tabs around each comma-separated item are trimmed, as nginx and
+// HAProxy read their lists: "5, 3, 2" was an invalid weight and "a, b" named
+// " b". An item that is empty once trimmed is still an error.
+TEST(HeftPick, ListItemsAreTrimmed) {
+  PickRun spaced = heft("pick --weights ' 5, 3 ,\t2 ' --names 'a, b ,\tc' --count 10 --json");
+  ASSERT_EQ(spaced.exit_code, 0) << spaced.out;
+  EXPECT_EQ(spaced.out, heft("pick --weights 5,3,2 --names a,b,c --count 10 --json").out);
+  PickRun active = heft("pick --policy least_conn --weights '2, 5' --active '10, 15' --json");
+  ASSERT_EQ(active.exit_code, 0) << active.out;
+  EXPECT_EQ(nlohmann::json::parse(active.out)["active"], nlohmann::json::array({10, 15}));
+  PickRun keys = heft("pick --policy hash --weights 5,3,2 --keys 'alice, bob ,\tcarol' --json --trace");
+  ASSERT_EQ(keys.exit_code, 0) << keys.out;
+  EXPECT_EQ(keys.out, heft("pick --policy hash --weights 5,3,2 --keys alice,bob,carol --json --trace").out);
+  const std::pair<const char*, const char*> cases[] = {
+      {"pick --weights '5, ,2'", "--weights: \"\" is not an integer"},
+      {"pick --weights '5,1,1' --names 'a,\t,c'", "--names: name 2 is empty"},
+      {"pick --weights '5,1' --names 'a, a'", "\"a\" is used twice"},
+  };
+  for (const auto& [args, message] : cases) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+}
+
 // Every heft instance maps a key to the same backend: two processes agree.
 TEST(HeftPick, HashIsTheSameInSeparateProcesses) {
   std::string keys;
