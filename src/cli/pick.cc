@@ -24,7 +24,9 @@ namespace {
 
 struct PickOptions {
   std::string policy = "weighted_round_robin";
+  CLI::Option* policy_option = nullptr;  // given or not: errors say when the policy is the default
   std::string hash_strategy = "ring";
+  CLI::Option* hash_strategy_option = nullptr;  // given or not: only hash reads it
   std::string weights;
   std::string names;
   std::string active;
@@ -36,6 +38,7 @@ struct PickOptions {
   int count = 0;
   CLI::Option* count_option = nullptr;  // given or not: 0 and -1 are errors, not "the default"
   std::string seed = "1";  // parsed here: CLI11 wraps "-1" into a uint64
+  CLI::Option* seed_option = nullptr;  // given or not: only the policies that draw random bits read it
   bool trace = false;
   bool json = false;
 };
@@ -106,6 +109,18 @@ int run_pick(const PickOptions& o) {
   if (!kind) throw BadArguments(fmt::format("--policy: unknown policy \"{}\"", o.policy));
   auto strategy = parse_hash_strategy(o.hash_strategy);
   if (!strategy) throw BadArguments(fmt::format("--hash-strategy: \"{}\" is not ring or maglev", o.hash_strategy));
+  // Flags the chosen policy never reads are errors: whoever typed them expects an effect.
+  const std::string policy_given =
+      fmt::format("--policy is {}{}", policy_name(*kind), o.policy_option->count() > 0 ? "" : " (the default)");
+  if (o.hash_strategy_option->count() > 0 && *kind != PolicyKind::hash)
+    throw BadArguments(fmt::format("--hash-strategy applies only to the hash policy (hash, or its alias ip_hash); {}",
+                                   policy_given));
+  // hash draws them for picks without a key (none given, or an empty one).
+  const bool draws_random = *kind == PolicyKind::random || *kind == PolicyKind::p2c || *kind == PolicyKind::hash;
+  if (o.seed_option->count() > 0 && !draws_random)
+    throw BadArguments(fmt::format(
+        "--seed applies only to the policies that draw random bits (random, p2c, and hash for picks without a key); {}",
+        policy_given));
   if (o.weights.empty()) throw BadArguments("--weights is required, e.g. --weights 5,1,1");
   std::vector<uint32_t> weights = parse_numbers(o.weights, "weights", 1'000'000);
   std::vector<std::string> names;
@@ -278,9 +293,10 @@ int run_pick(const PickOptions& o) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<PickOptions>();
   CLI::App* cmd = root.add_subcommand("pick", "Explain a policy: the backends it picks for a model pool");
-  cmd->add_option("--policy", options->policy,
-                  "round_robin, weighted_round_robin, least_conn, hash (ip_hash), random, p2c, first")
-      ->capture_default_str();
+  options->policy_option =
+      cmd->add_option("--policy", options->policy,
+                      "round_robin, weighted_round_robin, least_conn, hash (ip_hash), random, p2c, first")
+          ->capture_default_str();
   cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1 (blanks around each trimmed)")
       ->required();
   cmd->add_option("--names", options->names,
@@ -293,8 +309,12 @@ void setup(CLI::App& root) {
       "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
   options->keys_file_option = cmd->add_option(
       "--keys-file", options->keys_file, "keys to hash, one per line (hash only; an empty line is an empty key)");
-  cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev")->capture_default_str();
-  cmd->add_option("--seed", options->seed, "random seed (random, p2c, hash without --keys)")->capture_default_str();
+  options->hash_strategy_option =
+      cmd->add_option("--hash-strategy", options->hash_strategy, "ring or maglev (hash policy only)")
+          ->capture_default_str();
+  options->seed_option =
+      cmd->add_option("--seed", options->seed, "random seed (random, p2c, and hash for picks without a key only)")
+          ->capture_default_str();
   cmd->add_flag("--trace", options->trace, "print every backend's current weight before and after each pick");
   cmd->add_flag("--json", options->json, "machine-readable output");
   cmd->callback([options] { set_exit_code(run_pick(*options)); });

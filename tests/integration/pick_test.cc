@@ -132,6 +132,36 @@ TEST(HeftPick, ListItemsAreTrimmed) {
   }
 }
 
+// A flag the chosen policy never reads is an error naming the policy: it was
+// accepted and did nothing (--hash-strategy maglev with round_robin).
+TEST(HeftPick, FlagsThePolicyDoesNotReadAreRejected) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"pick --weights 5,1,1 --hash-strategy maglev",
+       "heft: --hash-strategy applies only to the hash policy (hash, or its alias ip_hash); --policy is "
+       "weighted_round_robin (the default)\n"},
+      {"pick --policy round_robin --weights 5,1,1 --hash-strategy ring", "; --policy is round_robin\n"},
+      {"pick --policy random --weights 5,1,1 --hash-strategy ring", "; --policy is random\n"},
+      {"pick --policy least_conn --weights 5,1,1 --seed 7",
+       "heft: --seed applies only to the policies that draw random bits (random, p2c, and hash for picks without "
+       "a key); --policy is least_conn\n"},
+      {"pick --weights 5,1,1 --seed 7", "; --policy is weighted_round_robin (the default)\n"},
+      {"pick --policy round_robin --weights 5,1,1 --seed 7", "; --policy is round_robin\n"},
+      {"pick --policy first --weights 5,1,1 --seed 7", "; --policy is first\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  for (const char* args : {"pick --policy hash --weights 5,1,1 --hash-strategy maglev --seed 7",
+                           "pick --policy ip_hash --weights 5,1,1 --hash-strategy ring",
+                           "pick --policy random --weights 5,1,1 --seed 7", "pick --policy p2c --weights 5,1,1 --seed 7"}) {
+    PickRun r = heft(args);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.out;
+  }
+}
+
 // Every heft instance maps a key to the same backend: two processes agree.
 TEST(HeftPick, HashIsTheSameInSeparateProcesses) {
   std::string keys;
