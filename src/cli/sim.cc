@@ -1,6 +1,7 @@
 // `heft sim`: the discrete-event simulator (src/sim/simulator.h) on the command
 // line. Builds a Scenario from flags, a JSON file or a built-in example, runs
 // it, and prints a table, JSON or CSV (plus an SVG report on request).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -69,8 +70,34 @@ void load_trace_file(const std::string& path, const char* what, sim::Scenario& s
   }
 }
 
+// The members a scenario file gave, for errors about a setting its run does not read.
+struct FileMembers {
+  bool hash_strategy = false;
+  bool policies = false;
+};
+
+// "round_robin,least_conn"
+std::string policy_list(const std::vector<balance::PolicyKind>& policies) {
+  std::string out;
+  for (balance::PolicyKind kind : policies) out.append(out.empty() ? "" : ",").append(balance::policy_name(kind));
+  return out;
+}
+
+// A hash strategy (--hash-strategy or the file's "hash_strategy") for a run
+// without the hash policy did nothing; whoever gave it expected an effect.
+void check_hash_strategy_applies(const SimFlags& f, const FileMembers& file, const sim::Scenario& s) {
+  if (!f.given("--hash-strategy") && !file.hash_strategy) return;
+  if (std::find(s.policies.begin(), s.policies.end(), balance::PolicyKind::hash) != s.policies.end()) return;
+  const std::string setting = f.given("--hash-strategy") ? "--hash-strategy" : "scenario: hash_strategy:";
+  const std::string policies = f.given("--policies") ? "--policies is " + policy_list(s.policies)
+                               : file.policies       ? "the scenario's policies are " + policy_list(s.policies)
+                                                     : "the policies are the default " + policy_list(s.policies);
+  throw std::invalid_argument(
+      fmt::format("{} applies only to the hash policy (hash, or its alias ip_hash); {}", setting, policies));
+}
+
 // Flags that refine any scenario (from flags, a file or an example).
-void apply_overrides(const SimFlags& f, sim::Scenario& s) {
+void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& s) {
   if (f.given("--seed")) s.seed = sim::parse_seed(f.seed);
   if (f.given("--rate")) s.rate = f.rate;
   if (f.given("--duration")) {
@@ -89,6 +116,7 @@ void apply_overrides(const SimFlags& f, sim::Scenario& s) {
     if (!h) throw std::invalid_argument("--hash-strategy is ring or maglev");
     s.hash_strategy = *h;
   }
+  check_hash_strategy_applies(f, file, s);
   if (f.given("--weights")) {
     auto w = sim::parse_weights(f.weights);
     if (w.size() != s.servers.size())
@@ -105,6 +133,7 @@ void apply_overrides(const SimFlags& f, sim::Scenario& s) {
 
 std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   std::vector<sim::Scenario> out;
+  FileMembers file;
   int sources = f.given("--example") + f.given("--scenario") + (f.given("--servers") || f.given("--server"));
   if (sources != 1)
     throw std::invalid_argument("give exactly one of --example, --scenario, or --servers/--server");
@@ -129,6 +158,8 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
     }
     std::string trace_path;
     sim::Scenario s = sim::scenario_from_json(j, &trace_path);
+    file.hash_strategy = j.contains("hash_strategy");
+    file.policies = j.contains("policies");
     if (!trace_path.empty() && !f.given("--trace")) {
       std::filesystem::path p(trace_path);
       if (p.is_relative()) p = std::filesystem::path(f.scenario_file).parent_path() / p;
@@ -142,6 +173,11 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
       auto dist = sim::parse_service_dist(f.dist);
       if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
       if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
+      // Only the lognormal has a sigma: given with another, it did nothing.
+      if (f.given("--sigma") && *dist != sim::ServiceDist::lognormal)
+        throw std::invalid_argument(fmt::format("--sigma applies only to --dist lognormal; --dist is {}{}",
+                                                sim::service_dist_name(*dist),
+                                                f.given("--dist") ? "" : " (the default)"));
       if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
         throw std::invalid_argument(fmt::format(
             "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
@@ -165,7 +201,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
     for (const std::string& text : f.server) s.servers.push_back(sim::parse_server(text));
     out.push_back(std::move(s));
   }
-  for (sim::Scenario& s : out) apply_overrides(f, s);
+  for (sim::Scenario& s : out) apply_overrides(f, file, s);
   return out;
 }
 
@@ -226,10 +262,11 @@ void setup(CLI::App& root) {
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();
   cmd->add_option("--dist", f->dist, "Service time distribution for --servers: fixed, exp, lognormal")
       ->capture_default_str();
-  cmd->add_option("--sigma", f->sigma, "Lognormal sigma for --servers")->capture_default_str();
+  cmd->add_option("--sigma", f->sigma, "Lognormal sigma for --servers (with --dist lognormal only)")
+      ->capture_default_str();
   cmd->add_option("--server", f->server,
-                  "A server: name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3 "
-                  "(repeatable)");
+                  "A server: name=big,size=12,service=20ms,dist=lognormal,sigma=0.5,weight=3,queue=100,timeout=1s,"
+                  "units=3 (repeatable; sigma= with dist=lognormal only)");
   f->command = cmd;
   cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
   cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default: a trace's span, else 60s)");
@@ -239,7 +276,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--event", f->events, "TIME:SERVER:slow=F|fail|recover|weight=N, or TIME:weights=A,B,.. (repeatable)");
   cmd->add_option("--seed", f->seed, "Random seed: same seed, same output")->capture_default_str();
   cmd->add_option("--bucket", f->bucket, "Utilisation time-series bucket (default duration / 60)");
-  cmd->add_option("--hash-strategy", f->hash_strategy, "For the hash policy: ring or maglev");
+  cmd->add_option("--hash-strategy", f->hash_strategy, "For the hash policy: ring or maglev (an error without hash)");
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--csv", f->csv, "Print one CSV row per policy and server");
   cmd->add_option("--svg", f->svg, "Also write an SVG report to this file");

@@ -186,6 +186,10 @@ ServerSpec parse_server(std::string_view text) {
     }
   }
   if (size_given && !units_given) s.units = s.size;
+  // Only the lognormal has a sigma: given with another, it did nothing.
+  if (keys.contains("sigma") && s.dist != ServiceDist::lognormal)
+    fail(fmt::format("--server sigma= applies only to dist=lognormal; dist is {}{}", service_dist_name(s.dist),
+                     keys.contains("dist") ? "" : " (the default)"));
   return s;
 }
 
@@ -419,6 +423,10 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
     }
   }
   if (!units_given) server.units = server.size;
+  // Only the lognormal has a sigma: given with another, it did nothing.
+  if (sv.contains("sigma") && server.dist != ServiceDist::lognormal)
+    fail(fmt::format("scenario: {}.sigma: applies only to \"dist\": \"lognormal\"; {}.dist is {}{}", path, path,
+                     service_dist_name(server.dist), sv.contains("dist") ? "" : " (the default)"));
   return server;
 }
 

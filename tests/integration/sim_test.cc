@@ -330,6 +330,48 @@ TEST(SimCommandTest, ServersOptionsNeedServers) {
   }
 }
 
+// A setting the run never reads is an error naming it, the value that makes it
+// moot and what it applies to: a hash strategy without the hash policy, a
+// sigma without the lognormal (both were accepted and did nothing).
+TEST(SimCommandTest, SettingsTheRunDoesNotReadAreRejected) {
+  const std::string run = "sim --servers 1x --rate 10 --duration 2s ";
+  const std::string applies = "applies only to the hash policy (hash, or its alias ip_hash); ";
+  expect_rejected(run + "--hash-strategy maglev",
+                  "heft: --hash-strategy " + applies +
+                      "the policies are the default round_robin,weighted_round_robin,least_conn\n");
+  expect_rejected(run + "--policies round_robin,least_conn --hash-strategy ring",
+                  "heft: --hash-strategy " + applies + "--policies is round_robin,least_conn\n");
+  expect_rejected("sim --example seed --duration 2s --hash-strategy maglev", "heft: --hash-strategy " + applies);
+  EXPECT_EQ(run_heft(run + "--policies ip_hash,least_conn --hash-strategy maglev").exit_code, 0);
+  TempDir dir("heft_sim_moot");
+  const std::string file = dir.file("h.json", R"({"duration": "2s", "rate": 10, "hash_strategy": "maglev",
+    "policies": ["least_conn"], "servers": [{"name": "a"}]})");
+  expect_rejected("sim --scenario " + file,
+                  "heft: scenario: hash_strategy: " + applies + "the scenario's policies are least_conn\n");
+  expect_rejected("sim --scenario " + file + " --policies random", "heft: scenario: hash_strategy: " + applies +
+                                                                       "--policies is random\n");
+  EXPECT_EQ(run_heft("sim --scenario " + file + " --policies hash").exit_code, 0);
+  const std::string no_policies =
+      dir.file("d.json", R"({"duration": "2s", "rate": 10, "hash_strategy": "ring", "servers": [{"name": "a"}]})");
+  expect_rejected("sim --scenario " + no_policies, "heft: scenario: hash_strategy: " + applies +
+                                                       "the policies are the default round_robin,"
+                                                       "weighted_round_robin,least_conn\n");
+
+  expect_rejected(run + "--sigma 1", "heft: --sigma applies only to --dist lognormal; --dist is exp (the default)\n");
+  expect_rejected(run + "--dist fixed --sigma 1", "heft: --sigma applies only to --dist lognormal; --dist is fixed\n");
+  EXPECT_EQ(run_heft(run + "--dist lognormal --sigma 1").exit_code, 0);
+  const std::string server = "sim --rate 10 --duration 2s --server ";
+  expect_rejected(server + "name=a,sigma=1",
+                  "heft: --server sigma= applies only to dist=lognormal; dist is exp (the default)\n");
+  expect_rejected(server + "name=a,sigma=1,dist=fixed", "; dist is fixed\n");
+  EXPECT_EQ(run_heft(server + "name=a,sigma=1,dist=lognormal").exit_code, 0);
+  const std::string sigma = dir.file("s.json", R"({"duration": "2s", "rate": 10,
+    "servers": [{"name": "a"}, {"name": "b", "dist": "exp", "sigma": 0.8}]})");
+  expect_rejected("sim --scenario " + sigma,
+                  "heft: scenario: servers[1].sigma: applies only to \"dist\": \"lognormal\"; servers[1].dist is "
+                  "exp\n");
+}
+
 // Durations as the Heftfile writes them ("1m30s" was "'1m30' is not a number").
 TEST(SimCommandTest, CompoundDurations) {
   Output run = run_heft("sim --servers 1x,1x --rate 10 --duration 1m30s --event 1m:s1:fail --bucket 1.5s "

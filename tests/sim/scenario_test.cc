@@ -245,6 +245,23 @@ TEST(ScenarioLimitsTest, SigmaKeepsTheLognormalMean) {
   EXPECT_NE(scenario_error("", R"("sigma": 50)").find("servers[0].sigma: must be 0..4"), std::string::npos);
 }
 
+// Only the lognormal has a sigma: given with another distribution, it is an
+// error naming the member and the distribution (it was accepted and ignored).
+TEST(ScenarioFlagsTest, SigmaNeedsTheLognormal) {
+  EXPECT_NE(error_of([] { parse_server("name=a,sigma=1"); })
+                .find("--server sigma= applies only to dist=lognormal; dist is exp (the default)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,sigma=1,dist=fixed"); }).find("dist is fixed"), std::string::npos);
+  EXPECT_EQ(error_of([] { parse_server("name=a,sigma=1,dist=lognormal"); }), "");
+  EXPECT_EQ(error_of([] { parse_server("name=a,dist=fixed"); }), "");
+  EXPECT_NE(scenario_error("", R"("sigma": 1)")
+                .find("scenario: servers[0].sigma: applies only to \"dist\": \"lognormal\"; servers[0].dist is exp "
+                      "(the default)"),
+            std::string::npos);
+  EXPECT_NE(scenario_error("", R"("dist": "fixed", "sigma": 1)").find("servers[0].dist is fixed"), std::string::npos);
+  EXPECT_EQ(scenario_error("", R"("sigma": 1, "dist": "lognormal")"), "");
+}
+
 // Up to the bound the simulated lognormal keeps its mean: with workers to spare
 // (no queueing), mean latency is the mean service time.
 TEST(ScenarioLimitsTest, LognormalKeepsItsMeanAtModerateSigma) {
