@@ -304,6 +304,8 @@ void load_trace(std::string_view text, Scenario& scenario) {
     }
     rows.push_back(row);
   }
+  // It ran the default 60 s with no arrivals: a wrong file, or one cut short.
+  if (rows.empty()) fail("the trace has no arrivals (every line is blank or a comment)");
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.time < b.time; });
   scenario.trace_times.reserve(rows.size());
   for (const Row& r : rows) scenario.trace_times.push_back(r.time);
@@ -603,8 +605,9 @@ void set_default_weights(std::vector<ServerSpec>& servers) {
 void validate(Scenario& s) {
   if (s.servers.empty()) fail("no servers: give --servers, --server, --scenario or --example");
   if (s.servers.size() > 4096) fail(fmt::format("{} servers; at most 4096 are simulated", s.servers.size()));
-  if (s.duration_s == 0)
-    s.duration_s = s.has_trace && !s.trace_times.empty() ? trace_span(s) : kDefaultDurationS;
+  // load_trace() refuses an empty trace; a Scenario built by hand is held to the same.
+  if (s.has_trace && s.trace_times.empty()) fail("the trace has no arrivals");
+  if (s.duration_s == 0) s.duration_s = s.has_trace ? trace_span(s) : kDefaultDurationS;
   if (!(s.duration_s > 0) || !std::isfinite(s.duration_s)) fail("--duration must be positive");
   if (!s.has_trace) {
     if (!(s.rate > 0) || !std::isfinite(s.rate))

@@ -124,7 +124,8 @@ std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what
 
 // Trace text: one arrival per line, "<seconds> [key]"; a '#' starts a comment
 // anywhere on a line, and blank or comment-only lines are skipped. Sorts the arrivals by time (stable). A line
-// without a key is placed as a keyless request is, even among keyed lines.
+// without a key is placed as a keyless request is, even among keyed lines. A
+// trace with no arrivals (empty, or only blank and comment lines) is an error.
 void load_trace(std::string_view text, Scenario& scenario);
 
 // The duration a trace covers: its last arrival plus the mean gap between its

@@ -372,6 +372,21 @@ TEST(SimCommandTest, SettingsTheRunDoesNotReadAreRejected) {
                   "exp\n");
 }
 
+// A trace with no arrivals is an error naming the file: it ran the default
+// 60 s with nothing arriving (a wrong file, or one cut short).
+TEST(SimCommandTest, ATraceWithNoArrivalsIsAnError) {
+  TempDir dir("heft_sim_empty_trace");
+  const std::string message = "the trace has no arrivals (every line is blank or a comment)\n";
+  for (const char* text : {"", "\n\n", "# time key\n   \n# nothing yet\n"}) {
+    const std::string trace = dir.file("empty.txt", text);
+    expect_rejected("sim --servers 1x --trace " + trace, "heft: --trace '" + trace + "': " + message);
+  }
+  const std::string scenario =
+      dir.file("s.json", R"({"trace": "empty.txt", "servers": [{"name": "a", "service": "1ms"}]})");
+  expect_rejected("sim --scenario " + scenario, "heft: scenario trace '" + (dir.path / "empty.txt").string() + "': " +
+                                                    message);
+}
+
 // Durations as the Heftfile writes them ("1m30s" was "'1m30' is not a number").
 TEST(SimCommandTest, CompoundDurations) {
   Output run = run_heft("sim --servers 1x,1x --rate 10 --duration 1m30s --event 1m:s1:fail --bucket 1.5s "

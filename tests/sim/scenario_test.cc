@@ -262,6 +262,20 @@ TEST(ScenarioFlagsTest, SigmaNeedsTheLognormal) {
   EXPECT_EQ(scenario_error("", R"("sigma": 1, "dist": "lognormal")"), "");
 }
 
+// A trace with no arrivals is an error, not the default 60 s with nothing arriving.
+TEST(TraceTest, ATraceWithNoArrivalsIsAnError) {
+  for (const char* text : {"", "\n", "# time key\n  \t\n# later\n"}) {
+    Scenario s;
+    EXPECT_NE(error_of([&] { load_trace(text, s); }).find("the trace has no arrivals"), std::string::npos)
+        << "'" << text << "'";
+  }
+  // A Scenario built by hand is held to the same.
+  Scenario s;
+  s.servers.push_back(ServerSpec{});
+  s.has_trace = true;
+  EXPECT_NE(error_of([&] { validate(s); }).find("the trace has no arrivals"), std::string::npos);
+}
+
 // Up to the bound the simulated lognormal keeps its mean: with workers to spare
 // (no queueing), mean latency is the mean service time.
 TEST(ScenarioLimitsTest, LognormalKeepsItsMeanAtModerateSigma) {
