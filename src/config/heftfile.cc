@@ -1225,6 +1225,16 @@ std::optional<Diagnostic> admin_start_conflict(const Config& config) {
 std::vector<std::string> config_warnings(const Config& config) {
   std::vector<std::string> out;
   for (const SiteConfig& site : config.sites) {
+    std::string hosts;
+    for (const std::string& h : site.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+    const std::string where = site.file.empty() ? "" : site.line ? fmt::format("{}:{}: ", site.file, site.line)
+                                                                     : site.file + ": ";
+    // maglev where nothing hashes: the writer expected a consistent table (ring, the
+    // default, said explicitly changes nothing either way).
+    if (site.proxy.policy != balance::PolicyKind::hash && site.proxy.hash_strategy != balance::HashStrategy::ring)
+      out.push_back(fmt::format("{}site {}:{}: hash_strategy {} applies only to lb_policy hash; lb_policy is {}",
+                                where, hosts, site.port, balance::hash_strategy_name(site.proxy.hash_strategy),
+                                balance::policy_name(site.proxy.policy)));
     if (site.proxy.policy != balance::PolicyKind::round_robin) continue;
     std::string weights;
     std::optional<uint32_t> first_weight;  // of the first backend that takes traffic (not a backup listed first)
@@ -1236,10 +1246,6 @@ std::vector<std::string> config_warnings(const Config& config) {
       weights += (weights.empty() ? "" : ":") + std::to_string(u.weight);
     }
     if (!differ) continue;
-    std::string hosts;
-    for (const std::string& h : site.hosts) hosts += (hosts.empty() ? "" : ",") + h;
-    const std::string where = site.file.empty() ? "" : site.line ? fmt::format("{}:{}: ", site.file, site.line)
-                                                                     : site.file + ": ";
     out.push_back(fmt::format("{}site {}:{}: lb_policy round_robin ignores the weights {} (every backend gets an "
                               "equal share); weighted_round_robin, the default, splits by them",
                               where, hosts, site.port, weights));

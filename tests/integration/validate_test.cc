@@ -153,6 +153,22 @@ TEST_F(ConfigCommands, ValidateWarnsWhenRoundRobinIgnoresWeights) {
   EXPECT_EQ(run.err, "");
 }
 
+// hash_strategy maglev under a policy that hashes nothing: valid, but heft
+// says it does nothing there (as heft pick and heft sim refuse the flag).
+TEST_F(ConfigCommands, ValidateWarnsWhenAHashStrategyHasNothingToHash) {
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 b:1\n\t\tlb_policy least_conn\n"
+                    "\t\thash_strategy maglev\n\t}\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "warning: Heftfile:1: site :8080: hash_strategy maglev applies only to lb_policy hash; "
+                     "lb_policy is least_conn\n");
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 b:1\n\t\tlb_policy hash client_ip\n"
+                    "\t\thash_strategy maglev\n\t}\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+}
+
 // What heft run would refuse, or could never match, is an error of validate.
 TEST_F(ConfigCommands, ValidateRefusesEmptyAndDeadSiteAddresses) {
   write("Heftfile", "\"\" {\n\treverse_proxy a:1\n}\n");
