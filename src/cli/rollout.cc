@@ -95,6 +95,11 @@ void parse(RolloutOptions& o) {
   auto rate = config::parse_fraction(o.max_error_rate_text);
   if (!rate || *rate < 0 || *rate > 1)
     throw BadArguments(fmt::format("rollout: bad --max-error-rate \"{}\" (e.g. 1% or 0.01)", o.max_error_rate_text));
+  // "1" is 100 %: a guard that never trips, almost surely meant as 1 %.
+  if (*rate == 1 && o.max_error_rate_text.back() != '%')
+    throw BadArguments(fmt::format("rollout: --max-error-rate \"{}\" would be 100% (never rolled back for errors): "
+                                   "write 1% for one percent, or 100% if that is meant",
+                                   o.max_error_rate_text));
   o.max_error_rate = *rate;
   // Read as text: CLI11 reads "-5" into an unsigned as 18446744073709551611.
   auto min_requests = config::parse_uint(o.min_requests_text, UINT64_MAX);

@@ -971,7 +971,15 @@ class Parser {
         else
           adaptive.median_factor = *v;
       } else if (name == "error_threshold") {
-        if (auto v = fraction(*arg, 0.0, 1.0, "error_threshold")) adaptive.error_threshold = *v;
+        if (auto v = fraction(*arg, 0.0, 1.0, "error_threshold")) {
+          // "1" is 100 %: never cut for errors, almost surely meant as 1 %.
+          if (*v == 1 && arg->text.back() != '%')
+            error(*arg, fmt::format("error_threshold {} would be 100% (never cut for errors): write 1% for one "
+                                    "percent, or 100% if that is meant",
+                                    arg->text));
+          else
+            adaptive.error_threshold = *v;
+        }
       } else if (name == "cut") {
         if (auto v = fraction(*arg, 0.0, 1.0, "cut")) {
           if (*v == 0.0)

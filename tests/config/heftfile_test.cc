@@ -722,6 +722,12 @@ TEST(HeftfileErrors, OtherValueErrors) {
             "Heftfile:4:3: duplicate option \"keepalive\" (first set at 3:3)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\tcut 150%\n\t\t}\n\t}\n}\n"),
             "Heftfile:4:8: cut must be a fraction 0%..100% (e.g. \"50%\"), got \"150%\"");
+  // 1 is 100 %, never cut for errors: almost surely meant as 1 %. 100% and 0.99 are taken.
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 1\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:20: error_threshold 1 would be 100% (never cut for errors): write 1% for one percent, or "
+            "100% if that is meant");
+  parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 100%\n\t\t}\n\t}\n}\n");
+  parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 0.99\n\t\t}\n\t}\n}\n");
   EXPECT_EQ(only_error("https://a.com {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:1: \"https://a.com\": https is not supported; heft serves plain HTTP");
   EXPECT_EQ(only_error("a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),

@@ -356,6 +356,9 @@ TEST(Rollout, NegativeNumbersAreRefusedAndNothingChanges) {
       {{"--poll=-250ms"}, "bad --poll"},
       {{"--max-p99=-5ms"}, "bad --max-p99"},
       {{"--max-error-rate=-1%"}, "bad --max-error-rate"},
+      // Not negative, but as sure a mistake: 1 is 100 %, a guard that never trips.
+      {{"--max-error-rate", "1"}, "--max-error-rate \"1\" would be 100% (never rolled back for errors)"},
+      {{"--max-error-rate", "1.0"}, "write 1% for one percent, or 100% if that is meant"},
       {{"--stages", "95:-5"}, "bad stage \"95:-5\""},
   };
   for (const auto& [args, message] : cases) {
