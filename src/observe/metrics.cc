@@ -235,8 +235,9 @@ namespace {
 
 // The slots a worker's recent (server, site, upstream, status) series live in, so a
 // request finds them by comparing a few short strings instead of building
-// and hashing two keys. Map nodes do not move; reset_metrics() bumps the
-// generation, which empties every cache.
+// and hashing two keys. Map nodes do not move; reset_metrics() and
+// forget_removed_series() bump the generation under each shard's lock before
+// they free nodes there, which empties every cache.
 std::atomic<uint64_t> g_generation{1};
 
 struct SeriesSlots {
@@ -370,12 +371,14 @@ void forget_removed_series(const std::vector<UpstreamGauge>& live, std::chrono::
   const std::set<std::string, std::less<>> gone_upstreams = doomed(r.upstream_absent_since, upstreams, live_upstreams);
   const std::set<std::string, std::less<>> gone_pools = doomed(r.pool_absent_since, pools, live_pools);
   if (gone_upstreams.empty() && gone_pools.empty()) return;
-  // The workers' caches point into the maps: invalidate them before erasing
-  // (a worker takes its shard's lock before it reads the generation).
-  g_generation.fetch_add(1, std::memory_order_relaxed);
   const auto gone = [&](const std::string& key, int parts) { return gone_upstreams.count(key_prefix(key, parts)) > 0; };
   for (Shard& s : r.shards) {
     std::lock_guard lock(s.mu);
+    // The workers' caches point into the maps: invalidated under this
+    // shard's lock, right before its erase (a worker reads the generation
+    // under it). A bump before the loop would let a worker cache a slot,
+    // under the new generation, that the erase then frees.
+    g_generation.fetch_add(1, std::memory_order_relaxed);
     std::erase_if(s.upstream_requests, [&](const auto& e) { return gone(e.first, 3); });
     std::erase_if(s.upstream_durations, [&](const auto& e) { return gone(e.first, 3); });
     std::erase_if(s.failures, [&](const auto& e) { return gone(e.first, 3); });
@@ -468,9 +471,9 @@ std::string site_label(const config::SiteConfig& site) {
 }
 
 void reset_metrics() {
-  g_generation.fetch_add(1, std::memory_order_relaxed);
   for (Shard& s : registry().shards) {
     std::lock_guard lock(s.mu);
+    g_generation.fetch_add(1, std::memory_order_relaxed);  // as in forget_removed_series()
     s.requests.clear();
     s.upstream_requests.clear();
     s.failures.clear();
