@@ -773,8 +773,12 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     if (closing()) co_return -1;
     idle = true;
     idle_since = coarse_now();
-    arm(first ? config().header_timeout : config().idle_timeout);
-    if (first) deadline = std::min(deadline, first_head_deadline);
+    const config::Config& timeouts = config();  // not held across the wait below
+    arm(first ? timeouts.header_timeout : timeouts.idle_timeout);
+    if (first) {
+      deadline = std::min(deadline, first_head_deadline);  // a parked connection's clock runs from its accept
+      head_started_ = deadline - timeouts.header_timeout;
+    }
     // Inline rather than read_more(): one coroutine frame less per request
     // (the buffer is empty, so it has room). After a drained read the next
     // request is waited for in the ReadyWatch: Asio's read would try a recv
@@ -800,10 +804,14 @@ Task<int> Session::read_head(bool first, std::size_t& skip, std::size_t& size) {
     park_requested = false;
     if (ec || in_.size() == 0) co_return -1;
   }
-  if (!header_clock_running) arm(config().header_timeout);
-  // Where header_timeout's clock started: a refused head's duration runs
-  // from there (nginx's $request_time from the first bytes), not 0.
-  head_started_ = header_clock_running ? idle_since : deadline - config().header_timeout;
+  // Where header_timeout's clock started (set above for a first request): a
+  // refused head's duration runs from there (nginx's $request_time from the
+  // first bytes), not 0.
+  if (!header_clock_running) {
+    const std::chrono::milliseconds header_timeout = config().header_timeout;
+    arm(header_timeout);
+    head_started_ = deadline - header_timeout;
+  }
   for (;;) {
     std::string_view bytes(in_.bytes(), in_.size());
     HeadScan scan = scan_request_head(bytes);
