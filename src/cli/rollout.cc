@@ -665,7 +665,7 @@ void setup(CLI::App& root) {
   cmd->add_option("--hold", options->hold_text, "Time each stage is watched (default 5m)");
   cmd->add_option("--max-error-rate", options->max_error_rate_text, "Largest canary 5xx rate (default 1%)");
   cmd->add_option("--min-requests", options->min_requests_text, "Canary requests needed to judge a stage (default 200)");
-  cmd->add_option("--max-p99", options->max_p99_text, "Largest canary p99 response time (e.g. 300ms)");
+  cmd->add_option("--max-p99", options->max_p99_text, "Largest canary p99 time to the response head (e.g. 300ms)");
   cmd->add_option("--poll", options->poll_text, "How often counters are read (default 1s)");
   cmd->add_flag("--dry-run", options->dry_run, "Print the plan; change nothing");
   cmd->add_flag("--rollback-on-abort", options->rollback_on_abort, "On Ctrl-C, roll back to 100:0");

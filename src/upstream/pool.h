@@ -89,7 +89,8 @@ struct PoolConfig {
   unsigned counter_slots = 1;
 };
 
-// Upper bounds (ms) of the per-backend response-time histogram (+Inf implied).
+// Upper bounds (ms) of the per-backend histogram of the time to the response
+// head (+Inf implied).
 inline constexpr uint32_t kLatencyBucketsMs[] = {1,   2,   5,   10,  25,  50,   100,  150,  200,   250,
                                                  300, 400, 500, 750, 1000, 2000, 5000, 10000, 30000};
 inline constexpr size_t kLatencyBuckets = std::size(kLatencyBucketsMs) + 1;
