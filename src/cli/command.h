@@ -5,6 +5,8 @@
 // CLI11 subcommand and a callback that stores the exit code with set_exit_code().
 #pragma once
 
+#include <string_view>
+
 #include <CLI/CLI.hpp>
 
 namespace heft::cli {
@@ -16,6 +18,9 @@ bool add_command(int order, SetupFn setup);
 
 // The process exit code a subcommand's callback chose (default 0).
 void set_exit_code(int code);
+
+// What heft pick and heft sim say of a hash strategy given for a policy that hashes nothing.
+inline constexpr std::string_view kHashStrategyAppliesTo = "applies only to the hash policy (hash, or its alias ip_hash)";
 
 // Exit code for bad arguments, for every subcommand.
 inline constexpr int kBadArguments = 2;

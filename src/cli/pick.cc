@@ -16,6 +16,7 @@
 #include <set>
 
 #include "cli/command.h"
+#include "sim/scenario.h"
 #include "heft/balance/balancer.h"
 #include "heft/balance/hash.h"
 
@@ -48,17 +49,7 @@ struct PickOptions {
 // made a weight invalid and become part of a name or key.
 std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    size_t first = text.find_first_not_of(" \t", start);
-    if (first == std::string::npos || first > comma) first = comma;
-    size_t last = comma;
-    while (last > first && (text[last - 1] == ' ' || text[last - 1] == '\t')) --last;
-    out.push_back(text.substr(first, last - first));
-    start = comma + 1;
-  }
+  for (std::string_view item : sim::split_trimmed(text, ',')) out.emplace_back(item);
   return out;
 }
 
@@ -113,8 +104,7 @@ int run_pick(const PickOptions& o) {
   const std::string policy_given =
       fmt::format("--policy is {}{}", policy_name(*kind), o.policy_option->count() > 0 ? "" : " (the default)");
   if (o.hash_strategy_option->count() > 0 && *kind != PolicyKind::hash)
-    throw BadArguments(fmt::format("--hash-strategy applies only to the hash policy (hash, or its alias ip_hash); {}",
-                                   policy_given));
+    throw BadArguments(fmt::format("--hash-strategy {}; {}", kHashStrategyAppliesTo, policy_given));
   // hash draws them for picks without a key (none given, or an empty one).
   const bool draws_random = *kind == PolicyKind::random || *kind == PolicyKind::p2c || *kind == PolicyKind::hash;
   if (o.seed_option->count() > 0 && !draws_random)

@@ -93,7 +93,7 @@ void check_hash_strategy_applies(const SimFlags& f, const FileMembers& file, con
                                : file.policies       ? "the scenario's policies are " + policy_list(s.policies)
                                                      : "the policies are the default " + policy_list(s.policies);
   throw std::invalid_argument(
-      fmt::format("{} applies only to the hash policy (hash, or its alias ip_hash); {}", setting, policies));
+      fmt::format("{} {}; {}", setting, kHashStrategyAppliesTo, policies));
 }
 
 // Flags that refine any scenario (from flags, a file or an example).

@@ -1,5 +1,7 @@
 #include "sim/planner.h"
 
+#include "sim/scenario.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -123,15 +125,10 @@ nlohmann::json percent_value(double percent) {
 
 std::vector<double> parse_group(std::string_view text) {
   std::vector<double> sizes;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string_view::npos) comma = text.size();
-    std::string item(text.substr(start, comma - start));
-    // Spaces and tabs around a size are trimmed ("3, 1,\t1"), as in heft
-    // pick's and heft sim's lists; a tab after the number was an error.
-    const size_t first = item.find_first_not_of(" \t");
-    item = first == std::string::npos ? std::string() : item.substr(first, item.find_last_not_of(" \t") - first + 1);
+  // Spaces and tabs around a size are trimmed ("3, 1,\t1"), as in heft
+  // pick's and heft sim's lists; a tab after the number was an error.
+  for (std::string_view part : split_trimmed(text, ',')) {
+    const std::string item(part);
     size_t used = 0;
     double size = 0;
     try {
@@ -144,7 +141,6 @@ std::vector<double> parse_group(std::string_view text) {
           "--group must be comma-separated positive server sizes like 3,1,1, got '{}'", text));
     }
     sizes.push_back(size);
-    start = comma + 1;
   }
   return sizes;
 }

@@ -29,20 +29,6 @@ std::string_view trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (size_t guard = 0; guard <= s.size(); ++guard) {
-    size_t pos = s.find(sep, start);
-    if (pos == std::string_view::npos) {
-      parts.push_back(trim(s.substr(start)));
-      break;
-    }
-    parts.push_back(trim(s.substr(start, pos - start)));
-    start = pos + 1;
-  }
-  return parts;
-}
 
 double parse_number(std::string_view text, std::string_view what) {
   text = trim(text);
@@ -88,6 +74,21 @@ std::string_view service_dist_name(ServiceDist dist) {
     case ServiceDist::lognormal: return "lognormal";
   }
   return "exp";
+}
+
+std::vector<std::string_view> split_trimmed(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  for (size_t guard = 0; guard <= text.size(); ++guard) {
+    size_t pos = text.find(separator, start);
+    if (pos == std::string_view::npos) {
+      parts.push_back(trim(text.substr(start)));
+      break;
+    }
+    parts.push_back(trim(text.substr(start, pos - start)));
+    start = pos + 1;
+  }
+  return parts;
 }
 
 uint64_t parse_seed(std::string_view text) {
@@ -139,7 +140,7 @@ double parse_duration(std::string_view text, std::string_view what) {
 
 std::vector<double> parse_units(std::string_view text) {
   std::vector<double> units;
-  for (std::string_view part : split(text, ',')) {
+  for (std::string_view part : split_trimmed(text, ',')) {
     if (part.ends_with('x') || part.ends_with('X')) part.remove_suffix(1);
     units.push_back(positive(parse_number(part, "--servers"), "--servers entries"));
   }
@@ -151,7 +152,7 @@ ServerSpec parse_server(std::string_view text) {
   ServerSpec s;
   bool size_given = false, units_given = false;
   std::unordered_set<std::string_view> keys;
-  for (std::string_view part : split(text, ',')) {
+  for (std::string_view part : split_trimmed(text, ',')) {
     size_t eq = part.find('=');
     if (eq == std::string_view::npos) fail(fmt::format("--server: '{}' is not key=value", part));
     std::string_view key = trim(part.substr(0, eq)), value = trim(part.substr(eq + 1));
@@ -252,7 +253,7 @@ std::string event_text(const Event& e) {
 std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
   if (trim(text).empty()) fail("--policies is empty: name at least one policy");
   std::vector<balance::PolicyKind> out;
-  for (std::string_view part : split(text, ',')) {
+  for (std::string_view part : split_trimmed(text, ',')) {
     auto kind = balance::parse_policy(part);
     if (!kind) fail(fmt::format("--policies: unknown policy '{}'", part));
     out.push_back(*kind);
@@ -262,7 +263,7 @@ std::vector<balance::PolicyKind> parse_policies(std::string_view text) {
 
 std::vector<uint32_t> parse_weights(std::string_view text, std::string_view what) {
   std::vector<uint32_t> out;
-  for (std::string_view part : split(text, ','))
+  for (std::string_view part : split_trimmed(text, ','))
     out.push_back(static_cast<uint32_t>(parse_count(part, what, 0, kMaxWeight)));
   return out;
 }

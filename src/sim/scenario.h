@@ -95,6 +95,12 @@ struct Scenario {
 };
 
 // "1": a seed, 0..18446744073709551615 (a sign is an error, not a wrap).
+// The items of a `separator`-separated list, each trimmed of the blanks
+// around it (" \t\r\n"; "5, 3,\t2" is 5,3,2, as nginx and HAProxy read their
+// lists); an empty item stays, for the caller to refuse or take. heft sim's,
+// heft plan's and heft pick's lists read alike through it.
+std::vector<std::string_view> split_trimmed(std::string_view text, char separator);
+
 uint64_t parse_seed(std::string_view text);
 
 // "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
