@@ -86,10 +86,7 @@ struct AdminProcessTest : ::testing::Test {
     return p;
   }
   Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
-    HttpClient client(admin_port);
-    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
-                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-                                      method, path, admin_port, body.size(), body));
+    return admin_call(admin_port, method, path, body);
   }
   std::map<std::string, int> measure(int n) {
     HttpClient client(port);

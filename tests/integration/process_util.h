@@ -402,6 +402,16 @@ class HttpClient {
   std::string buffer_;
 };
 
+// One call to heft's admin API on 127.0.0.1:`admin_port`, a JSON body (or none).
+inline Response admin_call(uint16_t admin_port, const std::string& method, const std::string& path,
+                           const std::string& body = "") {
+  HttpClient client(admin_port);
+  const std::string host = "127.0.0.1:" + std::to_string(admin_port);
+  return client.request(method + " " + path + " HTTP/1.1\r\nHost: " + host +
+                        "\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
 // A listening socket on 127.0.0.1 and an ephemeral port (written to `port`),
 // for origins a test scripts byte by byte; -1 on failure.
 inline int listen_on_loopback(uint16_t& port, std::chrono::seconds accept_timeout = std::chrono::seconds(0)) {

@@ -426,10 +426,7 @@ struct SharedSite {
     return Process(args, dir + "/rollout.log");
   }
   Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
-    HttpClient client(admin_port);
-    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
-                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-                                      method, path, admin_port, body.size(), body));
+    return admin_call(admin_port, method, path, body);
   }
   nlohmann::json upstreams() { return nlohmann::json::parse(admin("GET", kUpstreams).body, nullptr, false); }
   // Who answers now (100 sequential requests).
@@ -623,10 +620,7 @@ struct TwoSites {
     return Process(args, dir + "/rollout.log");
   }
   Response admin(const std::string& method, const std::string& path, const std::string& body = "") {
-    HttpClient client(admin_port);
-    return client.request(fmt::format("{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n"
-                                      "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
-                                      method, path, admin_port, body.size(), body));
+    return admin_call(admin_port, method, path, body);
   }
   nlohmann::json routes() {
     auto config = nlohmann::json::parse(admin("GET", "/config/").body, nullptr, false);
