@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
@@ -599,11 +600,19 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (const auto& endpoint : removed)
     if (!served.count(endpoint.port())) dropped.insert(endpoint.port());
   std::set<tcp::endpoint> backends;  // backend addresses the new configuration uses
+  // And the shortest keepalive_timeout of the pools using each (0: none).
+  std::map<tcp::endpoint, std::chrono::milliseconds> keepalive_timeouts;
   std::vector<observe::UpstreamGauge> live;  // and their metrics' labels
   for (const SiteRoute& site : impl.current()->sites) {
     auto snapshot = site.pool->snapshot();
+    const std::chrono::milliseconds timeout = site.site.proxy.keepalive_timeout.count() == 0
+                                                  ? std::chrono::milliseconds::max()
+                                                  : site.site.proxy.keepalive_timeout;
     for (uint32_t b = 0; b < snapshot->size(); ++b) {
-      backends.insert(backend_endpoint(snapshot->backend(b).address));
+      const tcp::endpoint endpoint = backend_endpoint(snapshot->backend(b).address);
+      backends.insert(endpoint);
+      auto [it, added] = keepalive_timeouts.try_emplace(endpoint, timeout);
+      if (!added) it->second = std::min(it->second, timeout);
       live.push_back({.server = site.server_label, .site = site.site_label, .upstream = snapshot->backend(b).name});
     }
   }
@@ -612,14 +621,24 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
-    asio::post(w.io, [&w, acceptors, removed, served, dropped, backends] {
+    asio::post(w.io, [&w, acceptors, removed, served, dropped, backends, keepalive_timeouts] {
       if (w.draining) return;
       // Pooled connections to backends no site uses any more: closed, and so
       // are those still busy once their request is done (the lists stay,
-      // requests still finishing may hold them).
+      // requests still finishing may hold them). The others' idle time is
+      // bounded by the new keepalive_timeout at once (the shortest of the
+      // pools sharing the backend), as nginx's new workers start afresh;
+      // the sweep closes those past it.
       for (auto& [endpoint, list] : w.idle) {
         list.retired = !backends.count(endpoint);
-        if (list.retired) list.clear();
+        if (list.retired) {
+          list.clear();
+          continue;
+        }
+        const std::chrono::milliseconds timeout = keepalive_timeouts.at(endpoint);
+        for (const std::unique_ptr<UpstreamConnection>& conn : list)
+          conn->idle_deadline = timeout == std::chrono::milliseconds::max() ? Clock::time_point::max()
+                                                                              : conn->idle_since + timeout;
       }
       // Connections on a port no longer served end after their request in
       // flight (nginx's old workers do the same); idle ones end now.

@@ -1080,7 +1080,8 @@ struct CountingOrigin {
 // needed, and the next request opens a new one; with the default (60s) or
 // 0 (until the backend closes it) it serves the next request seconds later.
 // Sites with different timeouts share a backend's idle connections: each
-// connection keeps the timeout of the pool that put it back last.
+// connection keeps the timeout of the pool that put it back last (until a
+// reload, which applies the shortest of theirs).
 TEST(ProxyLifecycle, IdleUpstreamConnectionsCloseAfterKeepaliveTimeout) {
   CountingOrigin origin;
   ASSERT_GE(origin.listener, 0);
@@ -1119,6 +1120,31 @@ TEST(ProxyLifecycle, IdleUpstreamConnectionsCloseAfterKeepaliveTimeout) {
   ASSERT_TRUE(origin.wait_closed(2, 10s)) << heft.log();
   std::lock_guard lock(origin.mu);
   for (const auto idle : origin.idle_when_closed) EXPECT_GE(idle, 900ms);  // not before its timeout
+}
+
+// A reload that shortens keepalive_timeout applies to the connections
+// already pooled (as nginx's new workers start afresh): one idle under the
+// old 60 s is closed about a second after the reload says 1 s. It kept the
+// old deadline, up to a minute.
+TEST(ProxyLifecycle, AReloadShorteningKeepaliveTimeoutAppliesToPooledConnections) {
+  CountingOrigin origin;
+  ASSERT_GE(origin.listener, 0);
+  const uint16_t port = free_port();
+  const std::string dir = make_temp_dir();
+  const auto heftfile = [&](const std::string& timeout) {
+    return fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{} {{\n"
+                       "\t\tkeepalive_timeout {}\n\t}}\n}}\n",
+                       port, origin.port, timeout);
+  };
+  Process heft = start_heft(dir, heftfile("60s"), port);
+  ASSERT_EQ(HttpClient(port).get("/").status, 200);
+  EXPECT_EQ(origin.accepted, 1);
+  write_file(dir + "/Heftfile", heftfile("1s"));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(origin.wait_closed(1, 5s)) << "the pooled connection kept the old timeout; log:\n" << heft.log();
+  EXPECT_EQ(HttpClient(port).get("/").status, 200);
+  EXPECT_EQ(origin.accepted, 2);
 }
 
 // Response heads heft must not forward get a 502 (a transfer coding other
