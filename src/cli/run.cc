@@ -81,22 +81,27 @@ config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>
 // signal_set would restore that default, so they are blocked in this thread
 // (by now the only one), the set is emptied, and they are ignored until exit;
 // a signal that came in between is pending, and ignoring discards it.
-void ignore_stop_signals(boost::asio::signal_set& signals) {
+void ignore_stop_signals(boost::asio::signal_set& reloads, boost::asio::signal_set& stops) {
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaddset(&stop_signals, s);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   boost::system::error_code ignored;
-  signals.clear(ignored);
+  reloads.clear(ignored);
+  stops.clear(ignored);
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   for (int s : {SIGHUP, SIGTERM, SIGINT}) sigaction(s, &ignore, nullptr);
 }
 
 int run(const RunOptions& options) {
-  // Signals first, so a SIGTERM right after start is not lost.
+  // Signals first, so a SIGTERM right after start is not lost. Two sets: a
+  // set hands out its pending signals lowest number first, so in one set a
+  // SIGHUP (1) arriving during every reload kept SIGTERM (15) and SIGINT
+  // from ever being delivered, and heft from stopping.
   boost::asio::io_context control(1);
-  boost::asio::signal_set signals(control, SIGINT, SIGTERM, SIGHUP);
+  boost::asio::signal_set reload_signals(control, SIGHUP);
+  boost::asio::signal_set stop_signals(control, SIGINT, SIGTERM);
 
   const bool demo = options.config.empty() && !std::filesystem::exists("Heftfile");
   const std::string path = options.config.empty() ? "Heftfile" : options.config;
@@ -203,7 +208,7 @@ int run(const RunOptions& options) {
       // Reloading what is being torn down helps no one; a stopping heft still exits 0.
       fmt::print(stderr, "heft: SIGHUP while stopping: ignored\n");
       std::fflush(stderr);
-      signals.async_wait(on_signal);
+      reload_signals.async_wait(on_signal);
       return;
     }
     if (signal == SIGHUP) {
@@ -227,7 +232,7 @@ int run(const RunOptions& options) {
         }
       }
       std::fflush(stderr);
-      signals.async_wait(on_signal);
+      reload_signals.async_wait(on_signal);
       return;
     }
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
@@ -245,21 +250,23 @@ int run(const RunOptions& options) {
                name, grace.count());
     std::fflush(stderr);
     proxy.shutdown(grace);
-    signals.async_wait(on_signal);
+    stop_signals.async_wait(on_signal);
   };
-  signals.async_wait(on_signal);
+  reload_signals.async_wait(on_signal);
+  stop_signals.async_wait(on_signal);
   std::thread control_thread([&control] { control.run(); });
   proxy.wait();
   // The control thread ends first: a late signal's handler must not meet the
   // admin API being destroyed.
-  signals.cancel();
+  reload_signals.cancel();
+  stop_signals.cancel();
   control.stop();
   control_thread.join();
   admin_api.reset();
   proxy_owner.reset();  // its access-log and health threads end with it
   for (auto& b : demo_backends) b->stop();
   if (demo_thread.joinable()) demo_thread.join();
-  ignore_stop_signals(signals);
+  ignore_stop_signals(reload_signals, stop_signals);
   fmt::print(stderr, "heft: stopped\n");
   return 0;
 }

@@ -1666,5 +1666,37 @@ TEST(ProxyLifecycle, SighupsWhileStoppingLeaveTheExitStatusZero) {
   }
 }
 
+// A SIGHUP coming during every reload does not keep SIGTERM from stopping
+// heft: one signal_set for all three handed out its pending signals lowest
+// number first, so SIGHUP (1) always went before SIGTERM (15) and heft never
+// stopped. 300 sites make each reload last longer than the gap between HUPs.
+TEST(ProxyLifecycle, ASighupStormDoesNotKeepSigtermFromStoppingHeft) {
+  std::string dir = make_temp_dir();
+  Backend backend = start_backend(dir, "a");
+  const uint16_t port = free_port();
+  std::string sites;
+  for (int i = 0; i < 300; ++i)
+    sites += fmt::format("h{}.test:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", i, port, backend.port);
+  Process heft = start_heft(dir, "{\n\tadmin off\n\tworkers 1\n}\n" + sites, port);
+  std::optional<int> status;
+  std::optional<Clock::time_point> termed;
+  const auto start = Clock::now();
+  // One thread signals and reaps: no signal can reach a reused PID.
+  for (const auto end = start + 15s; !status && Clock::now() < end;) {
+    if (!termed && Clock::now() - start > 300ms) {
+      heft.signal(SIGTERM);
+      termed = Clock::now();
+    }
+    heft.signal(SIGHUP);
+    status = heft.wait(0ms);
+    if (!status) std::this_thread::sleep_for(100us);
+  }
+  ASSERT_TRUE(termed);
+  EXPECT_EQ(status, std::optional<int>(0)) << heft.log().substr(0, 3000);
+  const std::string log = heft.log();
+  EXPECT_NE(log.find("heft: SIGTERM received"), std::string::npos) << log.substr(0, 3000);
+  EXPECT_NE(log.find("heft: reloaded"), std::string::npos) << "no reload during the storm: the test proves nothing";
+}
+
 }  // namespace
 }  // namespace heft::test
