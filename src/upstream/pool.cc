@@ -21,6 +21,13 @@ void mark_returned(const BackendConfig& b, BackendState& s, int64_t at) {
 
 void note_return(const BackendConfig& b, BackendState& s, TimePoint now) { mark_returned(b, s, ticks(now)); }
 
+// Under s.mu: out from `now` for fail_timeout (a failure, or a trial's request held out).
+void start_out_period(BackendState& s, const BackendConfig& b, TimePoint now) {
+  s.out = true;
+  s.out_since = now;
+  s.out_until = now + b.fail_timeout;
+}
+
 // The same for a backend an active check brings back; with slow start it is
 // made available by that tick, in the snapshot that already balances it at
 // the floor (the current one was built with its old factor and would flood it).
@@ -205,13 +212,15 @@ void PoolSnapshot::hold_trial(uint32_t i, TimePoint now) const {
   {
     std::lock_guard lock(s.mu);
     if (!s.trial || s.out) return;  // settled meanwhile, or held by another worker's pick
-    s.out = true;
-    s.out_since = now;
-    s.out_until = now + b.fail_timeout;
+    start_out_period(s, b, now);
   }
-  const int64_t until = ticks(now + b.fail_timeout);
+  announce_out(i, now + b.fail_timeout);
+}
+
+void PoolSnapshot::announce_out(uint32_t i, TimePoint until) const {
+  const int64_t at = ticks(until);
   int64_t cur = next_return_.load(std::memory_order_relaxed);
-  while (until < cur && !next_return_.compare_exchange_weak(cur, until)) {
+  while (at < cur && !next_return_.compare_exchange_weak(cur, at)) {
   }
   refresh_availability(i);
 }
@@ -233,20 +242,12 @@ void PoolSnapshot::report_failure(uint32_t i, TimePoint now) const {
     const uint32_t fails = s.recent_failures.add(now, b.fail_timeout, b.max_fails);
     // On trial (its request held out or not): out again at once.
     if (!lone && (s.trial || (!s.out && fails >= b.max_fails))) {
-      s.out = true;
+      start_out_period(s, b, now);
       s.trial = false;
-      s.out_since = now;
-      s.out_until = now + b.fail_timeout;
       taken_out = true;
     }
   }
-  if (taken_out) {
-    int64_t until = ticks(now + b.fail_timeout);
-    int64_t cur = next_return_.load(std::memory_order_relaxed);
-    while (until < cur && !next_return_.compare_exchange_weak(cur, until)) {
-    }
-    refresh_availability(i);
-  }
+  if (taken_out) announce_out(i, now + b.fail_timeout);
 }
 
 uint32_t PoolSnapshot::recent_fails(uint32_t i, TimePoint now) const {

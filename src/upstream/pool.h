@@ -282,6 +282,9 @@ class PoolSnapshot {
 
  private:
   void refresh_availability(uint32_t i) const;
+  // Backend i was just taken out (under its lock) until `until`: the next
+  // return is due by then, and the policy stops picking it.
+  void announce_out(uint32_t i, TimePoint until) const;
 
   PoolConfig config_;
   std::unique_ptr<balance::Balancer> balancer_;
