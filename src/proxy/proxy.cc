@@ -599,9 +599,9 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (const auto& endpoint : new_endpoints) served.insert(endpoint.port());
   for (const auto& endpoint : removed)
     if (!served.count(endpoint.port())) dropped.insert(endpoint.port());
-  std::set<tcp::endpoint> backends;  // backend addresses the new configuration uses
-  // And the shortest keepalive_timeout of the pools using each (0: none).
-  std::map<tcp::endpoint, std::chrono::milliseconds> keepalive_timeouts;
+  // Backend addresses the new configuration uses, with the shortest
+  // keepalive_timeout of the pools using each (max: none).
+  std::map<tcp::endpoint, std::chrono::milliseconds> backends;
   std::vector<observe::UpstreamGauge> live;  // and their metrics' labels
   for (const SiteRoute& site : impl.current()->sites) {
     auto snapshot = site.pool->snapshot();
@@ -609,9 +609,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
                                                   ? std::chrono::milliseconds::max()
                                                   : site.site.proxy.keepalive_timeout;
     for (uint32_t b = 0; b < snapshot->size(); ++b) {
-      const tcp::endpoint endpoint = backend_endpoint(snapshot->backend(b).address);
-      backends.insert(endpoint);
-      auto [it, added] = keepalive_timeouts.try_emplace(endpoint, timeout);
+      auto [it, added] = backends.try_emplace(backend_endpoint(snapshot->backend(b).address), timeout);
       if (!added) it->second = std::min(it->second, timeout);
       live.push_back({.server = site.server_label, .site = site.site_label, .upstream = snapshot->backend(b).name});
     }
@@ -621,7 +619,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
   for (std::size_t i = 0; i < impl.workers.size(); ++i) {
     Worker& w = *impl.workers[i];
     auto acceptors = std::make_shared<Opened>(std::move(opened[i]));
-    asio::post(w.io, [&w, acceptors, removed, served, dropped, backends, keepalive_timeouts] {
+    asio::post(w.io, [&w, acceptors, removed, served, dropped, backends] {
       if (w.draining) return;
       // Pooled connections to backends no site uses any more: closed, and so
       // are those still busy once their request is done (the lists stay,
@@ -635,7 +633,7 @@ bool Proxy::reload(config::Config next, std::string& error) {
           list.clear();
           continue;
         }
-        const std::chrono::milliseconds timeout = keepalive_timeouts.at(endpoint);
+        const std::chrono::milliseconds timeout = backends.at(endpoint);
         for (const std::unique_ptr<UpstreamConnection>& conn : list)
           conn->idle_deadline = timeout == std::chrono::milliseconds::max() ? Clock::time_point::max()
                                                                               : conn->idle_since + timeout;
