@@ -525,7 +525,8 @@ int Rollout::run() {
   }
   target_ = std::move(*target);
   fmt::print("rollout of site {} ({}{}): stable {} -> canary {}, {} stage{}, hold {}, max 5xx rate {}, min {} requests{}\n",
-             o_.site, o_.site == target_.address ? "" : target_.address + ", ", target_.path, o_.stable, o_.canary, o_.stages.size(), o_.stages.size() == 1 ? "" : "s",
+             o_.site, o_.site == target_.address ? "" : target_.address + ", ", target_.path, o_.stable, o_.canary,
+             o_.stages.size(), o_.stages.size() == 1 ? "" : "s",
              config::format_duration(o_.hold), config::format_fraction(o_.max_error_rate), o_.min_requests,
              o_.max_p99 ? ", max p99 " + config::format_duration(*o_.max_p99) : "");
   if (o_.dry_run) {

@@ -494,11 +494,6 @@ TEST(Rollout, CanaryRemovedMeanwhileStopsWithoutReAddingIt) {
   EXPECT_EQ(after[0].value("weight", 1), 95) << after;  // stage 1 left as it was
 }
 
-}  // namespace
-}  // namespace heft::test
-
-namespace heft::test {
-namespace {
 
 // One host name served by two sites (two ports) with the same two upstreams:
 // `--site HOST` names neither, and is refused with the sites it could mean
@@ -558,11 +553,6 @@ TEST(Rollout, HostNameOfSeveralSitesIsRefusedAsAmbiguous) {
   EXPECT_NE(out.find("/config/apps/http/servers/srv1/routes/0/"), std::string::npos) << out;
 }
 
-}  // namespace
-}  // namespace heft::test
-
-namespace heft::test {
-namespace {
 
 // A site index past any integer type is no site (exit 2 for rollout, 1 for
 // weight), said so; it aborted both commands (std::stoul threw out_of_range,
@@ -586,11 +576,6 @@ TEST(Rollout, SiteIndexTooLargeIsNoSite) {
   EXPECT_NE(weight.log().find("heft: no site " + index + " (give a host"), std::string::npos) << weight.log();
 }
 
-}  // namespace
-}  // namespace heft::test
-
-namespace heft::test {
-namespace {
 
 // Two sites on one port, a.test (site 0) and b.test (site 1), with the same
 // stable and canary (a.test's at 7 : 3), a canary failing half its requests,

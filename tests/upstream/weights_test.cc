@@ -548,11 +548,6 @@ TEST(PoolSlowStart, NoRampWhileTheActiveChecksHoldItOut) {
   EXPECT_TRUE(pool.snapshot()->available(1));
   EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), kSlowStartFloor);
 }
-}  // namespace
-}  // namespace heft::upstream
-
-namespace heft::upstream {
-namespace {
 
 // An operator who finds a backend cut too far raises min_weight_ratio (a
 // reload, an admin change): the backend is lifted to the new floor at the
@@ -586,11 +581,6 @@ TEST(PoolAdaptive, RaisedMinWeightRatioLiftsACutBackendToIt) {
   EXPECT_DOUBLE_EQ(pool.snapshot()->factor(1), 0.5);  // and cut no further
 }
 
-}  // namespace
-}  // namespace heft::upstream
-
-namespace heft::upstream {
-namespace {
 
 // error_threshold 0 ("cut on any error"): after an interval with errors, the
 // backend recovers once it answers without errors. The EWMA of its error
