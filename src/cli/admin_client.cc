@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/command.h"
+#include "config/heftfile.h"
 #include "config/values.h"
 
 namespace heft::cli {
@@ -26,9 +28,37 @@ namespace {
 constexpr std::chrono::milliseconds kGiveUpCheckEvery{50};
 }  // namespace
 
-void add_admin_options(CLI::App* command, AdminClientOptions& options) {
-  command->add_option("--address", options.address, "Admin API address HOST:PORT (default 127.0.0.1:2019)");
-  command->add_option("--token", options.token, "Bearer token, if the admin API requires one");
+void add_admin_options(CLI::App* command, AdminClientOptions& options, bool config_option) {
+  command->add_option("--address", options.address,
+                      config_option ? "Admin API address HOST:PORT (default: --config's admin address, else 127.0.0.1:2019)"
+                                    : "Admin API address HOST:PORT (default: FILE's admin address, else 127.0.0.1:2019)");
+  command->add_option("--token", options.token,
+                      config_option ? "Bearer token, if the admin API requires one (default: --config's admin token)"
+                                    : "Bearer token, if the admin API requires one (default: FILE's admin token)");
+  if (config_option)
+    command->add_option("-c,--config", options.config,
+                        "Heftfile or .json configuration of the running heft: its admin address and token are used");
+}
+
+void settle_admin_options(AdminClientOptions& options, const config::Config* loaded) {
+  std::optional<config::Config> read;
+  if (!loaded && !options.config.empty() && options.address.empty()) {
+    config::Result<config::Config> result = config::load_config_file(options.config);
+    if (!result.ok()) {
+      for (const config::Diagnostic& d : result.errors) fmt::print(stderr, "{}\n", d.to_string());
+      throw BadArguments(fmt::format("--config {} is not valid, so its admin address is unknown", options.config));
+    }
+    read = std::move(*result);
+    if (!read->admin.enabled)
+      throw BadArguments(fmt::format("--config {} turns the admin API off (admin off): there is none to reach",
+                                     options.config));
+    loaded = &*read;
+  }
+  if (options.address.empty() && loaded && loaded->admin.enabled) {
+    options.address = loaded->admin.address;
+    if (options.token.empty()) options.token = loaded->admin.token;
+  }
+  if (options.address.empty()) options.address = kDefaultAdminAddress;
 }
 
 std::string AdminReply::error_message() const {
@@ -51,9 +81,10 @@ std::string AdminReply::body_excerpt() const {
 AdminReply admin_request(const AdminClientOptions& options, const std::string& method, const std::string& target,
                          const std::string& body, const std::string& content_type, const std::string& if_match) {
   AdminReply reply;
-  auto split = config::split_host_port(options.address, 2019);
+  const std::string address = options.address.empty() ? kDefaultAdminAddress : options.address;
+  auto split = config::split_host_port(address, 2019);
   if (!split.value) {
-    reply.transport_error = "bad --address \"" + options.address + "\": " + split.error;
+    reply.transport_error = "bad --address \"" + address + "\": " + split.error;
     return reply;
   }
   std::string host = split.value->host.empty() ? "127.0.0.1" : split.value->host;
@@ -110,7 +141,7 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
               ? fmt::format("timed out after {} ({})", config::format_duration(kAdminRequestTimeout),
                             connected ? "connected, but no answer" : "no connection")
               : failure.message();  // the code's message, as the system says it ("Connection refused")
-      reply.transport_error = "cannot reach the admin API at " + options.address + ": " + why;
+      reply.transport_error = "cannot reach the admin API at " + address + ": " + why;
       return reply;
     }
     const auto& res = parser.get();
@@ -120,7 +151,7 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
       // Something else answers there (a web server, a backend): its 200 is
       // no reload, stop or weight change, whatever the command would report.
       reply.status = 0;
-      reply.transport_error = fmt::format("the answer from {} is not heft's admin API (HTTP {}{}{})", options.address,
+      reply.transport_error = fmt::format("the answer from {} is not heft's admin API (HTTP {}{}{})", address,
                                           res.result_int(), reply.body.empty() ? "" : ": ", reply.body_excerpt());
       return reply;
     }
@@ -130,10 +161,10 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
   } catch (const boost::system::system_error& e) {
     // The code's message alone: what() adds Boost's source location.
     reply.status = 0;
-    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.code().message();
+    reply.transport_error = "cannot reach the admin API at " + address + ": " + e.code().message();
   } catch (const std::exception& e) {
     reply.status = 0;
-    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.what();
+    reply.transport_error = "cannot reach the admin API at " + address + ": " + e.what();
   }
   return reply;
 }

@@ -8,21 +8,34 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/model.h"
+
 namespace heft::cli {
 
 // How long one admin request may take in all: connecting, sending and the answer.
 inline constexpr std::chrono::seconds kAdminRequestTimeout{10};
 
+inline constexpr const char* kDefaultAdminAddress = "127.0.0.1:2019";
+
 struct AdminClientOptions {
-  std::string address = "127.0.0.1:2019";  // HOST:PORT of the admin API
-  std::string token;                       // sent as Authorization: Bearer when set
+  std::string address;  // HOST:PORT of the admin API (--address); empty: settle_admin_options() decides
+  std::string token;    // sent as Authorization: Bearer when set
+  std::string config;   // --config FILE: the configuration whose admin address and token to use
   // Asked every 50 ms while a request waits; true abandons it ("interrupted"):
   // for a command that must stop waiting when it is signalled. None by default.
   std::function<bool()> give_up;
 };
 
-// Adds --address and --token to `command`.
-void add_admin_options(CLI::App* command, AdminClientOptions& options);
+// Adds --address and --token to `command`, and --config unless the command
+// has a configuration file of its own (heft reload's FILE).
+void add_admin_options(CLI::App* command, AdminClientOptions& options, bool config_option = true);
+
+// Where the requests go, as `caddy reload` / `caddy stop` decide it: --address
+// if given; else the admin address of the configuration (`loaded`, else the
+// --config file, read here), its token too unless --token was given; else
+// 127.0.0.1:2019. Throws BadArguments if --config names a file that is not a
+// valid configuration (its errors printed first) or one with `admin off`.
+void settle_admin_options(AdminClientOptions& options, const config::Config* loaded = nullptr);
 
 struct AdminReply {
   int status = 0;           // 0: no answer from a heft admin API (see transport_error)

@@ -18,13 +18,14 @@ struct ReloadOptions {
   AdminClientOptions admin;
 };
 
-int run_reload(const ReloadOptions& options) {
+int run_reload(ReloadOptions& options) {
   config::Result<config::Config> loaded = config::load_config_file(options.config);
   if (!loaded.ok()) {
     for (const config::Diagnostic& d : loaded.errors) fmt::print(stderr, "{}\n", d.to_string());
     fmt::print(stderr, "heft: {} is not valid, not reloading\n", options.config);
     return 1;
   }
+  settle_admin_options(options.admin, &*loaded);  // --address, else the file's own admin address
   AdminReply reply = admin_request(options.admin, "POST", "/load", config::to_json(*loaded).dump());
   if (reply.status != 200) {
     fmt::print(stderr, "heft: reload refused: {}\n", reply.error_message());
@@ -38,7 +39,7 @@ void setup(CLI::App& root) {
   auto options = std::make_shared<ReloadOptions>();
   CLI::App* command = root.add_subcommand("reload", "Load a configuration file into a running heft (POST /load)");
   command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration (default ./Heftfile)");
-  add_admin_options(command, options->admin);
+  add_admin_options(command, options->admin, /*config_option=*/false);
   command->callback([options] { set_exit_code(run_reload(*options)); });
 }
 

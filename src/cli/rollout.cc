@@ -672,6 +672,7 @@ void setup(CLI::App& root) {
   cmd->add_flag("--rollback-on-abort", options->rollback_on_abort, "On Ctrl-C, roll back to 100:0");
   add_admin_options(cmd, options->admin);
   cmd->callback([options] {
+    settle_admin_options(options->admin);
     parse(*options);
     set_exit_code(Rollout(*options).run());
   });

@@ -22,7 +22,10 @@ void setup(CLI::App& root) {
   auto options = std::make_shared<AdminClientOptions>();
   CLI::App* command = root.add_subcommand("stop", "Stop a running heft gracefully (POST /stop)");
   add_admin_options(command, *options);
-  command->callback([options] { set_exit_code(run_stop(*options)); });
+  command->callback([options] {
+    settle_admin_options(*options);
+    set_exit_code(run_stop(*options));
+  });
 }
 
 const bool registered = add_command(13, &setup);

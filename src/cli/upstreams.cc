@@ -50,7 +50,10 @@ void setup(CLI::App& root) {
   CLI::App* command = root.add_subcommand("upstreams", "Show a running heft's backends: weights, load, health, share");
   add_admin_options(command, options->admin);
   command->add_flag("--json", options->json, "Print the API's JSON instead of a table");
-  command->callback([options] { set_exit_code(run_upstreams(*options)); });
+  command->callback([options] {
+    settle_admin_options(options->admin);
+    set_exit_code(run_upstreams(*options));
+  });
 }
 
 const bool registered = add_command(14, &setup);

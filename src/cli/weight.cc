@@ -65,7 +65,10 @@ void setup(CLI::App& root) {
   command->add_option("upstream", options->upstream, "Backend dial address as configured (host:port)")->required();
   command->add_option("weight", options->weight, "New weight (0 drains)")->required()->check(CLI::Range(0L, 1'000'000L));
   add_admin_options(command, options->admin);
-  command->callback([options] { set_exit_code(run_weight(*options)); });
+  command->callback([options] {
+    settle_admin_options(options->admin);
+    set_exit_code(run_weight(*options));
+  });
 }
 
 const bool registered = add_command(15, &setup);

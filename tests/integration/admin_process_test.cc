@@ -228,6 +228,46 @@ TEST_F(AdminProcessTest, ControlCommands) {
   EXPECT_EQ(out, fmt::format("heft: cannot reach the admin API at {}: Connection refused\n", address()));
 }
 
+// Without --address the commands find the admin API where the configuration
+// puts it, with its token, as `caddy reload` / `caddy stop` do: heft reload's
+// FILE, --config for the others. They all went to 127.0.0.1:2019, so with any
+// other `admin` line every command needed --address (and --token) repeated.
+TEST_F(AdminProcessTest, CommandsFindTheAdminAddressAndTokenInTheConfiguration) {
+  const auto with_token = [&](int wa, int wb) {
+    std::string text = heftfile(wa, wb);
+    text.insert(text.find("\tworkers"), "\tadmin_token s3cret\n");
+    return text;
+  };
+  write_file(dir + "/Heftfile", with_token(1, 1));
+  Process p = run("heft.log");
+  std::string out;
+  const std::string heftfile_path = dir + "/Heftfile";
+  const std::string b = fmt::format("127.0.0.1:{}", backends[1].port);
+  ASSERT_EQ(heft(dir, {"upstreams", "--config", heftfile_path}, out), 0) << out;
+  EXPECT_NE(out.find(b), std::string::npos) << out;
+  ASSERT_EQ(heft(dir, {"weight", "0", b, "3", "-c", heftfile_path}, out), 0) << out;
+  EXPECT_NEAR(measure(400)["b"], 300, 2);
+  // reload's own FILE says where: this one drains b.
+  write_file(dir + "/Heftfile2", with_token(1, 0));
+  ASSERT_EQ(heft(dir, {"reload", dir + "/Heftfile2"}, out), 0) << out;
+  EXPECT_EQ(measure(50)["a"], 50);
+  // --address and --token still win over the file.
+  EXPECT_EQ(heft(dir, {"upstreams", "-c", heftfile_path, "--address", "127.0.0.1:1"}, out), 1) << out;
+  EXPECT_NE(out.find("cannot reach the admin API at 127.0.0.1:1"), std::string::npos) << out;
+  EXPECT_EQ(heft(dir, {"upstreams", "-c", heftfile_path, "--token", "wrong"}, out), 1) << out;
+  // A --config that is not valid, or has no admin API, names the reason.
+  write_file(dir + "/Bad", "{\n\tadmin 127.0.0.1:1\n\twieght 2\n}\n");
+  EXPECT_EQ(heft(dir, {"stop", "-c", dir + "/Bad"}, out), 2) << out;
+  EXPECT_NE(out.find("Bad:3:2"), std::string::npos) << out;
+  EXPECT_NE(out.find("is not valid, so its admin address is unknown"), std::string::npos) << out;
+  write_file(dir + "/Off", fmt::format("{{\n\tadmin off\n}}\n:{} {{\n\treverse_proxy {}\n}}\n", port, b));
+  EXPECT_EQ(heft(dir, {"stop", "-c", dir + "/Off"}, out), 2) << out;
+  EXPECT_NE(out.find("turns the admin API off"), std::string::npos) << out;
+
+  ASSERT_EQ(heft(dir, {"stop", "--config", heftfile_path}, out), 0) << out;
+  EXPECT_EQ(p.wait(20s), 0) << p.log();
+}
+
 // A configuration whose JSON is over 1 MiB (1,500 sites) reloads through the
 // admin API as it starts: the body limit was 1 MiB, and `heft reload` (and a
 // GET /config/ posted back to /load) got 413 for what `heft run` served.
