@@ -3,6 +3,7 @@
 #include "cli/admin_client.h"
 
 #include <chrono>
+#include <optional>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>

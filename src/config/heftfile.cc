@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -1089,12 +1090,19 @@ std::optional<std::string> read_file(const std::string& path, std::vector<Diagno
   return content.str();
 }
 
+std::optional<std::string> environment_variable(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (!value) return std::nullopt;
+  return std::string(value);
+}
+
 }  // namespace
 
 Result<Config> parse_heftfile(std::string_view text, std::string_view file) {
   Result<Config> result;
   Result<syntax::Tree> tree = syntax::parse(text, file);
   result.errors = std::move(tree.errors);
+  syntax::expand_environment(*tree.value, file, environment_variable, result.errors);
   std::vector<Diagnostic> meaning_errors;
   Parser parser(file, meaning_errors, result.errors.empty());
   Config config = parser.parse(*tree.value);

@@ -1,7 +1,11 @@
 // The Heftfile's generic syntax: see syntax.h.
 #include "config/syntax.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "config/values.h"
 
 namespace heft::config::syntax {
 namespace {
@@ -260,6 +264,69 @@ Result<Tree> parse(std::string_view text, std::string_view file) {
   if (result.errors.empty()) result.errors = std::move(structure_errors);
   result.value = std::move(tree);
   return result;
+}
+
+namespace {
+
+bool is_name_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool is_name_char(char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
+
+void expand_token(Token& token, std::string_view file, const EnvironmentLookup& lookup,
+                  std::vector<Diagnostic>& errors) {
+  if (token.text.find("{$") == std::string::npos) return;
+  // At the token's own place, so the parser's error for the token left as
+  // written is recognised as this one's and dropped (parse_heftfile()).
+  const auto fail = [&](std::string message) {
+    errors.push_back({std::string(file), token.line, token.column, "", std::move(message)});
+  };
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < token.text.size()) {
+    const std::size_t open = token.text.find("{$", pos);
+    if (open == std::string::npos) break;
+    out.append(token.text, pos, open - pos);
+    const std::size_t close = token.text.find('}', open);
+    if (close == std::string::npos) {
+      fail("unclosed environment placeholder \"{$\" (write {$NAME} or {$NAME:default})");
+      return;
+    }
+    const std::string_view inside = std::string_view(token.text).substr(open + 2, close - open - 2);
+    const std::size_t colon = inside.find(':');
+    const std::string name(inside.substr(0, colon));
+    if (name.empty() || !is_name_start(name[0]) ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return is_name_char(c); })) {
+      fail(fmt::format("\"{}\" is not an environment variable name (letters, digits and _, not starting "
+                             "with a digit)", printable(name)));
+      return;
+    }
+    if (std::optional<std::string> value = lookup(name)) out += *value;
+    else if (colon != std::string_view::npos) out += inside.substr(colon + 1);
+    else {
+      fail(fmt::format("environment variable {} is not set (write {{${}:default}} to give a default, "
+                             "{{${}:}} for an empty one)", name, name, name));
+      return;
+    }
+    pos = close + 1;
+  }
+  out.append(token.text, pos);
+  token.text = std::move(out);
+}
+
+void expand_all(std::vector<Directive>& directives, std::string_view file, const EnvironmentLookup& lookup,
+                std::vector<Diagnostic>& errors) {
+  for (Directive& d : directives) {
+    if (d.is_comment) continue;
+    expand_token(d.name, file, lookup, errors);
+    for (Token& arg : d.args) expand_token(arg, file, lookup, errors);
+    expand_all(d.block, file, lookup, errors);
+  }
+}
+
+}  // namespace
+
+void expand_environment(Tree& tree, std::string_view file, const EnvironmentLookup& lookup,
+                        std::vector<Diagnostic>& errors) {
+  expand_all(tree.top, file, lookup, errors);
 }
 
 std::string format(const Tree& tree) {

@@ -9,6 +9,8 @@
 // are 1-based lines and byte columns (a tab counts 1; the mark counts 0).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +47,20 @@ struct Tree {
 // Lexes and groups `text`. Every syntax error is reported (unterminated
 // quote, unbalanced braces); the tree holds what could be read.
 Result<Tree> parse(std::string_view text, std::string_view file);
+
+// An environment variable's value, or nullopt when it is not set.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// Replaces `{$NAME}` and `{$NAME:default}` in every token of the tree (names
+// and arguments, quoted or not) with the environment variable NAME, or with
+// the default when NAME is not set — Caddy's and HAProxy's parse-time
+// environment placeholders, so secrets such as admin_token need not be in the
+// file. Within one token, so positions stay true. A variable not set and
+// without a default (`{$NAME:}` is an empty default), a name that is not one
+// ([A-Za-z_][A-Za-z0-9_]*) or an unclosed `{$` is an error at its place.
+// `heft fmt` does not call this: it keeps the placeholders as written.
+void expand_environment(Tree& tree, std::string_view file, const EnvironmentLookup& lookup,
+                        std::vector<Diagnostic>& errors);
 
 // Prints the tree: tab indentation, one directive per line, single spaces,
 // quotes only where needed, at most one blank line in a row, a blank line

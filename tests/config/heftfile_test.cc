@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include <string>
 #include <vector>
@@ -363,6 +364,42 @@ TEST(Heftfile, LeadingByteOrderMarkIsSkipped) {
   EXPECT_FALSE(parse_heftfile(":80 {\n\treverse_proxy \xEF\xBB\xBF" "a:1\n}\n").ok());
   // heft fmt drops it.
   EXPECT_EQ(*format_heftfile("\xEF\xBB\xBF:80 {\n\treverse_proxy a:1\n}\n"), ":80 {\n\treverse_proxy a:1\n}\n");
+}
+
+// {$NAME} and {$NAME:default} are replaced by the environment, as Caddy and
+// HAProxy read their files, so a secret such as admin_token need not be
+// written in the file. They were read literally: `admin_token {$TOKEN}` made
+// the token the eight characters "{$TOKEN}" without a word of warning.
+TEST(Heftfile, EnvironmentPlaceholdersAreReplacedWithinTokens) {
+  ::setenv("HEFT_TEST_BACKEND", "10.0.0.7:3000", 1);
+  ::setenv("HEFT_TEST_TOKEN", "s3cret", 1);
+  ::setenv("HEFT_TEST_EMPTY", "", 1);
+  ::unsetenv("HEFT_TEST_UNSET");
+  const std::string text =
+      "{\n\tadmin_token {$HEFT_TEST_TOKEN}\n}\n:80 {\n\treverse_proxy {\n"
+      "\t\tto {$HEFT_TEST_BACKEND} weight {$HEFT_TEST_UNSET:4}\n"
+      "\t\tto \"10.0.0.8:{$HEFT_TEST_UNSET:3001}\" weight 2{$HEFT_TEST_EMPTY}\n\t}\n}\n";
+  const Config config = parse_ok(text);
+  EXPECT_EQ(config.admin.token, "s3cret");
+  ASSERT_EQ(config.sites.size(), 1u);
+  const auto& upstreams = config.sites[0].proxy.upstreams;
+  ASSERT_EQ(upstreams.size(), 2u);
+  EXPECT_EQ(upstreams[0].dial, "10.0.0.7:3000");
+  EXPECT_EQ(upstreams[0].weight, 4u);  // not set: its default
+  EXPECT_EQ(upstreams[1].dial, "10.0.0.8:3001");
+  EXPECT_EQ(upstreams[1].weight, 2u);  // set but empty: its value, not the default
+  // heft fmt keeps them as written (it must not write secrets into the file).
+  const std::string placeholders = "{\n\tadmin_token {$HEFT_TEST_TOKEN}\n}\n\n:80 {\n\treverse_proxy {$HEFT_TEST_BACKEND}\n}\n";
+  EXPECT_EQ(*format_heftfile(placeholders), placeholders);
+
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {$HEFT_TEST_UNSET}\n}\n"),
+            "Heftfile:2:16: environment variable HEFT_TEST_UNSET is not set (write {$HEFT_TEST_UNSET:default} to "
+            "give a default, {$HEFT_TEST_UNSET:} for an empty one)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:{$1X}\n}\n"),
+            "Heftfile:2:16: \"1X\" is not an environment variable name (letters, digits and _, not starting with a "
+            "digit)");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {$HEFT_TEST_BACKEND\n}\n"),
+            "Heftfile:2:16: unclosed environment placeholder \"{$\" (write {$NAME} or {$NAME:default})");
 }
 
 TEST(Heftfile, BareLogAndOneLineBlocks) {
