@@ -5,6 +5,7 @@
 // CLI11 subcommand and a callback that stores the exit code with set_exit_code().
 #pragma once
 
+#include <string>
 #include <string_view>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,9 @@ void set_exit_code(int code);
 
 // What heft pick and heft sim say of a hash strategy given for a policy that hashes nothing.
 inline constexpr std::string_view kHashStrategyAppliesTo = "applies only to the hash policy (hash, or its alias ip_hash)";
+
+// "heft VERSION (Boost X.Y, GCC X.Y.Z, TYPE build)": `heft version` and `heft --version`.
+std::string version_text();
 
 // Exit code for bad arguments, for every subcommand.
 inline constexpr int kBadArguments = 2;

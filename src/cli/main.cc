@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   using namespace heft::cli;
   CLI::App app{"heft: a weighted load balancer and HTTP reverse proxy", "heft"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text());
   auto commands = registry();
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -38,6 +39,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();

@@ -316,4 +316,17 @@ TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
   EXPECT_EQ(heft("validate good --config other").exit_code, 2);
 }
 
+// `heft version` and `heft --version` say which heft this is, as `nginx -v`,
+// `haproxy -v` and `caddy version` do; neither existed (exit 2, "A subcommand
+// is required").
+TEST_F(ConfigCommands, VersionNamesTheProjectVersionAndTheBuild) {
+  CommandResult command = heft("version");
+  EXPECT_EQ(command.exit_code, 0) << command.err;
+  EXPECT_TRUE(command.out.starts_with("heft " HEFT_VERSION " (Boost 1.")) << command.out;
+  EXPECT_NE(command.out.find(" build)\n"), std::string::npos) << command.out;
+  CommandResult flag = heft("--version");
+  EXPECT_EQ(flag.exit_code, 0) << flag.err;
+  EXPECT_EQ(flag.out, command.out);
+}
+
 }  // namespace
