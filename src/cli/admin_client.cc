@@ -42,22 +42,22 @@ void add_admin_options(CLI::App* command, AdminClientOptions& options, bool conf
 }
 
 void settle_admin_options(AdminClientOptions& options, const config::Config* loaded) {
-  std::optional<config::Config> read;
-  if (!loaded && !options.config.empty() && options.address.empty()) {
-    config::Result<config::Config> result = config::load_config_file(options.config);
+  std::optional<config::AdminConfig> admin;
+  if (loaded) admin = loaded->admin;
+  else if (!options.config.empty() && options.address.empty()) {
+    config::Result<config::AdminConfig> result = config::load_admin_config(options.config);
     if (!result.ok()) {
       for (const config::Diagnostic& d : result.errors) fmt::print(stderr, "{}\n", d.to_string());
-      throw BadArguments(fmt::format("--config {} is not valid, so its admin address is unknown", options.config));
+      throw BadArguments(fmt::format("--config {}: its admin settings are not valid", options.config));
     }
-    read = std::move(*result);
-    if (!read->admin.enabled)
+    if (!result->enabled)
       throw BadArguments(fmt::format("--config {} turns the admin API off (admin off): there is none to reach",
                                      options.config));
-    loaded = &*read;
+    admin = *result;
   }
-  if (options.address.empty() && loaded && loaded->admin.enabled) {
-    options.address = loaded->admin.address;
-    if (options.token.empty()) options.token = loaded->admin.token;
+  if (options.address.empty() && admin && admin->enabled) {
+    options.address = admin->address;
+    if (options.token.empty()) options.token = admin->token;
   }
   if (options.address.empty()) options.address = kDefaultAdminAddress;
 }

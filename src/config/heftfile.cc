@@ -78,6 +78,17 @@ class Parser {
   Parser(std::string_view file, std::vector<Diagnostic>& errors, bool syntax_ok)
       : file_(file), errors_(errors), syntax_ok_(syntax_ok) {}
 
+  // The global options block alone (the first directive, when it is one).
+  Config global_options(const syntax::Tree& tree) {
+    Config config;
+    for (const Directive& d : tree.top) {
+      if (d.is_comment) continue;
+      if (d.name.text.empty() && !d.name.quoted) global(d, config);
+      break;
+    }
+    return config;
+  }
+
   Config parse(const syntax::Tree& tree) {
     Config config;
     std::vector<const Directive*> top;
@@ -1127,6 +1138,34 @@ Result<Config> load_heftfile(const std::string& path) {
   auto text = read_file(path, result.errors);
   if (!text) return result;
   return parse_heftfile(*text, path);
+}
+
+Result<AdminConfig> load_admin_config(const std::string& path) {
+  Result<AdminConfig> result;
+  if (path.ends_with(".json")) {
+    Result<Config> config = load_config_file(path);
+    result.errors = std::move(config.errors);
+    if (result.errors.empty()) result.value = config.value->admin;
+    return result;
+  }
+  auto text = read_file(path, result.errors);
+  if (!text) return result;
+  Result<syntax::Tree> tree = syntax::parse(*text, path);
+  result.errors = std::move(tree.errors);
+  if (!result.errors.empty()) return result;
+  // Only the global options' placeholders: the sites' may name variables
+  // only heft's own environment has.
+  syntax::Tree globals;
+  for (const Directive& d : tree.value->top) {
+    if (d.is_comment) continue;
+    if (d.name.text.empty() && !d.name.quoted) globals.top.push_back(d);
+    break;
+  }
+  syntax::expand_environment(globals, path, environment_variable, result.errors);
+  Parser parser(path, result.errors, true);
+  Config config = parser.global_options(globals);
+  if (result.errors.empty()) result.value = config.admin;
+  return result;
 }
 
 Result<Config> load_config_file(const std::string& path) {

@@ -27,6 +27,12 @@ Result<Config> load_heftfile(const std::string& path);
 // when the path ends in ".json", a Heftfile otherwise.
 Result<Config> load_config_file(const std::string& path);
 
+// The admin settings of a configuration file, for the commands that talk to
+// a running heft: a JSON file whole; of a Heftfile only the global options
+// block is read (environment placeholders included), so an error in a site,
+// or a site's variable unset in this environment, does not hide them.
+Result<AdminConfig> load_admin_config(const std::string& path);
+
 // The file normalised (see syntax::format): tab indentation, one directive per
 // line, canonical spacing. Only syntax errors are reported, not meaning.
 Result<std::string> format_heftfile(std::string_view text, std::string_view file = "Heftfile");
