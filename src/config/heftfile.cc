@@ -148,6 +148,15 @@ class Parser {
 
   template <size_t N>
   void unknown(const Token& at, const std::string_view (&known)[N], std::string_view what) {
+    // nginx writes `weight=5`; here the value follows a space.
+    if (const std::size_t eq = at.text.find('='); eq != std::string::npos && eq + 1 < at.text.size()) {
+      const std::string_view name = std::string_view(at.text).substr(0, eq);
+      if (std::find(std::begin(known), std::end(known), name) != std::end(known)) {
+        error(at, fmt::format("unknown {} \"{}\": write \"{} {}\" (a value follows its name after a space, not "
+                              "\"=\")", what, printable(at.text), name, printable(at.text.substr(eq + 1))));
+        return;
+      }
+    }
     std::string suggestion = closest_match(at.text, std::span<const std::string_view>(known, N));
     if (suggestion.empty())
       error(at, fmt::format("unknown {} \"{}\"", what, printable(at.text)));

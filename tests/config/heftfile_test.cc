@@ -429,6 +429,13 @@ TEST(HeftfileErrors, UnknownOptionSuggestsTheClosest) {
             "Heftfile:2:20: unknown backend option \"wieght\" (did you mean \"weight\"?)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy least_con\n\t}\n}\n"),
             "Heftfile:3:13: unknown lb_policy \"least_con\" (did you mean \"least_conn\"?)");
+  // nginx's `weight=5` habit gets the spelling to write (it was "did you mean \"weight\"?").
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 weight=5\n\t}\n}\n"),
+            "Heftfile:3:10: unknown option \"weight=5\": write \"weight 5\" (a value follows its name after a space, "
+            "not \"=\")");
+  EXPECT_EQ(only_error("{\n\tworkers=2\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:2: unknown global option \"workers=2\": write \"workers 2\" (a value follows its name after a "
+            "space, not \"=\")");
 }
 
 // The parser recurses per block: 40,000 nested braces overflowed the stack
