@@ -34,11 +34,13 @@ int run_upstreams(const UpstreamsOptions& options) {
   }
   // FACTOR: slow start x adaptive weight factor (docs/health.md); EFFECTIVE = weight x factor.
   // SITE: the site's index (heft weight and heft rollout take it), telling apart sites of one server.
-  fmt::print("{:<6} {:>4} {:<28} {:>7} {:>9} {:>6} {:>7} {:>9} {:>14} {:>6} {:>7}\n", "SERVER", "SITE", "ADDRESS",
-             "WEIGHT", "EFFECTIVE", "FACTOR", "ACTIVE", "STATE", "REQUESTS", "FAILS", "SHARE");
+  // ROLE: primary, or backup (traffic only when no primary can take it), as HAProxy's stats mark them.
+  fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9} {:>6} {:>7} {:>9} {:>14} {:>6} {:>7}\n", "SERVER", "SITE",
+             "ADDRESS", "ROLE", "WEIGHT", "EFFECTIVE", "FACTOR", "ACTIVE", "STATE", "REQUESTS", "FAILS", "SHARE");
   for (const auto& u : list) {
-    fmt::print("{:<6} {:>4} {:<28} {:>7} {:>9.2f} {:>6.2f} {:>7} {:>9} {:>14} {:>6} {:>6.1f}%\n", u.value("server", ""),
-               u.value("site", 0u), u.value("address", ""), u.value("weight", 0u), u.value("effective_weight", 0.0),
+    fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9.2f} {:>6.2f} {:>7} {:>9} {:>14} {:>6} {:>6.1f}%\n",
+               u.value("server", ""), u.value("site", 0u), u.value("address", ""),
+               !u.contains("backup") ? "-" : u.value("backup", false) ? "backup" : "primary", u.value("weight", 0u), u.value("effective_weight", 0.0),
                u.value("weight_factor", 1.0), u.value("active", 0u), u.value("state", "?"),
                u.value("requests_total", uint64_t(0)), u.value("fails", 0u), 100.0 * u.value("share", 0.0));
   }

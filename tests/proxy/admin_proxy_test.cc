@@ -263,6 +263,18 @@ TEST(AdminProxy, RepeatedIfMatchLinesAreOneList) {
   EXPECT_EQ(stack.admin_call("GET", w).body, "5\n");
 }
 
+// A backup says so: the view showed it as any other backend "up" with share 0,
+// which reads as a fault (nginx's API and HAProxy's stats mark backups).
+TEST(AdminProxy, UpstreamsMarkBackups) {
+  Stack stack("weight 3|backup");
+  ASSERT_TRUE(stack.admin);
+  json list = json::parse(stack.admin_call("GET", "/reverse_proxy/upstreams").body);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0]["backup"], false);
+  EXPECT_EQ(list[1]["backup"], true);
+  EXPECT_EQ(list[1]["state"], "up");
+}
+
 TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   Stack stack("weight 3|weight 1");
   ASSERT_TRUE(stack.admin);
@@ -279,6 +291,7 @@ TEST(AdminProxy, UpstreamsAndMetricsReportThePools) {
   EXPECT_EQ(list[0]["healthy"], true);
   for (const char* field : {"num_requests", "fails", "effective_weight", "active"})
     EXPECT_TRUE(list[0].contains(field)) << field;
+  EXPECT_EQ(list[0]["backup"], false);
 
   ASSERT_EQ(stack.admin_call("PATCH", std::string(kUpstreams) + "/1/weight", "5").status, 200);
   Response m = stack.admin_call("GET", "/metrics");
