@@ -1648,7 +1648,17 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
     std::string_view name = response.name(field);
     if (no_body && field.name == http::field::content_length) {
       // A HEAD's or 304's length says what a GET would get: kept, once. A 204 has none (RFC 9110 8.6).
-      if (status != 204 && !std::exchange(length_sent, true)) down_head_.field(name, response.value(field));
+      // As the number the parser read: a list of one value repeated ('5, 5',
+      // which the parser takes) must not be forwarded as such (RFC 9110 8.6).
+      if (status != 204 && !std::exchange(length_sent, true)) {
+        if (const auto length = response.content_length()) {
+          down_head_.append("Content-Length: "sv);
+          down_head_.number(*length);
+          down_head_.append("\r\n"sv);
+        } else {
+          down_head_.field(name, response.value(field));
+        }
+      }
       continue;
     }
     if (is_hop_by_hop(field.name) || named_by_connection(extras, name)) continue;

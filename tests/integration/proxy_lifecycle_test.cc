@@ -1233,6 +1233,12 @@ TEST(ProxyLifecycle, BodilessResponsesKeepTheirFraming) {
        {"Content-Length: 5\r\nContent-Length"}},
       {"HEAD of a chunked resource", "HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", {"\r\nTransfer-Encoding: chunked\r\n"}, {}},
+      // A list of one value repeated is read as that value, and sent as it
+      // (RFC 9110 8.6: a sender must not forward the list).
+      {"HEAD with the length as a list", "HEAD / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n", {"\r\nContent-Length: 5\r\n"}, {"5,"}},
+      {"304 with the length as a list", "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+       "HTTP/1.1 304 Not Modified\r\nContent-Length: 7,7\r\n\r\n", {"\r\nContent-Length: 7\r\n"}, {"7,"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
