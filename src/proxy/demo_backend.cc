@@ -163,6 +163,10 @@ struct Connection {
   asio::steady_timer delay_timer;
   beast::flat_buffer buffer;
   std::unique_ptr<char[]> scratch;  // kChunkBytes, allocated on the first request body
+  // The request being answered is a HEAD: its response has the head a GET
+  // would get and no body (RFC 9110 9.3.2); a body would be read by a proxy
+  // as the response to the next request on the connection.
+  bool head_request = false;
 
   char* scratch_buffer() {
     if (!scratch) scratch = std::make_unique<char[]>(kChunkBytes);
@@ -227,7 +231,8 @@ awaitable<void> write_response(const State& s, Connection& c, unsigned status, u
                  "HTTP/1.1 {} {}\r\nX-Backend: {}\r\nX-Request-Count: {}\r\nContent-Type: text/plain\r\n"
                  "Content-Length: {}\r\n{}\r\n",
                  status, reason, s.options.name, count, content_length, connection);
-  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head.data(), head.size()), body};
+  const std::array<asio::const_buffer, 2> buffers{asio::buffer(head.data(), head.size()),
+                                                  c.head_request ? asio::const_buffer{} : body};
   co_await asio::async_write(c.socket, buffers, use_awaitable);
 }
 
@@ -307,6 +312,10 @@ awaitable<bool> serve_echo(State& s, Connection& c, RequestParser& parser, uint6
                  s.options.name, count, chunked ? "Transfer-Encoding: chunked\r\n" : "",
                  keep_alive ? "" : "Connection: close\r\n");
   co_await asio::async_write(c.socket, asio::buffer(head.data(), head.size()), use_awaitable);
+  if (c.head_request) {
+    co_await drain_body(c, parser);
+    co_return keep_alive;
+  }
   co_await read_body(c, parser, [&c, chunked](const char* data, std::size_t size) -> awaitable<void> {
     if (!chunked) {
       co_await asio::async_write(c.socket, asio::buffer(data, size), use_awaitable);
@@ -336,7 +345,7 @@ awaitable<bool> serve_bytes(State& s, Connection& c, RequestParser& parser, std:
   const std::string& chunk = pattern_chunk();
   const std::size_t first = std::min<uint64_t>(total, chunk.size());
   co_await write_response(s, c, 200, count, keep_alive, version, asio::buffer(chunk.data(), first), total);
-  for (uint64_t sent = first; sent < total;) {
+  for (uint64_t sent = c.head_request ? total : first; sent < total;) {
     const std::size_t piece = std::min<uint64_t>(total - sent, chunk.size());
     co_await asio::async_write(c.socket, asio::buffer(chunk.data(), piece), use_awaitable);
     sent += piece;
@@ -369,6 +378,7 @@ awaitable<bool> serve_request(State& s, Connection& c, RequestParser& parser) {
   const std::size_t question = target.find('?');
   const std::string_view path = target.substr(0, question);
   const std::string_view query = question == std::string_view::npos ? std::string_view{} : target.substr(question + 1);
+  c.head_request = req.method() == http::verb::head;
 
   if (!parser.is_done() && beast::iequals(req[http::field::expect], "100-continue")) {
     co_await asio::async_write(c.socket, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), use_awaitable);

@@ -2,6 +2,7 @@
 // Every client operation runs with a deadline (tcp_stream expiry), so no test can hang.
 #include "proxy/demo_backend.h"
 
+#include <array>
 #include <chrono>
 #include <future>
 #include <string>
@@ -153,6 +154,39 @@ TEST(DemoBackendTest, ConnectionCloseIsHonoured) {
   auto res = client.request(std::move(req));
   EXPECT_EQ(res.result_int(), 200);
   EXPECT_FALSE(res.keep_alive());
+}
+
+// A HEAD gets the head a GET would get and no body (RFC 9110 9.3.2): the
+// body went out after the head, so a proxy pooling the connection read it
+// as the response to the next request (heft logged 'bad version' and
+// answered 502).
+TEST(DemoBackendTest, HeadResponsesHaveNoBody) {
+  RunningBackend backend(options_named("head"));
+  Client client(backend.port());
+  const std::string requests =
+      "HEAD / HTTP/1.1\r\nHost: a\r\n\r\n"
+      "HEAD /bytes/100000 HTTP/1.1\r\nHost: a\r\n\r\n"
+      "HEAD /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"
+      "GET /bytes/3 HTTP/1.1\r\nHost: a\r\n\r\n";
+  client.stream().expires_after(kDeadline);
+  asio::async_write(client.stream(), asio::buffer(requests), asio::use_future).get();
+  std::string raw;
+  std::array<char, 65536> piece;
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (raw.find("\r\n\r\n012") == std::string::npos && Clock::now() < until) {
+    client.stream().expires_after(std::chrono::seconds(2));
+    try {
+      raw.append(piece.data(), client.stream().async_read_some(asio::buffer(piece), asio::use_future).get());
+    } catch (const boost::system::system_error&) {
+      break;
+    }
+  }
+  EXPECT_NE(raw.find("Content-Length: 1024\r\n"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("Content-Length: 100000\r\n"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << raw;
+  EXPECT_EQ(raw.find("abcdef"), std::string::npos) << "a HEAD's body (the demo pattern) was sent";
+  EXPECT_EQ(raw.find("hello"), std::string::npos) << "a HEAD /echo's body was sent";
+  EXPECT_TRUE(raw.ends_with("\r\n\r\n012")) << raw.substr(raw.size() > 300 ? raw.size() - 300 : 0);
 }
 
 // Heads up to what heft forwards (32 KiB and its own fields) are served; a
