@@ -10,6 +10,7 @@
 namespace heft::config {
 
 std::string health_body_problem(std::string_view pattern) {
+  if (std::string problem = utf8_problem(pattern); !problem.empty()) return problem;
   try {
     boost::regex compiled(pattern.begin(), pattern.end(), health_body_flags());
   } catch (const std::exception& e) {

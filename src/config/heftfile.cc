@@ -464,6 +464,8 @@ class Parser {
           error(option.args[2], "unexpected argument after the log file path");
         else if (option.args[1].text.empty() || option.args[1].text == "stderr")
           error(option.args[1], "invalid log file path");
+        else if (std::string problem = utf8_problem(option.args[1].text); !problem.empty())
+          error(option.args[1], "invalid log file path: " + problem);
         else
           log.output = option.args[1].text;
       } else {

@@ -378,6 +378,7 @@ std::string admin_token_problem(std::string_view token) {
   for (char c : token) {
     if ((static_cast<unsigned char>(c) < 0x20) || c == 0x7f) return "must not contain control characters";
   }
+  if (std::string problem = utf8_problem(token); !problem.empty()) return "is " + problem;
   return "";
 }
 
@@ -407,6 +408,7 @@ std::string header_value_problem(std::string_view value) {
     return fmt::format("contains {} (0x{:02X}); header values may hold no control character but tab", name,
                        unsigned(byte));
   }
+  if (std::string problem = utf8_problem(value); !problem.empty()) return problem;
   // A Caddy placeholder ({upstream_hostport}, {http.request.host}) would be
   // sent as written: say so instead of surprising the backend.
   for (std::size_t open = value.find('{'); open != std::string_view::npos; open = value.find('{', open + 1)) {
@@ -421,6 +423,28 @@ std::string header_value_problem(std::string_view value) {
     if (placeholder)
       return fmt::format("{{{}}} looks like a Caddy placeholder; heft has none and would send it as written",
                          inside);
+  }
+  return {};
+}
+
+std::string utf8_problem(std::string_view text) {
+  // RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF.
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    size_t length = byte < 0x80 ? 1 : byte >= 0xC2 && byte <= 0xDF ? 2 : byte >= 0xE0 && byte <= 0xEF ? 3
+                                    : byte >= 0xF0 && byte <= 0xF4 ? 4 : 0;
+    bool ok = length != 0 && i + length <= text.size();
+    for (size_t k = 1; ok && k < length; ++k) ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (ok && length > 2) {
+      const auto second = static_cast<unsigned char>(text[i + 1]);
+      ok = !(byte == 0xE0 && second < 0xA0) && !(byte == 0xED && second > 0x9F) &&
+           !(byte == 0xF0 && second < 0x90) && !(byte == 0xF4 && second > 0x8F);
+    }
+    if (!ok)
+      return fmt::format("not UTF-8 (byte 0x{:02X} at offset {}; the configuration's JSON form, which heft adapt "
+                         "prints and the admin API serves, holds UTF-8 text only)",
+                         unsigned(byte), i);
+    i += length;
   }
   return {};
 }

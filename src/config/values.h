@@ -115,6 +115,7 @@ inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 // Why `value` may not be sent as a header field value, or empty if it may.
 // RFC 9110 field-value: no control character but horizontal tab. A CR or LF
 // would end the header and start one the configuration did not mean to send.
+// And UTF-8: the configuration's JSON form holds nothing else (utf8_problem).
 std::string header_value_problem(std::string_view value);
 
 // Why `pattern` cannot be a health_body regular expression, or empty if it
@@ -127,6 +128,11 @@ unsigned health_body_flags();
 // only (RFC 9112 request-target; a space, CR or LF would end it and start
 // something else, other bytes must be percent-encoded).
 bool is_request_target_text(std::string_view target);
+
+// Why `text` cannot be a string of the configuration's JSON form ("" if it
+// can): JSON text is UTF-8, and nlohmann::json's dump() throws on anything
+// else (`heft adapt`, the admin API, the --resume state file).
+std::string utf8_problem(std::string_view text);
 
 // `text` with control characters and bytes above 0x7e written as \n, \r,
 // \t or \xNN, for quoting user input in one-line error messages.

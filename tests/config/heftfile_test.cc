@@ -846,7 +846,7 @@ TEST(HeftfileErrors, HeaderValuesWithControlCharacters) {
             "Heftfile:3:17: invalid value for header \"X-A\": contains a control character (0x7F); " + rule);
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tX-Probe \"a\nb\"\n\t\t}\n\t}\n}\n"),
             "Heftfile:4:12: invalid value for header \"X-Probe\": contains a line feed (0x0A); " + rule);
-  // Tab, spaces and bytes above 0x7f (obs-text) are field-value octets.
+  // Tab, spaces and UTF-8 beyond ASCII (obs-text octets) are kept.
   Config config = parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A \"a\tb c\"\n"
                            "\t\theader_down X-B caf\xc3\xa9\n\t}\n}\n");
   EXPECT_EQ(config.sites[0].proxy.header_up[0].value, "a\tb c");
@@ -1004,6 +1004,33 @@ TEST(Format, ReportsSyntaxErrors) {
   Result<std::string> formatted = format_heftfile(":80 {\n\treverse_proxy a:1\n");
   ASSERT_FALSE(formatted.ok());
   EXPECT_EQ(formatted.errors[0].to_string(), "Heftfile:1:5: missing '}' to close this block");
+}
+
+// The JSON form (heft adapt, the admin API, the --resume state file) is UTF-8
+// text: nlohmann::json's dump() threw on anything else, so `heft adapt`
+// aborted (exit 134) and `heft run` died starting its admin API on a file
+// `heft validate` had called valid. Such a value is an error at its place.
+TEST(HeftfileErrors, ValuesTheJsonFormCannotHoldMustBeUtf8) {
+  const std::string why = "the configuration's JSON form, which heft adapt prints and the admin API serves, holds "
+                          "UTF-8 text only)";
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_up X-A caf\xe9\n\t}\n}\n"),
+            "Heftfile:3:17: invalid value for header \"X-A\": not UTF-8 (byte 0xE9 at offset 3; " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\theader_down +X-A \"a \xc3\x28\"\n\t}\n}\n"),
+            "Heftfile:3:20: invalid value for header \"X-A\": not UTF-8 (byte 0xC3 at offset 2; " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_headers {\n\t\t\tX-Probe \xed\xa0\x80\n\t\t}\n\t}\n}\n"),
+            "Heftfile:4:12: invalid value for header \"X-Probe\": not UTF-8 (byte 0xED at offset 0; " + why);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\thealth_body ab\xe9\n\t}\n}\n"),
+            "Heftfile:3:15: invalid health_body regular expression \"ab\xe9\": not UTF-8 (byte 0xE9 at offset 2; " +
+                why);
+  EXPECT_EQ(only_error(":80 {\n\tlog {\n\t\toutput file /var/log/h\xe9.log\n\t}\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:3:15: invalid log file path: not UTF-8 (byte 0xE9 at offset 10; " + why);
+  EXPECT_EQ(only_error("{\n\tadmin_token s\xe9\x63ret\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:14: admin_token is not UTF-8 (byte 0xE9 at offset 1; " + why);
+  // UTF-8 (two, three and four bytes) is kept, and its JSON form prints.
+  Config config = parse_ok("{\n\tadmin_token s\xc3\xa9\x63ret\n}\n:80 {\n\tlog {\n\t\toutput file /tmp/\xe2\x82\xac\n\t}\n"
+                           "\treverse_proxy a:1 {\n\t\theader_up X-A \xf0\x9f\x98\x80\n\t\thealth_body caf\xc3\xa9\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.header_up[0].value, "\xf0\x9f\x98\x80");
+  EXPECT_NO_THROW((void)to_json(config).dump());
 }
 
 }  // namespace

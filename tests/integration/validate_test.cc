@@ -329,4 +329,17 @@ TEST_F(ConfigCommands, VersionNamesTheProjectVersionAndTheBuild) {
   EXPECT_EQ(flag.out, command.out);
 }
 
+// A header value in Latin-1 passed `heft validate`, then `heft adapt` aborted
+// (nlohmann::json's dump() throws on bytes that are not UTF-8; exit 134).
+TEST_F(ConfigCommands, ValueThatIsNotUtf8IsAnErrorNotACrash) {
+  write("Heftfile", ":8080 {\n\treverse_proxy 127.0.0.1:9 {\n\t\theader_up X-A caf\xe9\n\t}\n}\n");
+  for (const char* command : {"validate", "adapt"}) {
+    CommandResult run = heft(command);
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.err;
+    EXPECT_NE(run.err.find("Heftfile:3:17: invalid value for header \"X-A\": not UTF-8 (byte 0xE9 at offset 3;"),
+              std::string::npos)
+        << command << ": " << run.err;
+  }
+}
+
 }  // namespace
