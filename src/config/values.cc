@@ -16,11 +16,32 @@
 
 namespace heft::config {
 
+namespace {
+
+// `text` with control characters escaped (\n, \xNN), other bytes as they are:
+// a message quotes what the file holds, and a quoted value's newline or
+// escape sequence must not start a line without a place or drive the terminal.
+std::string one_line(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else if (byte < 0x20 || byte == 0x7f) out += fmt::format("\\x{:02X}", unsigned(byte));
+    else out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Diagnostic::to_string() const {
-  if (!path.empty() && file.empty()) return fmt::format("{}: {}", path, message);
-  if (line <= 0) return fmt::format("{}: {}", file, message);
-  if (column <= 0) return fmt::format("{}:{}: {}", file, line, message);
-  return fmt::format("{}:{}:{}: {}", file, line, column, message);
+  const std::string text = one_line(message);
+  if (!path.empty() && file.empty()) return fmt::format("{}: {}", one_line(path), text);
+  if (line <= 0) return fmt::format("{}: {}", file, text);
+  if (column <= 0) return fmt::format("{}:{}: {}", file, line, text);
+  return fmt::format("{}:{}:{}: {}", file, line, column, text);
 }
 
 namespace {

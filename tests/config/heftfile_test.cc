@@ -1033,5 +1033,15 @@ TEST(HeftfileErrors, ValuesTheJsonFormCannotHoldMustBeUtf8) {
   EXPECT_NO_THROW((void)to_json(config).dump());
 }
 
+// A quoted value's line feed (or escape sequence) went into the message as
+// written: its second line named no place, and `heft validate` printed it raw.
+TEST(HeftfileErrors, MessagesStayOnOneLine) {
+  EXPECT_EQ(only_error("{\n\tworkers \"1\n2\"\n}\n:80 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:10: workers must be an integer 0..1024, got \"1\\n2\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tconnect_timeout \"1s\x1b[2J\"\n\t}\n}\n"),
+            "Heftfile:3:19: invalid duration \"1s\\x1B[2J\" (use e.g. 250ms, 30s, 5m, 1h; whole milliseconds, at "
+            "most 365d)");
+}
+
 }  // namespace
 }  // namespace heft::config

@@ -471,6 +471,13 @@ TEST(JsonErrors, HeaderValuesWithControlCharacters) {
             std::vector<std::string>{rp + ".health_checks.active.headers[0].value: contains a NUL byte (0x00); " + rule});
 }
 
+// A member name is part of the path: its line feed started a line of the
+// message that named nothing.
+TEST(JsonErrors, PathsStayOnOneLine) {
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle\ntimeout"] = "1s"; }),
+            std::vector<std::string>{"apps.http.idle\\ntimeout: unknown field (did you mean \"idle_timeout\"?)"});
+}
+
 TEST(JsonErrors, DefaultRouteBesideARouteForEveryHost) {
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1].erase("match"); }),
             std::vector<std::string>{"apps.http.servers.srv0.routes[0].default: has no effect: the route at "
