@@ -239,7 +239,9 @@ void print(const std::vector<Directive>& directives, int depth, std::string& out
 }  // namespace
 
 std::string quote_if_needed(std::string_view text) {
-  bool needs = text.empty() || text == "{" || text == "}" || text.front() == '#' || text.front() == '"';
+  // A leading byte order mark would be skipped when it starts the file (the first site's address).
+  bool needs = text.empty() || text == "{" || text == "}" || text.front() == '#' || text.front() == '"' ||
+               text.starts_with(kUtf8Bom);
   for (char c : text)
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') needs = true;
   if (!needs) return std::string(text);

@@ -1043,5 +1043,20 @@ TEST(HeftfileErrors, MessagesStayOnOneLine) {
             "most 365d)");
 }
 
+TEST(Format, TokenStartingWithAByteOrderMarkKeepsItsQuotes) {
+  // Printed bare at the start of the file, the mark was then skipped as the
+  // file's own: fmt(fmt(x)) was not fmt(x), and the site lost the mark.
+  std::string quoted = "\"\xEF\xBB\xBF:80\" {\n\treverse_proxy a:1\n}\n";
+  Result<std::string> formatted = format_heftfile(quoted);
+  ASSERT_TRUE(formatted.ok());
+  EXPECT_EQ(*formatted, quoted);
+  // A second mark after the file's own is a token's first bytes too.
+  formatted = format_heftfile("\xEF\xBB\xBF\xEF\xBB\xBF:80 {\n\treverse_proxy a:1\n}\n");
+  ASSERT_TRUE(formatted.ok());
+  EXPECT_EQ(*formatted, quoted);
+  EXPECT_EQ(*format_heftfile(*formatted), *formatted);
+  EXPECT_FALSE(parse_heftfile(*formatted).ok());
+}
+
 }  // namespace
 }  // namespace heft::config
