@@ -520,17 +520,20 @@ bool is_transposition(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string closest_match(std::string_view word, std::span<const std::string_view> candidates) {
+  // Close enough to be a typo: at most a third of the word, and at least 1 edit allowed.
+  const size_t allowed = std::max<size_t>(1, std::min<size_t>(3, word.size() / 3));
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (std::string_view candidate : candidates) {
+    // The distance is at least the difference in length: a word far longer
+    // than every name (a 1 MB token) needs no table of its size per name.
+    if (std::max(word.size(), candidate.size()) - std::min(word.size(), candidate.size()) > allowed) continue;
     size_t distance = is_transposition(word, candidate) ? 1 : edit_distance(word, candidate);
     if (distance < best_distance) {
       best_distance = distance;
       best = std::string(candidate);
     }
   }
-  // Close enough to be a typo: at most a third of the word, and at least 1 edit allowed.
-  size_t allowed = std::max<size_t>(1, std::min<size_t>(3, word.size() / 3));
   if (best_distance > allowed) return {};
   return best;
 }

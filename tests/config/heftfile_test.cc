@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include <string>
@@ -1056,6 +1057,25 @@ TEST(Format, TokenStartingWithAByteOrderMarkKeepsItsQuotes) {
   EXPECT_EQ(*formatted, quoted);
   EXPECT_EQ(*format_heftfile(*formatted), *formatted);
   EXPECT_FALSE(parse_heftfile(*formatted).ok());
+}
+
+// Seconds `parse_heftfile(text)` takes, for the bounds below: they are far
+// above the time taken (milliseconds) and far below the time before.
+double seconds_to_parse(const std::string& text, Result<Config>& result) {
+  const auto start = std::chrono::steady_clock::now();
+  result = parse_heftfile(text);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// "Did you mean" filled an edit-distance table of the word's length for every
+// known name: a 8 MB unknown option took seconds (22 s for 1 MB under ASAN).
+TEST(HeftfileErrors, AHugeUnknownWordIsReportedInLinearTime) {
+  const std::string word(8 << 20, 'x');
+  Result<Config> result;
+  EXPECT_LT(seconds_to_parse(":80 {\n\treverse_proxy a:1 {\n\t\t" + word + " 1\n\t}\n}\n", result), 1.0);
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_EQ(result.errors[0].to_string(), "Heftfile:3:3: unknown option \"" + word + "\"");
+  EXPECT_EQ(closest_match("wieght", known_options("to")), "weight");  // typos are still caught
 }
 
 }  // namespace
