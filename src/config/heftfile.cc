@@ -1074,14 +1074,14 @@ class Parser {
   // Sites sharing a port become one JSON server; keep that order here so that
   // the JSON form round-trips exactly.
   static void group_by_port(Config& config) {
-    std::vector<uint16_t> port_order;
+    // Each port's rank in a table: a search of the port list per comparison
+    // took 24 s for a file of 20,000 sites on as many ports.
+    std::vector<uint32_t> rank(65536, 0);
+    uint32_t next = 0;
     for (const SiteConfig& site : config.sites)
-      if (std::find(port_order.begin(), port_order.end(), site.port) == port_order.end())
-        port_order.push_back(site.port);
-    std::stable_sort(config.sites.begin(), config.sites.end(), [&](const SiteConfig& a, const SiteConfig& b) {
-      return std::find(port_order.begin(), port_order.end(), a.port) <
-             std::find(port_order.begin(), port_order.end(), b.port);
-    });
+      if (rank[site.port] == 0) rank[site.port] = ++next;
+    std::stable_sort(config.sites.begin(), config.sites.end(),
+                     [&](const SiteConfig& a, const SiteConfig& b) { return rank[a.port] < rank[b.port]; });
   }
 
   std::string file_;
