@@ -92,6 +92,17 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
     else if (unit == "h") scale = 3'600'000;
     else if (unit == "d") scale = 86'400'000;
     else return std::nullopt;
+    // Whole milliseconds, decided on the digits: a tolerance on the sum let
+    // "1.0000001ms" through as 1ms and "0.0000001s" as 0. A fraction of more
+    // than 10 significant digits never is: 86,400,000 = 2^10 * 3^3 * 5^5.
+    if (size_t dot = number.find('.'); dot != std::string::npos) {
+      std::string fraction = number.substr(dot + 1);
+      while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+      if (fraction.size() > 10) return std::nullopt;
+      uint64_t digits = 0, power = 1;
+      for (char c : fraction) digits = digits * 10 + uint64_t(c - '0'), power *= 10;
+      if (digits * static_cast<uint64_t>(scale) % power != 0) return std::nullopt;
+    }
     total_ms += std::strtold(number.c_str(), nullptr) * scale;
   }
   if (total_ms > static_cast<long double>(kMaxDuration.count())) return std::nullopt;

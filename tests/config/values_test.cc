@@ -27,6 +27,20 @@ TEST(Values, Durations) {
     EXPECT_FALSE(parse_duration(too_long)) << too_long;
 }
 
+// Sub-millisecond digits within 1e-6 ms of a whole number were accepted (and
+// dropped): "1.0000001ms" read as 1ms, "0.0000001s" as 0, against the rule.
+TEST(Values, DurationsAreWholeMillisecondsByTheirDigits) {
+  for (std::string_view bad : {"1.0000001ms", "1.0000005ms", "0.0000001ms", "0.0000000001s", "1.00000000000000000001h",
+                               "0.5ms", "0.0001s", "0.00000001m"})
+    EXPECT_FALSE(parse_duration(bad)) << bad;
+  EXPECT_EQ(parse_duration("0.001s"), 1ms);
+  EXPECT_EQ(parse_duration("1.0000000000000000s"), 1s);  // trailing zeros are no precision
+  EXPECT_FALSE(parse_duration("0.0000001d"));  // 8.64 ms
+  EXPECT_EQ(parse_duration("0.00000125d"), 108ms);
+  EXPECT_EQ(parse_duration("364d23h59m59.999s"), 365 * 24h - 1ms);
+  EXPECT_EQ(parse_duration("0.000s"), 0ms);
+}
+
 TEST(Values, DurationsFormatCanonicallyAndReadBack) {
   EXPECT_EQ(format_duration(0ms), "0s");
   EXPECT_EQ(format_duration(250ms), "250ms");
