@@ -1,6 +1,13 @@
 // `heft validate`: loads a configuration and reports every error (like `nginx -t`).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -16,6 +23,25 @@ struct ValidateOptions {
   bool resolve = false;
 };
 
+// Why `heft run` could not open the access log file `path` (it opens each
+// with O_CREAT | O_APPEND and refuses the configuration otherwise), or "".
+// Asked without creating it, as validating must leave the disk alone: an
+// existing file must open for appending, a missing one needs a directory
+// heft may write in.
+std::string log_file_problem(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd >= 0) {
+    ::close(fd);
+    return "";
+  }
+  if (errno == ENXIO) return "";  // a FIFO without a reader yet: run waits for one
+  if (errno != ENOENT) return std::strerror(errno);
+  std::filesystem::path directory = std::filesystem::path(path).parent_path();
+  if (directory.empty()) directory = ".";
+  if (::access(directory.c_str(), W_OK | X_OK) == 0) return "";
+  return std::strerror(errno);
+}
+
 int run_validate(const ValidateOptions& options) {
   config::Result<config::Config> loaded = config::load_config_file(options.config);
   if (loaded.ok() && options.resolve) loaded.errors = config::resolve(*loaded);
@@ -23,6 +49,16 @@ int run_validate(const ValidateOptions& options) {
   if (loaded.value)
     if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(*loaded))
       loaded.errors.push_back(*conflict);
+  // As `heft run` would open them (nginx -t checks its log files too).
+  if (loaded.value) {
+    std::set<std::string> checked;
+    for (const config::SiteConfig& site : loaded->sites) {
+      if (!site.log.enabled || site.log.output == "stderr" || !checked.insert(site.log.output).second) continue;
+      if (std::string problem = log_file_problem(site.log.output); !problem.empty())
+        loaded.errors.push_back({site.file, site.line, 0, "",
+                                 fmt::format("cannot open access log {}: {}", site.log.output, problem)});
+    }
+  }
   if (!loaded.ok() || !loaded.errors.empty()) {
     for (const config::Diagnostic& d : loaded.errors) fmt::print(stderr, "{}\n", d.to_string());
     fmt::print(stderr, "{}: {} error{}\n", options.config, loaded.errors.size(),

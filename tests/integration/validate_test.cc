@@ -342,4 +342,22 @@ TEST_F(ConfigCommands, ValueThatIsNotUtf8IsAnErrorNotACrash) {
   }
 }
 
+// `heft run` opens every access log file and exits 1 when one cannot be
+// opened; `heft validate` said such a file was valid (nginx -t checks logs).
+TEST_F(ConfigCommands, ValidateRefusesALogFileRunCouldNotOpen) {
+  const std::string missing = (dir_ / "no-such-dir" / "access.log").string();
+  write("Heftfile", ":8080 {\n\tlog {\n\t\toutput file " + missing + "\n\t}\n\treverse_proxy 127.0.0.1:9\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("Heftfile:1: cannot open access log " + missing + ": No such file or directory"),
+            std::string::npos)
+      << run.err;
+  // A file that may be created is fine, and validating does not create it.
+  const std::string fresh = (dir_ / "access.log").string();
+  write("Heftfile", ":8080 {\n\tlog {\n\t\toutput file " + fresh + "\n\t}\n\treverse_proxy 127.0.0.1:9\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+}
+
 }  // namespace
