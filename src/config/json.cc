@@ -484,8 +484,9 @@ class Reader {
             // brackets, as `heft adapt` writes it ("::1"); "[::1]" is the same host.
             std::string text = host.is_string() ? host.get<std::string>() : "";
             if (is_unbracketed_ipv6(text)) text = "[" + text + "]";
-            auto split = host.is_string() ? split_host_port(text, 1) : HostPortResult{};
-            if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 1 ||
+            // Default port 0, which no written port can be: "a.com:1" was read as "a.com".
+            auto split = host.is_string() ? split_host_port(text, 0) : HostPortResult{};
+            if (!host.is_string() || !split.value || split.value->host.empty() || split.value->port != 0 ||
                 (text.starts_with('[') && !text.ends_with(']'))) {
               // An IPv6 literal's problem is worth naming ("not a valid IPv6
               // address"); a name's "invalid port" is not: a matcher host has no port.

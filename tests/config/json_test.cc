@@ -301,6 +301,16 @@ TEST(JsonErrors, IPv6LiteralsMustBeValid) {
             std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
 }
 
+// A matcher host has no port: "a.com:80" was an error, but "a.com:1" (the
+// port the reader used as "none") was read as "a.com", its port dropped.
+TEST(JsonErrors, MatcherHostsHaveNoPort) {
+  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  for (const char* written : {"a.com:1", "a.com:80", "[::1]:1", "a.com:0"})
+    EXPECT_EQ(errors_after([&](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = written; }),
+              std::vector<std::string>{host + "[0]: must be a host name"})
+        << written;
+}
+
 // Zone IDs: dropped from a backend's address, never in a Host.
 TEST(JsonErrors, IPv6ZoneIDsAreRefused) {
   const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
