@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 
 #include <string>
@@ -1060,42 +1059,33 @@ TEST(Format, TokenStartingWithAByteOrderMarkKeepsItsQuotes) {
   EXPECT_FALSE(parse_heftfile(*formatted).ok());
 }
 
-// Seconds `parse_heftfile(text)` takes, for the bounds below: they are far
-// above the time taken (milliseconds) and far below the time before.
-double seconds_to_parse(const std::string& text, Result<Config>& result) {
-  const auto start = std::chrono::steady_clock::now();
-  result = parse_heftfile(text);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // "Did you mean" filled an edit-distance table of the word's length for every
 // known name: a 8 MB unknown option took seconds (22 s for 1 MB under ASAN).
+// Its time per byte is bench/config_bench's (BENCHMARKS.md); here, what is said.
 TEST(HeftfileErrors, AHugeUnknownWordIsReportedInLinearTime) {
   const std::string word(8 << 20, 'x');
-  Result<Config> result;
-  EXPECT_LT(seconds_to_parse(":80 {\n\treverse_proxy a:1 {\n\t\t" + word + " 1\n\t}\n}\n", result), 1.0);
+  Result<Config> result = parse_heftfile(":80 {\n\treverse_proxy a:1 {\n\t\t" + word + " 1\n\t}\n}\n");
   ASSERT_EQ(result.errors.size(), 1u);
   EXPECT_EQ(result.errors[0].to_string(), "Heftfile:3:3: unknown option \"" + word + "\"");
   EXPECT_EQ(closest_match("wieght", known_options("to")), "weight");  // typos are still caught
 }
 
 // Sites were grouped by port with a search of the port list per comparison
-// of the sort: 59,000 sites on as many ports took 8 s, and as long again in to_json().
+// of the sort: 59,000 sites on as many ports took 8 s, and as long again in
+// to_json(). The time per site is bench/config_bench's (BENCHMARKS.md); here,
+// that the grouping is right at that size.
 TEST(Heftfile, ManyPortsAreGroupedInLinearTime) {
   std::string text;
   for (int port = 1; port <= 59'000; ++port) text += fmt::format(":{} {{\n\treverse_proxy a:1\n}}\n", 60'000 - port);
   text += "59999.example.com:59999 {\n\treverse_proxy b:1\n}\n";  // joins the first port's site
-  Result<Config> result;
-  EXPECT_LT(seconds_to_parse(text, result), 3.0);
+  Result<Config> result = parse_heftfile(text);
   ASSERT_TRUE(result.ok());
   ASSERT_EQ(result->sites.size(), 59'001u);
   EXPECT_EQ(result->sites[0].port, 59'999);
   EXPECT_EQ(result->sites[1].port, 59'999);
   EXPECT_EQ(result->sites[1].hosts, std::vector<std::string>{"59999.example.com"});
   EXPECT_EQ(result->sites[59'000].port, 1'000);
-  const auto start = std::chrono::steady_clock::now();
   nlohmann::json document = to_json(*result);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 4.0);
   EXPECT_EQ(document["apps"]["http"]["servers"]["srv0"]["routes"].size(), 2u);
   EXPECT_EQ(document["apps"]["http"]["servers"].size(), 59'000u);
 }
