@@ -30,12 +30,11 @@ constexpr std::chrono::milliseconds kGiveUpCheckEvery{50};
 }  // namespace
 
 void add_admin_options(CLI::App* command, AdminClientOptions& options, bool config_option) {
+  const std::string source = config_option ? "--config's" : "FILE's";
   command->add_option("--address", options.address,
-                      config_option ? "Admin API address HOST:PORT (default: --config's admin address, else 127.0.0.1:2019)"
-                                    : "Admin API address HOST:PORT (default: FILE's admin address, else 127.0.0.1:2019)");
+                      "Admin API address HOST:PORT (default: " + source + " admin address, else 127.0.0.1:2019)");
   command->add_option("--token", options.token,
-                      config_option ? "Bearer token, if the admin API requires one (default: --config's admin token)"
-                                    : "Bearer token, if the admin API requires one (default: FILE's admin token)");
+                      "Bearer token, if the admin API requires one (default: " + source + " admin token)");
   if (config_option)
     command->add_option("-c,--config", options.config,
                         "Heftfile or .json configuration of the running heft: its admin address and token are used");

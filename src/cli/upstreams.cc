@@ -38,9 +38,10 @@ int run_upstreams(const UpstreamsOptions& options) {
   fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9} {:>6} {:>7} {:>9} {:>14} {:>6} {:>7}\n", "SERVER", "SITE",
              "ADDRESS", "ROLE", "WEIGHT", "EFFECTIVE", "FACTOR", "ACTIVE", "STATE", "REQUESTS", "FAILS", "SHARE");
   for (const auto& u : list) {
+    const char* role = !u.contains("backup") ? "-" : u.value("backup", false) ? "backup" : "primary";
     fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9.2f} {:>6.2f} {:>7} {:>9} {:>14} {:>6} {:>6.1f}%\n",
                u.value("server", ""), u.value("site", 0u), u.value("address", ""),
-               !u.contains("backup") ? "-" : u.value("backup", false) ? "backup" : "primary", u.value("weight", 0u), u.value("effective_weight", 0.0),
+               role, u.value("weight", 0u), u.value("effective_weight", 0.0),
                u.value("weight_factor", 1.0), u.value("active", 0u), u.value("state", "?"),
                u.value("requests_total", uint64_t(0)), u.value("fails", 0u), 100.0 * u.value("share", 0.0));
   }

@@ -298,14 +298,14 @@ void expand_token(Token& token, std::string_view file, const EnvironmentLookup& 
     if (name.empty() || !is_name_start(name[0]) ||
         !std::all_of(name.begin(), name.end(), [](char c) { return is_name_char(c); })) {
       fail(fmt::format("\"{}\" is not an environment variable name (letters, digits and _, not starting "
-                             "with a digit)", printable(name)));
+                       "with a digit)", printable(name)));
       return;
     }
     if (std::optional<std::string> value = lookup(name)) out += *value;
     else if (colon != std::string_view::npos) out += inside.substr(colon + 1);
     else {
       fail(fmt::format("environment variable {} is not set (write {{${}:default}} to give a default, "
-                             "{{${}:}} for an empty one)", name, name, name));
+                       "{{${}:}} for an empty one)", name, name, name));
       return;
     }
     pos = close + 1;

@@ -390,7 +390,8 @@ TEST(Heftfile, EnvironmentPlaceholdersAreReplacedWithinTokens) {
   EXPECT_EQ(upstreams[1].dial, "10.0.0.8:3001");
   EXPECT_EQ(upstreams[1].weight, 2u);  // set but empty: its value, not the default
   // heft fmt keeps them as written (it must not write secrets into the file).
-  const std::string placeholders = "{\n\tadmin_token {$HEFT_TEST_TOKEN}\n}\n\n:80 {\n\treverse_proxy {$HEFT_TEST_BACKEND}\n}\n";
+  const std::string placeholders =
+      "{\n\tadmin_token {$HEFT_TEST_TOKEN}\n}\n\n:80 {\n\treverse_proxy {$HEFT_TEST_BACKEND}\n}\n";
   EXPECT_EQ(*format_heftfile(placeholders), placeholders);
 
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy {$HEFT_TEST_UNSET}\n}\n"),
