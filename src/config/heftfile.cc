@@ -551,6 +551,8 @@ class Parser {
       } else if (name == "retry_body_limit") {
         if (auto size = parse_size(arg->text); size && *size <= (uint64_t(1) << 40))
           pool.retry_body_limit = size_t(*size);
+        else if (size)
+          error(*arg, fmt::format("retry_body_limit must be at most 1TiB, got \"{}\"", arg->text));
         else
           error(*arg, fmt::format("invalid size \"{}\" (use e.g. 65536, 64KiB, 1MiB)", arg->text));
       } else if (name == "slow_start") {

@@ -154,6 +154,7 @@ std::optional<uint64_t> parse_size(std::string_view text) {
       {"kb", 1000},     {"kib", 1024},
       {"mb", 1000'000}, {"mib", 1024 * 1024},
       {"gb", 1000'000'000}, {"gib", 1024ull * 1024 * 1024},
+      {"tb", 1000'000'000'000}, {"tib", 1024ull * 1024 * 1024 * 1024},
   };
   for (const auto& u : kUnits) {
     if (iequals(unit, u.name)) {

@@ -58,6 +58,8 @@ TEST(Values, Sizes) {
   EXPECT_EQ(parse_size("1MiB"), 1048576u);
   EXPECT_EQ(parse_size("1MB"), 1000000u);
   EXPECT_EQ(parse_size("2GiB"), 2147483648u);
+  EXPECT_EQ(parse_size("1TiB"), uint64_t(1) << 40);  // retry_body_limit's documented maximum
+  EXPECT_EQ(parse_size("2tb"), 2000'000'000'000u);
   for (std::string_view bad : {"", "KiB", "1.5MiB", "-1", "1XB", "1 KiB"}) EXPECT_FALSE(parse_size(bad)) << bad;
 }
 
