@@ -1,4 +1,5 @@
-// `heft adapt`: prints a Heftfile as heft's (Caddy-shaped) JSON configuration.
+// `heft adapt`: prints a Heftfile (or a .json configuration, normalised) as heft's
+// (Caddy-shaped) JSON configuration.
 #include <memory>
 #include <string>
 
@@ -28,7 +29,7 @@ int run_adapt(const AdaptOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<AdaptOptions>();
   CLI::App* command = root.add_subcommand("adapt", "Print the configuration as JSON (Caddy's shape)");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile to adapt (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration to print normalised (default ./Heftfile)");
   command->callback([options] { set_exit_code(run_adapt(*options)); });
 }
 

@@ -34,6 +34,16 @@ int main(int argc, char** argv) {
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : commands) setup(app);
+  // A first word that names no command is that, not a missing command (CLI11 says "A
+  // subcommand is required"), as `caddy nosuch` says: unknown command "nosuch".
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    auto named = app.get_subcommands([&word](CLI::App* sub) { return sub->check_name(word); });
+    if (named.empty()) {
+      std::fprintf(stderr, "heft: unknown command \"%s\" (see heft --help)\n", word.c_str());
+      return kBadArguments;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -299,6 +299,10 @@ TEST_F(ConfigCommands, HelpTextsNameWhatOptionsDo) {
   CommandResult run = heft("run --help");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("the configuration served, saved at start"), std::string::npos) << run.out;
+  // adapt reads a .json configuration too (docs/heftfile.md; heft fmt points there for one).
+  CommandResult adapt = heft("adapt --help");
+  EXPECT_EQ(adapt.exit_code, 0) << adapt.err;
+  EXPECT_NE(adapt.out.find("Heftfile, or a .json configuration"), std::string::npos) << adapt.out;
 }
 
 TEST_F(ConfigCommands, FileMayBeGivenWithoutConfigFlag) {
@@ -358,6 +362,15 @@ TEST_F(ConfigCommands, ValidateRefusesALogFileRunCouldNotOpen) {
   run = heft("validate");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_FALSE(std::filesystem::exists(fresh));
+}
+
+// A misspelt command is named as unknown (as `caddy nosuch` does), not reported as a
+// missing one ("A subcommand is required", which is what a bare `heft` gets).
+TEST_F(ConfigCommands, UnknownCommandIsNamed) {
+  CommandResult command = heft("valdate");
+  EXPECT_EQ(command.exit_code, 2);
+  EXPECT_NE(command.err.find("unknown command \"valdate\""), std::string::npos) << command.err;
+  EXPECT_EQ(heft("validate --help").exit_code, 0);
 }
 
 }  // namespace
