@@ -29,7 +29,8 @@ int run_adapt(const AdaptOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<AdaptOptions>();
   CLI::App* command = root.add_subcommand("adapt", "Print the configuration as JSON (Caddy's shape)");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration to print normalised (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config,
+                      "Heftfile, or a .json configuration to print normalised (default ./Heftfile)");
   command->callback([options] { set_exit_code(run_adapt(*options)); });
 }
 
