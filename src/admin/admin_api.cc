@@ -53,6 +53,15 @@ bool if_match_holds(const std::string& field, const std::string& current) {
   });
 }
 
+// True when `field` lists the current tag only in its weak form (W/"..."),
+// which strong comparison never matches: not a stale tag, a wrong form.
+bool only_weakly_current(const std::string& field, const std::string& current) {
+  const std::string wanted = bare_tag(current);
+  return !proxy::each_list_item(field, [&](std::string_view item) {
+    return !(item.starts_with("W/") && bare_tag(std::string(item)) == wanted);
+  });
+}
+
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 // 405 with the `Allow` field RFC 9110 15.5.6 requires: the methods `path` takes.
@@ -234,8 +243,13 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
 }
 
 AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
-  if (std::string match = request.header("if-match"); !match.empty() && !if_match_holds(match, etag()))
+  if (std::string match = request.header("if-match"); !match.empty() && !if_match_holds(match, etag())) {
+    if (only_weakly_current(match, etag()))
+      return error_response(412, fmt::format("If-Match {} is the current tag in its weak form, which never matches "
+                                             "(RFC 9110's strong comparison): send {}",
+                                             match, etag()));
     return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
+  }
   // From here on a change is applied or refused for what it is: counted in
   // heft_config_reloads_total (a no-op is neither).
   const auto refused = [](int status, const std::string& message) {

@@ -259,7 +259,15 @@ TEST(AdminProxy, RepeatedIfMatchLinesAreOneList) {
     EXPECT_EQ(r.status, 200) << r.body;
   }
   const std::string stale = "If-Match: \"0000000000000000\"\r\nIf-Match: \"1111111111111111\"\r\n";
-  EXPECT_EQ(stack.admin_call("PATCH", w, "6", stale).status, 412);
+  Response refused = stack.admin_call("PATCH", w, "6", stale);
+  EXPECT_EQ(refused.status, 412);
+  EXPECT_NE(refused.body.find("is stale"), std::string::npos) << refused.body;
+  // The current tag made weak never matches, and is not called stale (it was).
+  const std::string tag = stack.admin_call("GET", "/config/").header("etag");
+  Response weak = stack.admin_call("PATCH", w, "6", "If-Match: W/" + tag + "\r\n");
+  EXPECT_EQ(weak.status, 412);
+  EXPECT_NE(weak.body.find("is the current tag in its weak form, which never matches"), std::string::npos)
+      << weak.body;
   EXPECT_EQ(stack.admin_call("GET", w).body, "5\n");
 }
 
