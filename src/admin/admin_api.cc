@@ -43,23 +43,26 @@ std::string bare_tag(std::string tag) {
   return tag;
 }
 
-// If-Match holds "*" or a list of entity tags (RFC 9110 13.1.1): any one may match.
-bool if_match_holds(const std::string& field, const std::string& current) {
-  const std::string wanted = bare_tag(current);
-  // each_list_item returns false as soon as one matches.
-  return !proxy::each_list_item(field, [&](std::string_view item) {
-    // Strong comparison: a weak tag (W/"...") never matches.
-    return !(item == "*" || (!item.empty() && !item.starts_with("W/") && bare_tag(std::string(item)) == wanted));
-  });
-}
+enum class IfMatch { holds, weak_current, stale };
 
-// True when `field` lists the current tag only in its weak form (W/"..."),
-// which strong comparison never matches: not a stale tag, a wrong form.
-bool only_weakly_current(const std::string& field, const std::string& current) {
+// If-Match holds "*" or a list of entity tags (RFC 9110 13.1.1): any one may
+// match, by strong comparison, so a weak tag (W/"...") never does; one that is
+// the current tag made weak is told apart from a stale one, for the message.
+IfMatch if_match_result(const std::string& field, const std::string& current) {
   const std::string wanted = bare_tag(current);
-  return !proxy::each_list_item(field, [&](std::string_view item) {
-    return !(item.starts_with("W/") && bare_tag(std::string(item)) == wanted);
+  IfMatch result = IfMatch::stale;
+  // each_list_item stops as soon as the callback returns false (a match).
+  proxy::each_list_item(field, [&](std::string_view item) {
+    if (item == "*" || (!item.empty() && bare_tag(std::string(item)) == wanted)) {
+      if (!item.starts_with("W/")) {
+        result = IfMatch::holds;
+        return false;
+      }
+      result = IfMatch::weak_current;
+    }
+    return true;
   });
+  return result;
 }
 
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
@@ -243,12 +246,14 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
 }
 
 AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
-  if (std::string match = request.header("if-match"); !match.empty() && !if_match_holds(match, etag())) {
-    if (only_weakly_current(match, etag()))
+  if (std::string match = request.header("if-match"); !match.empty()) {
+    const IfMatch result = if_match_result(match, etag());
+    if (result == IfMatch::weak_current)
       return error_response(412, fmt::format("If-Match {} is the current tag in its weak form, which never matches "
                                              "(RFC 9110's strong comparison): send {}",
                                              match, etag()));
-    return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
+    if (result == IfMatch::stale)
+      return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
   }
   // From here on a change is applied or refused for what it is: counted in
   // heft_config_reloads_total (a no-op is neither).
