@@ -27,6 +27,8 @@ namespace http = beast::http;
 namespace {
 // How often a waiting request asks AdminClientOptions::give_up.
 constexpr std::chrono::milliseconds kGiveUpCheckEvery{50};
+// Where the admin API listens when neither --address nor a configuration says.
+constexpr const char* kDefaultAdminAddress = "127.0.0.1:2019";
 }  // namespace
 
 void add_admin_options(CLI::App* command, AdminClientOptions& options, bool config_option) {
@@ -40,9 +42,9 @@ void add_admin_options(CLI::App* command, AdminClientOptions& options, bool conf
                         "Heftfile or .json configuration of the running heft: its admin address and token are used");
 }
 
-void settle_admin_options(AdminClientOptions& options, const config::Config* loaded) {
+void settle_admin_options(AdminClientOptions& options, const config::AdminConfig* loaded) {
   std::optional<config::AdminConfig> admin;
-  if (loaded) admin = loaded->admin;
+  if (loaded) admin = *loaded;
   else if (!options.config.empty() && options.address.empty()) {
     config::Result<config::AdminConfig> result = config::load_admin_config(options.config);
     if (!result.ok()) {
@@ -81,10 +83,9 @@ std::string AdminReply::body_excerpt() const {
 AdminReply admin_request(const AdminClientOptions& options, const std::string& method, const std::string& target,
                          const std::string& body, const std::string& content_type, const std::string& if_match) {
   AdminReply reply;
-  const std::string address = options.address.empty() ? kDefaultAdminAddress : options.address;
-  auto split = config::split_host_port(address, 2019);
+  auto split = config::split_host_port(options.address, 2019);
   if (!split.value) {
-    reply.transport_error = "bad --address \"" + address + "\": " + split.error;
+    reply.transport_error = "bad --address \"" + options.address + "\": " + split.error;
     return reply;
   }
   std::string host = split.value->host.empty() ? "127.0.0.1" : split.value->host;
@@ -141,7 +142,7 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
               ? fmt::format("timed out after {} ({})", config::format_duration(kAdminRequestTimeout),
                             connected ? "connected, but no answer" : "no connection")
               : failure.message();  // the code's message, as the system says it ("Connection refused")
-      reply.transport_error = "cannot reach the admin API at " + address + ": " + why;
+      reply.transport_error = "cannot reach the admin API at " + options.address + ": " + why;
       return reply;
     }
     const auto& res = parser.get();
@@ -151,7 +152,7 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
       // Something else answers there (a web server, a backend): its 200 is
       // no reload, stop or weight change, whatever the command would report.
       reply.status = 0;
-      reply.transport_error = fmt::format("the answer from {} is not heft's admin API (HTTP {}{}{})", address,
+      reply.transport_error = fmt::format("the answer from {} is not heft's admin API (HTTP {}{}{})", options.address,
                                           res.result_int(), reply.body.empty() ? "" : ": ", reply.body_excerpt());
       return reply;
     }
@@ -161,10 +162,10 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
   } catch (const boost::system::system_error& e) {
     // The code's message alone: what() adds Boost's source location.
     reply.status = 0;
-    reply.transport_error = "cannot reach the admin API at " + address + ": " + e.code().message();
+    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.code().message();
   } catch (const std::exception& e) {
     reply.status = 0;
-    reply.transport_error = "cannot reach the admin API at " + address + ": " + e.what();
+    reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.what();
   }
   return reply;
 }

@@ -15,10 +15,8 @@ namespace heft::cli {
 // How long one admin request may take in all: connecting, sending and the answer.
 inline constexpr std::chrono::seconds kAdminRequestTimeout{10};
 
-inline constexpr const char* kDefaultAdminAddress = "127.0.0.1:2019";
-
 struct AdminClientOptions {
-  std::string address;  // HOST:PORT of the admin API (--address); empty: settle_admin_options() decides
+  std::string address;  // HOST:PORT of the admin API (--address); settle_admin_options() fills it if empty
   std::string token;    // sent as Authorization: Bearer when set
   std::string config;   // --config FILE: the configuration whose admin address and token to use
   // Asked every 50 ms while a request waits; true abandons it ("interrupted"):
@@ -33,9 +31,10 @@ void add_admin_options(CLI::App* command, AdminClientOptions& options, bool conf
 // Where the requests go, as `caddy reload` / `caddy stop` decide it: --address
 // if given; else the admin address of the configuration (`loaded`, else the
 // --config file, read here), its token too unless --token was given; else
-// 127.0.0.1:2019. Throws BadArguments if --config names a file that is not a
-// valid configuration (its errors printed first) or one with `admin off`.
-void settle_admin_options(AdminClientOptions& options, const config::Config* loaded = nullptr);
+// 127.0.0.1:2019. Throws BadArguments if --config names a file whose admin
+// settings are not valid (its errors printed first) or one with `admin off`.
+// Every command calls it before its first admin_request().
+void settle_admin_options(AdminClientOptions& options, const config::AdminConfig* loaded = nullptr);
 
 struct AdminReply {
   int status = 0;           // 0: no answer from a heft admin API (see transport_error)

@@ -25,7 +25,7 @@ int run_reload(ReloadOptions& options) {
     fmt::print(stderr, "heft: {} is not valid, not reloading\n", options.config);
     return 1;
   }
-  settle_admin_options(options.admin, &*loaded);  // --address, else the file's own admin address
+  settle_admin_options(options.admin, &loaded->admin);  // --address, else the file's own admin address
   AdminReply reply = admin_request(options.admin, "POST", "/load", config::to_json(*loaded).dump());
   if (reply.status != 200) {
     fmt::print(stderr, "heft: reload refused: {}\n", reply.error_message());
