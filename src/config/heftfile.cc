@@ -72,20 +72,20 @@ struct SitePlaces {
   std::optional<Token> default_marker;
 };
 
+// The global options block `{ ... }`: a directive without a name (a quoted
+// "" names a site).
+bool is_global_block(const Directive& d) { return d.name.text.empty() && !d.name.quoted; }
+
 class Parser {
  public:
   // `syntax_ok`: the tree had no syntax errors (they are reported elsewhere).
   Parser(std::string_view file, std::vector<Diagnostic>& errors, bool syntax_ok)
       : file_(file), errors_(errors), syntax_ok_(syntax_ok) {}
 
-  // The global options block alone (the first directive, when it is one).
-  Config global_options(const syntax::Tree& tree) {
+  // What the global options block `block` sets, alone.
+  Config global_options(const Directive& block) {
     Config config;
-    for (const Directive& d : tree.top) {
-      if (d.is_comment) continue;
-      if (d.name.text.empty() && !d.name.quoted) global(d, config);
-      break;
-    }
+    global(block, config);
     return config;
   }
 
@@ -95,14 +95,14 @@ class Parser {
     for (const Directive& d : tree.top)
       if (!d.is_comment) top.push_back(&d);
     size_t i = 0;
-    if (!top.empty() && top[0]->name.text.empty() && !top[0]->name.quoted) {
+    if (!top.empty() && is_global_block(*top[0])) {
       global(*top[0], config);
       i = 1;
     }
     std::vector<SitePlaces> places;
     for (; i < top.size(); ++i) {
       const Directive& d = *top[i];
-      if (d.name.text.empty() && !d.name.quoted) {
+      if (is_global_block(d)) {
         error(d.name, "the global options block must come first in the file");
         continue;
       }
@@ -1166,17 +1166,18 @@ Result<AdminConfig> load_admin_config(const std::string& path) {
   Result<syntax::Tree> tree = syntax::parse(*text, path);
   result.errors = std::move(tree.errors);
   if (!result.errors.empty()) return result;
+  auto first = std::find_if(tree.value->top.begin(), tree.value->top.end(),
+                            [](const Directive& d) { return !d.is_comment; });
+  if (first == tree.value->top.end() || !is_global_block(*first)) {
+    result.value = AdminConfig{};  // no global options: the defaults
+    return result;
+  }
   // Only the global options' placeholders: the sites' may name variables
   // only heft's own environment has.
-  syntax::Tree globals;
-  for (const Directive& d : tree.value->top) {
-    if (d.is_comment) continue;
-    if (d.name.text.empty() && !d.name.quoted) globals.top.push_back(d);
-    break;
-  }
+  syntax::Tree globals{{*first}};
   syntax::expand_environment(globals, path, environment_variable, result.errors);
   Parser parser(path, result.errors, true);
-  Config config = parser.global_options(globals);
+  Config config = parser.global_options(globals.top[0]);
   if (result.errors.empty()) result.value = config.admin;
   return result;
 }
