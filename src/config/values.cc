@@ -18,21 +18,26 @@ namespace heft::config {
 
 namespace {
 
-// `text` with control characters escaped (\n, \xNN), other bytes as they are:
-// a message quotes what the file holds, and a quoted value's newline or
-// escape sequence must not start a line without a place or drive the terminal.
-std::string one_line(std::string_view text) {
+// `text` with control characters (and DEL) written as \n, \r, \t or \xNN;
+// bytes above 0x7f too unless `keep_non_ascii`.
+std::string escaped(std::string_view text, bool keep_non_ascii) {
   std::string out;
   for (char c : text) {
     const auto byte = static_cast<unsigned char>(c);
     if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
     else if (c == '\t') out += "\\t";
-    else if (byte < 0x20 || byte == 0x7f) out += fmt::format("\\x{:02X}", unsigned(byte));
+    else if (byte < 0x20 || byte == 0x7f || (byte > 0x7f && !keep_non_ascii))
+      out += fmt::format("\\x{:02X}", unsigned(byte));
     else out += c;
   }
   return out;
 }
+
+// A message quotes what the file holds (UTF-8 kept), and a quoted value's
+// newline or escape sequence must not start a line without a place or drive
+// the terminal.
+std::string one_line(std::string_view text) { return escaped(text, true); }
 
 }  // namespace
 
@@ -486,18 +491,7 @@ bool is_request_target_text(std::string_view target) {
   return std::all_of(target.begin(), target.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
-std::string printable(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    auto byte = static_cast<unsigned char>(c);
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else if (byte < 0x20 || byte > 0x7e) out += fmt::format("\\x{:02X}", unsigned(byte));
-    else out += c;
-  }
-  return out;
-}
+std::string printable(std::string_view text) { return escaped(text, false); }
 
 namespace {
 size_t edit_distance(std::string_view a, std::string_view b) {
