@@ -38,10 +38,10 @@
 //   A bad backend's factor is multiplied by (1 - cut), never below
 //   min_weight_ratio; a factor below it (min_weight_ratio was raised since
 //   the cut) is lifted to it at the next evaluation, whatever the figures.
-//   A backend back within bounds with hysteresis (EWMA
-//   latency < 0.8 x threshold and error rate < 0.8 x error_threshold) regains
-//   `cut` of its full weight per interval (factor += cut) up to 1: never above
-//   its configured weight. Between the two bands nothing changes.
+//   A backend back within bounds with hysteresis (EWMA latency < 0.8 x
+//   threshold and error rate < 0.8 x error_threshold) regains `cut` of its
+//   full weight per interval (factor += cut) up to 1: never above its
+//   configured weight. Between the two bands nothing changes.
 //   Anti-oscillation backoff: recovering needs `hold` consecutive intervals
 //   within bounds (1 at first). A backend cut right after a recovery step
 //   (its latency depends on its load, so the step overshot) doubles its hold,
