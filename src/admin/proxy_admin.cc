@@ -76,6 +76,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
       // Dynamic weights, active health and response counters (docs/health.md, docs/rollout.md).
       json& entry = out.back();
       entry["backup"] = snapshot->backend(i).backup;  // takes traffic only when no primary can
+      entry["max_conns"] = snapshot->backend(i).max_conns;  // 0: no limit on `active`
       entry["weight_factor"] = snapshot->factor(i);
       entry["active_healthy"] = state.healthy.load(std::memory_order_relaxed);
       entry["health_changes_total"] = state.health_changes_total.load(std::memory_order_relaxed);

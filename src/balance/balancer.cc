@@ -56,6 +56,7 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
       live_.push_back(std::make_shared<BackendLive>());
     }
     live_ptrs_.push_back(live_.back().get());
+    if (b.max_conns > 0) limited_ = true;
     // Drained or down: listed, never a member; but a down backend keeps its
     // place in a hash ring or table (parked), so only its own keys move.
     if (b.weight == 0 || (b.down && options_.kind != PolicyKind::hash)) continue;
@@ -102,6 +103,43 @@ std::optional<uint32_t> Balancer::pick(const PickContext& ctx) {
     return pick_after_miss(*primary_wrr_, *backup_, word, ctx);
   }
   return pick_from(primary_.get(), *backup_, ctx);
+}
+
+std::optional<uint32_t> Balancer::acquire(const PickContext& ctx, bool* full) {
+  if (!limited_) [[likely]] {
+    const std::optional<uint32_t> chosen = pick(ctx);
+    if (chosen) begin_request(*chosen);
+    return chosen;
+  }
+  return acquire_limited(ctx, full);
+}
+
+std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* full) {
+  // The full backends join a copy of the request's tried set for this pick
+  // only: a retry of the request may find one with room again.
+  TriedSet passed = ctx.tried ? *ctx.tried : TriedSet{};
+  PickContext with_passed = ctx;
+  with_passed.tried = &passed;
+  // Each round passes over one more backend: at most size() rounds.
+  for (size_t round = 0; round <= backends_.size(); ++round) {
+    const std::optional<uint32_t> chosen = pick(with_passed);
+    if (!chosen) return std::nullopt;
+    const uint32_t limit = backends_[*chosen].max_conns;
+    std::atomic<uint32_t>& active = live_[*chosen]->active;
+    uint32_t a = active.load(std::memory_order_relaxed);
+    // Count the request only while below the limit: the check and the
+    // increment are one step, so two threads cannot both take the last place.
+    while (limit == 0 || a < limit) {
+      if (active.compare_exchange_weak(a, a + 1, std::memory_order_relaxed)) {
+        primary_->active_changed(*chosen);
+        backup_->active_changed(*chosen);
+        return chosen;
+      }
+    }
+    if (full) *full = true;
+    passed.add(*chosen);
+  }
+  return std::nullopt;
 }
 
 void Balancer::set_available(uint32_t index, bool available) {

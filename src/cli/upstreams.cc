@@ -35,14 +35,18 @@ int run_upstreams(const UpstreamsOptions& options) {
   // FACTOR: slow start x adaptive weight factor (docs/health.md); EFFECTIVE = weight x factor.
   // SITE: the site's index (heft weight and heft rollout take it), telling apart sites of one server.
   // ROLE: primary, or backup (traffic only when no primary can take it), as HAProxy's stats mark them.
-  fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9} {:>6} {:>7} {:>9} {:>14} {:>6} {:>7}\n", "SERVER", "SITE",
+  // ACTIVE: requests in flight, "/ max_conns" after it when the backend has a limit.
+  fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9} {:>6} {:>11} {:>9} {:>14} {:>6} {:>7}\n", "SERVER", "SITE",
              "ADDRESS", "ROLE", "WEIGHT", "EFFECTIVE", "FACTOR", "ACTIVE", "STATE", "REQUESTS", "FAILS", "SHARE");
   for (const auto& u : list) {
     const char* role = !u.contains("backup") ? "-" : u.value("backup", false) ? "backup" : "primary";
-    fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9.2f} {:>6.2f} {:>7} {:>9} {:>14} {:>6} {:>6.1f}%\n",
+    const unsigned limit = u.value("max_conns", 0u);
+    const std::string active = limit ? fmt::format("{}/{}", u.value("active", 0u), limit)
+                                     : fmt::format("{}", u.value("active", 0u));
+    fmt::print("{:<6} {:>4} {:<28} {:<7} {:>7} {:>9.2f} {:>6.2f} {:>11} {:>9} {:>14} {:>6} {:>6.1f}%\n",
                u.value("server", ""), u.value("site", 0u), u.value("address", ""),
                role, u.value("weight", 0u), u.value("effective_weight", 0.0),
-               u.value("weight_factor", 1.0), u.value("active", 0u), u.value("state", "?"),
+               u.value("weight_factor", 1.0), active, u.value("state", "?"),
                u.value("requests_total", uint64_t(0)), u.value("fails", 0u), 100.0 * u.value("share", 0.0));
   }
   return 0;

@@ -40,7 +40,7 @@ constexpr std::string_view kProxyOptions[] = {
     "health_uri", "health_port", "health_interval", "health_timeout", "health_status",
     "health_body", "health_headers", "health_passes", "health_fails", "adaptive", "ignore_client_abort"};
 constexpr std::string_view kUpstreamOptions[] = {"weight", "max_fails", "fail_timeout",
-                                                 "backup", "down", "slow_start"};
+                                                 "backup", "down", "slow_start", "max_conns"};
 constexpr std::string_view kAdaptiveOptions[] = {"interval", "latency_threshold",
                                                  "median_factor", "error_threshold",
                                                  "cut", "min_weight_ratio"};
@@ -720,6 +720,8 @@ class Parser {
       }
     } else if (name.text == "slow_start") {
       if (auto v = duration(value, false)) p.upstream.slow_start = *v;  // 0: off for this backend
+    } else if (name.text == "max_conns") {
+      if (auto n = integer(value, 0, 1'000'000, "max_conns")) p.upstream.max_conns = uint32_t(*n);
     }
   }
 
@@ -728,6 +730,7 @@ class Parser {
   }
 
   // to ADDR [ADDR...] [weight N] [max_fails N] [fail_timeout DUR] [backup] [down] [slow_start DUR]
+  //    [max_conns N]
   // False when an address on the line was invalid.
   bool to_line(const Directive& d, std::vector<PendingUpstream>& pending) {
     if (!no_block(d)) return true;

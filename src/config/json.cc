@@ -61,6 +61,7 @@ json reverse_proxy_to_json(const PoolConfig& pool) {
                   {"backup", u.backup},
                   {"down", u.down}};
     if (u.slow_start) entry["slow_start"] = format_duration(*u.slow_start);
+    if (u.max_conns) entry["max_conns"] = u.max_conns;
     upstreams.push_back(std::move(entry));
   }
   json selection = {{"policy", balance::policy_name(pool.policy)}};
@@ -599,7 +600,7 @@ class Reader {
   }
 
   bool upstream(const json& value, const std::string& path, UpstreamConfig& upstream) {
-    if (!object(value, path, {"dial", "weight", "max_fails", "fail_timeout", "backup", "down", "slow_start"}))
+    if (!object(value, path, {"dial", "weight", "max_fails", "fail_timeout", "backup", "down", "slow_start", "max_conns"}))
       return false;
     size_t errors_before = errors_.size();
     std::string dial;
@@ -621,6 +622,7 @@ class Reader {
     bool_field(value, "backup", path, upstream.backup);
     bool_field(value, "down", path, upstream.down);
     optional_duration_field(value, "slow_start", path, upstream.slow_start);
+    uint_field(value, "max_conns", path, 0, 1'000'000, upstream.max_conns);
     return errors_.size() == errors_before;
   }
 

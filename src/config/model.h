@@ -37,6 +37,7 @@ struct UpstreamConfig {
   bool backup = false;                // used only when every non-backup backend is unavailable
   bool down = false;                  // administratively down: never picked
   std::optional<milliseconds> slow_start;  // per-backend override of PoolConfig::slow_start
+  uint32_t max_conns = 0;             // nginx: requests in flight to it at once; 0 = no limit
 
   bool operator==(const UpstreamConfig&) const = default;
 };

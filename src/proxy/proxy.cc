@@ -158,6 +158,7 @@ upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_
     b.backup = u.backup;
     b.down = u.down;
     b.slow_start = u.slow_start.value_or(site.proxy.slow_start.value_or(std::chrono::milliseconds(0)));
+    b.max_conns = u.max_conns;
     pool.backends.push_back(std::move(b));
   }
   const config::AdaptiveConfig& a = site.proxy.adaptive;

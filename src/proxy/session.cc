@@ -394,9 +394,10 @@ std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& li
   return nullptr;
 }
 
-// A request is at backend `index` (its active count, read by least_conn and p2c).
+// A request is at backend `index` (its active count, read by least_conn and p2c
+// and limited by max_conns): the pick counted it, the guard ends it.
 struct ActiveGuard {
-  ActiveGuard(balance::Balancer& b, uint32_t i) : balancer(b), index(i) { balancer.begin_request(index); }
+  ActiveGuard(balance::Balancer& b, uint32_t i) : balancer(b), index(i) {}
   ~ActiveGuard() { balancer.end_request(index); }
   balance::Balancer& balancer;
   uint32_t index;
@@ -1225,9 +1226,16 @@ Task<bool> Session::handle(RequestParser& parser) {
   unsigned last_status = 0;
   for (;;) {
     const auto now = tries == 0 ? started : Clock::now();
-    std::optional<uint32_t> pick = snapshot->pick(ctx, now);
+    bool full = false;
+    std::optional<uint32_t> pick = snapshot->acquire(ctx, now, &full);
     if (!pick) {
-      if (tried.empty()) {
+      if (tried.empty() && full) {
+        // nginx answers 502 here (no live upstreams); HAProxy queues and
+        // then answers 503. Every backend is busy, none failed: a 503.
+        fmt::print(stderr, "heft: 503 {} {}: every backend is at its max_conns\n", req.method_string(),
+                   req.target());
+        co_await send_error(503, "503 every backend is at its max_conns\n", client_keep_alive && body_complete);
+      } else if (tried.empty()) {
         fmt::print(stderr, "heft: 503 {} {}: no available backend\n", req.method_string(), req.target());
         co_await send_error(503, "503 no available backend\n", client_keep_alive && body_complete);
       } else {
@@ -1237,6 +1245,9 @@ Task<bool> Session::handle(RequestParser& parser) {
       co_return client_keep_alive && body_complete && !closing();
     }
     const uint32_t i = *pick;
+    // A tunnel (WebSocket) keeps its backend counted active while it runs,
+    // as nginx's least_conn counts an upgraded connection.
+    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i);
     tried.add(i);
     ++tries;
     const bool more_possible = !next.off && (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
@@ -1248,9 +1259,6 @@ Task<bool> Session::handle(RequestParser& parser) {
     record_.upstream = snapshot->backend(i).name;
     AttemptResult result;
     const auto attempt_start = now;
-    // A tunnel (WebSocket) keeps its backend counted active while it runs,
-    // as nginx's least_conn counts an upgraded connection.
-    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i);
     response_head_at_ = {};
     result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
     if (!tunnel_) active.reset();

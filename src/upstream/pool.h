@@ -76,6 +76,7 @@ struct BackendConfig {
   bool backup = false;
   bool down = false;
   milliseconds slow_start{0};  // 0 = no slow start
+  uint32_t max_conns = 0;      // requests in flight at once; 0 = no limit
 };
 
 struct PoolConfig {
@@ -221,6 +222,10 @@ class PoolSnapshot {
   // fail_timeout has passed (as of `now`) to service on trial: such a backend
   // may be the one this pick chooses, slow start or not.
   std::optional<uint32_t> pick(const balance::PickContext& ctx, TimePoint now) const;
+  // pick() that also counts the request on the chosen backend, passing over
+  // backends at their max_conns (Balancer::acquire; `full` as there). The
+  // request ends with balancer().end_request().
+  std::optional<uint32_t> acquire(const balance::PickContext& ctx, TimePoint now, bool* full) const;
   // Returns backends whose out period has passed (as of `now`) to service on
   // trial, scanning them all (pick() calls it only when next_return_ says one
   // may be due; Pool::tick() always).
@@ -282,6 +287,8 @@ class PoolSnapshot {
 
  private:
   void refresh_availability(uint32_t i) const;
+  // pick() (count false) and acquire() (count true).
+  std::optional<uint32_t> choose(const balance::PickContext& ctx, TimePoint now, bool count, bool* full) const;
   // Backend i was just taken out (under its lock) until `until`: the next
   // return is due by then, and the policy stops picking it.
   void announce_out(uint32_t i, TimePoint until) const;

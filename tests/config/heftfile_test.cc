@@ -172,7 +172,7 @@ api.example.com:8080, www.example.com:8080 {
 	}
 	reverse_proxy 10.0.0.1:9000?weight=5&max_fails=2 {
 		to 10.0.0.2:9000 10.0.0.3:9000 weight 3 max_fails 0 fail_timeout 1m30s slow_start 20s
-		to 10.0.0.4:9000 backup
+		to 10.0.0.4:9000 backup max_conns 100
 		to [::1]:9000 down
 		to backend.internal
 		max_fails 7
@@ -242,6 +242,8 @@ api.example.com:8080, www.example.com:8080 {
   }
   EXPECT_TRUE(pool.upstreams[3].backup);
   EXPECT_EQ(pool.upstreams[3].max_fails, 7u);
+  EXPECT_EQ(pool.upstreams[3].max_conns, 100u);
+  EXPECT_EQ(pool.upstreams[2].max_conns, 0u);  // no limit unless written
   EXPECT_EQ(pool.upstreams[4].dial, "[::1]:9000");
   EXPECT_EQ(pool.upstreams[4].host, "::1");
   EXPECT_TRUE(pool.upstreams[4].down);
@@ -654,6 +656,16 @@ TEST(HeftfileErrors, WeightsOutOfRange) {
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?weight=2.5\n}\n"),
             "Heftfile:2:27: weight must be an integer 0..1000000, got \"2.5\"");
   parse_ok(":80 {\n\treverse_proxy a:1?weight=1000000 b:1?weight=0\n}\n");
+}
+
+TEST(HeftfileErrors, MaxConnsOutOfRange) {
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1 max_conns -1\n\t}\n}\n"),
+            "Heftfile:3:20: max_conns must be an integer 0..1000000, got \"-1\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1?max_conns=1000001\n}\n"),
+            "Heftfile:2:30: max_conns must be an integer 0..1000000, got \"1000001\"");
+  const Config config = parse_ok(":80 {\n\treverse_proxy a:1?max_conns=1000000 b:1?max_conns=0\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].max_conns, 1'000'000u);
+  EXPECT_EQ(config.sites[0].proxy.upstreams[1].max_conns, 0u);
 }
 
 TEST(HeftfileErrors, MissingValues) {

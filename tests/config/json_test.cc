@@ -35,7 +35,7 @@ app.example.com, www.example.com {
 		output file /tmp/access.log
 	}
 	reverse_proxy 127.0.0.1:9001?weight=5&max_fails=3&fail_timeout=30s 127.0.0.1:9002?weight=0 {
-		to [::1]:9003 backup slow_start 20s
+		to [::1]:9003 backup slow_start 20s max_conns 50
 		to backend:9004 down
 		lb_policy hash cookie session
 		hash_strategy maglev
@@ -210,6 +210,7 @@ TEST(Json, CaddyShape) {
       "fail_timeout":"30s","backup":false,"down":false})"));
   EXPECT_EQ(upstreams[2]["dial"], "[::1]:9003");
   EXPECT_EQ(upstreams[2]["slow_start"], "20s");
+  EXPECT_EQ(upstreams[2]["max_conns"], 50);  // written only when set, as slow_start
   const json& proxy = route["handle"][0]["routes"][0]["handle"][0];
   EXPECT_EQ(proxy["handler"], "reverse_proxy");
   EXPECT_EQ(proxy["load_balancing"]["selection_policy"],
@@ -258,6 +259,8 @@ TEST(JsonErrors, NameThePath) {
             std::vector<std::string>{up + "[1].weight: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["weight"] = "5"; }),
             std::vector<std::string>{up + "[0].weight: must be an integer 0..1000000"});
+  EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[2]["max_conns"] = 1000001; }),
+            std::vector<std::string>{up + "[2].max_conns: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
             std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),

@@ -37,6 +37,9 @@ struct BackendSpec {
   // src/upstream/weights.h). `weight` stays the configured value: what is
   // displayed, and what 0 (drained) means.
   uint32_t balance_weight = 0;
+  // nginx's max_conns (HAProxy's maxconn): at most this many requests in
+  // flight at once; a full backend is passed over until one ends. 0 = no limit.
+  uint32_t max_conns = 0;
 };
 
 class Balancer {
@@ -48,11 +51,23 @@ class Balancer {
   // backup. nullopt when nothing is eligible.
   std::optional<uint32_t> pick(const PickContext& ctx = {});
 
+  // pick() and begin_request() in one, for pools whose backends may be full
+  // (max_conns): a backend with max_conns requests in flight is passed over
+  // for this pick, as if tried, and the chosen backend's count is raised as
+  // part of the choice, so no thread can push it past its limit. `full`
+  // (may be null) is set when a backend was passed over for being full;
+  // nullopt with `full` set means every eligible backend was full. The
+  // request ends with end_request().
+  std::optional<uint32_t> acquire(const PickContext& ctx, bool* full = nullptr);
+
   // A request starts on / finishes with a backend: its active count goes up /
   // down by one (never below 0) and the policy is told, so least_conn can keep
   // its index instead of scanning. Prefer these to touching live(i).active.
   void begin_request(uint32_t index);
   void end_request(uint32_t index);
+
+  // True when some backend has a max_conns limit.
+  bool limited() const { return limited_; }
 
   // Marks a backend available or not (health checks, passive failure).
   void set_available(uint32_t index, bool available);
@@ -79,6 +94,8 @@ class Balancer {
   CarriedState carried_state() const;
 
  private:
+  [[gnu::noinline]] std::optional<uint32_t> acquire_limited(const PickContext& ctx, bool* full);
+
   PolicyOptions options_;
   std::vector<BackendSpec> backends_;
   std::vector<uint32_t> name_slots_;  // open-addressing table: backend index + 1, 0 = empty
@@ -88,6 +105,7 @@ class Balancer {
   std::unique_ptr<std::atomic<bool>[]> told_available_;
   std::unique_ptr<Policy> primary_;
   std::unique_ptr<Policy> backup_;
+  bool limited_ = false;  // some backend has max_conns
   // primary_'s smooth-WRR fast path when it has one: picks skip the virtual call.
   WrrFastPath<uint32_t>* primary_wrr_ = nullptr;
 };
