@@ -91,5 +91,31 @@ TEST(MaxConns, BackupsTakeTheOverflow) {
   EXPECT_EQ(got.size(), 2u) << "unexpected answers";
 }
 
+// A limit set live through the admin API applies to the next request; a
+// rejected value leaves the running one as it was.
+TEST(MaxConns, SetLiveThroughTheAdminApi) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "1500ms"});
+  const uint16_t port = free_port();
+  const uint16_t admin_port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 1\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{}\n\t}}\n}}\n",
+                                        admin_port, port, a.port),
+                            port);
+  const std::string path =
+      "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams/0/max_conns";
+  Response refused = admin_call(admin_port, "PUT", path, "-1");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("max_conns"), std::string::npos) << refused.body;
+  auto got = burst(port, 3);
+  EXPECT_EQ(got["a"], 3) << "no limit yet";
+  Response set = admin_call(admin_port, "PUT", path, "2");
+  ASSERT_EQ(set.status, 200) << set.body;
+  got = burst(port, 3);
+  EXPECT_EQ(got["a"], 2);
+  EXPECT_EQ(got["503"], 1);
+}
+
 }  // namespace
 }  // namespace heft::test
