@@ -110,6 +110,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
       g.effective_weight = snapshot->display_effective_weight(i);
       g.healthy = snapshot->healthy(i);
       g.weight_factor = snapshot->factor(i);
+      g.max_conns = snapshot->backend(i).max_conns;
       gauges.push_back(std::move(g));
     }
   }

@@ -427,6 +427,8 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.healthy ? 1.0 : 0.0; });
   gauge("heft_upstream_weight_factor", "Slow-start x adaptive factor of a backend's weight (0..1).",
         [](const UpstreamGauge& g) { return g.weight_factor; });
+  gauge("heft_upstream_max_conns", "A backend's limit on requests in flight (max_conns); 0 = none.",
+        [](const UpstreamGauge& g) { return double(g.max_conns); });
   std::map<std::string, uint64_t> health_changes, weight_decisions;
   {
     // The current backends' series from 0 on, kept in the registry: a backend

@@ -66,6 +66,7 @@ struct UpstreamGauge {
   bool healthy = true;
   // Dynamic weights (health.md).
   double weight_factor = 1;  // slow start x adaptive, 0..1
+  uint32_t max_conns = 0;    // limit on `active`; 0 = none
 };
 
 // How long the series of a backend no pool holds any more (and the weight

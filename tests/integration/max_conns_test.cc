@@ -68,6 +68,10 @@ TEST(MaxConns, FullBackendsArePassedOverAndAllFullIsA503) {
   EXPECT_EQ(got["b"], 1);
   EXPECT_EQ(got["503"], 4);
   EXPECT_EQ(got.size(), 3u) << "unexpected answers";
+  const std::string metrics = admin_call(admin_port, "GET", "/metrics").body;
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_upstream_max_conns{{server=\":{}\",site=\":{}\",upstream=\"127.0.0.1:{}\"}}",
+                                              port, port, a.port)),
+            2);
   // The places are free again once those requests ended.
   HttpClient client(port);
   EXPECT_EQ(client.get("/").status, 200);
