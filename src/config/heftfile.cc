@@ -38,7 +38,8 @@ constexpr std::string_view kProxyOptions[] = {
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
     "retry_body_limit", "header_up", "header_down", "slow_start", "max_fails", "fail_timeout",
     "health_uri", "health_port", "health_interval", "health_timeout", "health_status",
-    "health_body", "health_headers", "health_passes", "health_fails", "adaptive", "ignore_client_abort"};
+    "health_body", "health_headers", "health_passes", "health_fails", "adaptive", "ignore_client_abort",
+    "queue", "queue_timeout"};
 constexpr std::string_view kUpstreamOptions[] = {"weight", "max_fails", "fail_timeout",
                                                  "backup", "down", "slow_start", "max_conns"};
 constexpr std::string_view kAdaptiveOptions[] = {"interval", "latency_threshold",
@@ -562,6 +563,10 @@ class Parser {
           pool.ignore_client_abort = arg->text == "on";
         else
           error(*arg, fmt::format("ignore_client_abort takes on or off, got \"{}\"", printable(arg->text)));
+      } else if (name == "queue") {
+        if (auto n = integer(*arg, 0, 1'000'000, "queue")) pool.queue = uint32_t(*n);
+      } else if (name == "queue_timeout") {
+        if (auto v = duration(*arg, true)) pool.queue_timeout = *v;
       } else if (name == "max_fails") {
         if (auto n = integer(*arg, 0, 1'000'000, "max_fails")) pool_max_fails = uint32_t(*n);
       } else if (name == "fail_timeout") {

@@ -115,6 +115,10 @@ json reverse_proxy_to_json(const PoolConfig& pool) {
   };
   if (pool.slow_start) handler["slow_start"] = format_duration(*pool.slow_start);
   if (pool.ignore_client_abort) handler["ignore_client_abort"] = true;
+  // Only when set, as slow_start: documents without a queue read as before.
+  if (pool.queue) handler["load_balancing"]["queue"] = pool.queue;
+  if (pool.queue_timeout != PoolConfig{}.queue_timeout)
+    handler["load_balancing"]["queue_timeout"] = format_duration(pool.queue_timeout);
   return handler;
 }
 
@@ -628,7 +632,8 @@ class Reader {
 
   void load_balancing(const json& value, const std::string& path, PoolConfig& pool) {
     if (!object(value, path,
-                {"selection_policy", "hash_strategy", "retries", "try_duration", "next_upstream", "retry_body_limit"}))
+                {"selection_policy", "hash_strategy", "retries", "try_duration", "next_upstream", "retry_body_limit",
+                 "queue", "queue_timeout"}))
       return;
     if (const json* selection = field(value, "selection_policy")) {
       std::string sp = member(path, "selection_policy");
@@ -673,6 +678,8 @@ class Reader {
     uint_field(value, "retries", path, 0, 1000, pool.next_upstream_tries);
     duration_field(value, "try_duration", path, false, pool.next_upstream_timeout);
     uint_field(value, "retry_body_limit", path, 0, uint64_t(1) << 40, pool.retry_body_limit);
+    uint_field(value, "queue", path, 0, 1'000'000, pool.queue);
+    duration_field(value, "queue_timeout", path, true, pool.queue_timeout);
     if (const json* conditions = array_field(value, "next_upstream", path, false)) {
       std::string np = member(path, "next_upstream");
       NextUpstream flags{false, false, false, false, false, false, false, false};

@@ -116,6 +116,10 @@ struct PoolConfig {
   // nginx's proxy_ignore_client_abort: a request whose client closed (or
   // half-closed) while it waits for the backend still runs to its answer.
   bool ignore_client_abort = false;
+  // nginx Plus's `queue`: when every backend is at its max_conns, up to this
+  // many requests wait for a place, each at most queue_timeout; 0 = none (503).
+  uint32_t queue = 0;
+  milliseconds queue_timeout{60000};
 
   // Active health checks; off while health_uri is empty.
   std::string health_uri;

@@ -19,6 +19,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -395,12 +396,29 @@ std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& li
 }
 
 // A request is at backend `index` (its active count, read by least_conn and p2c
-// and limited by max_conns): the pick counted it, the guard ends it.
+// and limited by max_conns): the pick counted it, the guard ends it, and the
+// place it frees goes to the request waiting longest in the pool's queue
+// (`places`: null when the pool has none).
 struct ActiveGuard {
-  ActiveGuard(balance::Balancer& b, uint32_t i) : balancer(b), index(i) {}
-  ~ActiveGuard() { balancer.end_request(index); }
+  ActiveGuard(balance::Balancer& b, uint32_t i, upstream::PlaceQueue* q) : balancer(b), index(i), places(q) {}
+  ~ActiveGuard() {
+    balancer.end_request(index);
+    if (places && places->size() > 0) [[unlikely]]
+      places->wake_one();
+  }
   balance::Balancer& balancer;
   uint32_t index;
+  upstream::PlaceQueue* places;
+};
+
+// A request waiting in a pool's PlaceQueue: its timer is the wait, and a
+// freed place cancels it from whichever worker freed it (posted to the
+// waiter's own executor). Shared with the posted wake-ups, which may outlive
+// the wait.
+struct PlaceWait {
+  explicit PlaceWait(const Executor& executor) : timer(executor) {}
+  Timer timer;
+  bool woken = false;
 };
 
 }  // namespace
@@ -683,6 +701,14 @@ class Session {
   // small enough for Asio to recycle it).
   Task<void> send_status(unsigned status, bool keep_alive);
   Task<bool> handle(RequestParser& parser);
+  // Waits in the pool's queue until a backend has room, at most the pool's
+  // queue_timeout; `snapshot` becomes the pool's current one. The chosen
+  // backend, counted as acquire() counts it; nullopt when the queue was full
+  // or the time ran out (`full` set), or nothing is available any more.
+  Task<std::optional<uint32_t>> wait_for_place(WorkerSite& site,
+                                               std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
+                                               const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                               bool& full);
   // What handle() decides from the request head before its first wait, and
   // the backend's request head (up_head_) built. A plain function so that its
   // locals stay off handle()'s coroutine frame: Asio recycles frames of up to
@@ -1108,6 +1134,57 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   return plan;
 }
 
+Task<std::optional<uint32_t>> Session::wait_for_place(WorkerSite& site,
+                                                      std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
+                                                      const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                                      bool& full) {
+  const auto deadline = Clock::now() + pool.queue_timeout;
+  const std::shared_ptr<upstream::PlaceQueue> places = snapshot->places();
+  auto wait = std::make_shared<PlaceWait>(client.get_executor());
+  bool front = false;  // a woken request whose place was taken keeps its turn
+  for (;;) {
+    wait->woken = false;
+    auto place = places->join(
+        pool.queue,
+        [wait] {
+          asio::post(wait->timer.get_executor(), [wait] {
+            wait->woken = true;
+            wait->timer.cancel();
+          });
+        },
+        front);
+    if (!place) {
+      full = true;  // the queue is full
+      co_return std::nullopt;
+    }
+    // A place may have freed between the caller's pick and the join (its
+    // wake-up found nobody): pick again before waiting.
+    bool busy = false;
+    if (auto pick = snapshot->acquire(ctx, Clock::now(), &busy)) {
+      if (!places->leave(*place)) places->wake_one();  // woken meanwhile: pass it on
+      co_return pick;
+    }
+    if (!busy) co_return std::nullopt;  // nothing available any more: no place will free
+    wait->timer.expires_at(deadline);
+    co_await wait->timer.async_wait(use_task);
+    if (!wait->woken && places->leave(*place)) {
+      full = true;  // the time ran out
+      co_return std::nullopt;
+    }
+    // Woken (a wake-up may also have crossed the deadline): the pool as it is now.
+    snapshot = site.cache.get();
+    busy = false;
+    if (auto pick = snapshot->acquire(ctx, Clock::now(), &busy)) co_return pick;
+    if (!busy) co_return std::nullopt;
+    if (Clock::now() >= deadline) {
+      places->wake_one();  // the place this wake-up stood for, unused
+      full = true;
+      co_return std::nullopt;
+    }
+    front = true;
+  }
+}
+
 Task<bool> Session::handle(RequestParser& parser) {
   std::shared_ptr<WorkerRoutes> routes = w.current_routes();
   auto& req = parser.get();
@@ -1153,7 +1230,8 @@ Task<bool> Session::handle(RequestParser& parser) {
   }
   const config::PoolConfig& pool = route->site.proxy;
   WorkerSite& site = routes->sites[route->index];
-  const std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
+  // Replaced only by a wait for a place (wait_for_place()), before any attempt.
+  std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();
 
   // Buffer the start of the body: small bodies are then complete (retryable and
   // fully validated before any byte reaches a backend).
@@ -1228,8 +1306,18 @@ Task<bool> Session::handle(RequestParser& parser) {
     const auto now = tries == 0 ? started : Clock::now();
     bool full = false;
     std::optional<uint32_t> pick = snapshot->acquire(ctx, now, &full);
+    if (!pick && full && tried.empty() && pool.queue > 0) {
+      // Every backend is at its max_conns: wait for a place (nginx Plus's queue).
+      full = false;
+      pick = co_await wait_for_place(site, snapshot, ctx, pool, full);
+    }
     if (!pick) {
-      if (tried.empty() && full) {
+      if (tried.empty() && full && pool.queue > 0) {
+        fmt::print(stderr, "heft: 503 {} {}: no backend had room within queue_timeout, or the queue was full\n",
+                   req.method_string(), req.target());
+        co_await send_error(503, "503 every backend is at its max_conns and the queue is full or timed out\n",
+                            client_keep_alive && body_complete);
+      } else if (tried.empty() && full) {
         // nginx answers 502 here (no live upstreams); HAProxy queues and
         // then answers 503. Every backend is busy, none failed: a 503.
         fmt::print(stderr, "heft: 503 {} {}: every backend is at its max_conns\n", req.method_string(),
@@ -1247,7 +1335,8 @@ Task<bool> Session::handle(RequestParser& parser) {
     const uint32_t i = *pick;
     // A tunnel (WebSocket) keeps its backend counted active while it runs,
     // as nginx's least_conn counts an upgraded connection.
-    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i);
+    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i,
+                                      pool.queue > 0 ? snapshot->places().get() : nullptr);
     tried.add(i);
     ++tries;
     const bool more_possible = !next.off && (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&

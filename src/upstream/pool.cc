@@ -73,7 +73,7 @@ uint32_t RecentFailures::count(TimePoint now, milliseconds window) const {
 }
 
 PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previous)
-    : config_(config) {
+    : config_(config), places_(previous ? previous->places_ : std::make_shared<PlaceQueue>()) {
   version_ = previous ? previous->version_ + 1 : 1;
   states_.reserve(config_.backends.size());
   factors_.reserve(config_.backends.size());
@@ -365,10 +365,15 @@ std::shared_ptr<const PoolSnapshot> Pool::snapshot() const {
 }
 
 void Pool::update(const PoolConfig& config) {
-  std::lock_guard lock(mu_);
-  auto next = std::make_shared<PoolSnapshot>(config, current_.get());
-  current_ = next;
-  version_.store(next->version(), std::memory_order_release);
+  std::shared_ptr<const PoolSnapshot> next;
+  {
+    std::lock_guard lock(mu_);
+    next = std::make_shared<PoolSnapshot>(config, current_.get());
+    current_ = next;
+    version_.store(next->version(), std::memory_order_release);
+  }
+  // Limits or backends may have changed: whoever waits for a place picks again.
+  next->places()->wake_all();
 }
 
 void Pool::republish() {

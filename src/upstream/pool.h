@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "heft/balance/balancer.h"
+#include "upstream/place_queue.h"
 #include "upstream/weights.h"
 
 namespace heft::upstream {
@@ -216,6 +217,9 @@ class PoolSnapshot {
   balance::Balancer& balancer() const { return *balancer_; }
   BackendState& state(uint32_t i) const { return *states_[i]; }
   balance::BackendLive& live(uint32_t i) const { return balancer_->live(i); }
+  // Requests waiting for a place while every backend is full (max_conns);
+  // one queue for the pool, carried from snapshot to snapshot.
+  const std::shared_ptr<PlaceQueue>& places() const { return places_; }
   uint64_t version() const { return version_; }
 
   // Chooses a backend for one attempt, first returning backends whose
@@ -296,6 +300,7 @@ class PoolSnapshot {
   PoolConfig config_;
   std::unique_ptr<balance::Balancer> balancer_;
   std::vector<std::shared_ptr<BackendState>> states_;
+  std::shared_ptr<PlaceQueue> places_;
   std::vector<double> factors_;
   uint64_t version_ = 0;
   // Earliest out_until among backends that are out (ns since epoch); INT64_MAX if none.

@@ -666,6 +666,19 @@ TEST(HeftfileErrors, MaxConnsOutOfRange) {
   const Config config = parse_ok(":80 {\n\treverse_proxy a:1?max_conns=1000000 b:1?max_conns=0\n}\n");
   EXPECT_EQ(config.sites[0].proxy.upstreams[0].max_conns, 1'000'000u);
   EXPECT_EQ(config.sites[0].proxy.upstreams[1].max_conns, 0u);
+  EXPECT_EQ(config.sites[0].proxy.queue, 0u);  // no queue unless written
+  EXPECT_EQ(config.sites[0].proxy.queue_timeout, 60s);
+}
+
+TEST(Heftfile, QueueAndItsTimeout) {
+  const Config config =
+      parse_ok(":80 {\n\treverse_proxy {\n\t\tto a:1 max_conns 4\n\t\tqueue 50\n\t\tqueue_timeout 2.5s\n\t}\n}\n");
+  EXPECT_EQ(config.sites[0].proxy.queue, 50u);
+  EXPECT_EQ(config.sites[0].proxy.queue_timeout, 2500ms);
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1\n\t\tqueue_timeout 0\n\t}\n}\n"),
+            "Heftfile:4:17: duration must be greater than 0, got \"0\"");
+  EXPECT_EQ(only_error(":80 {\n\treverse_proxy {\n\t\tto a:1\n\t\tqueue many\n\t}\n}\n"),
+            "Heftfile:4:9: queue must be an integer 0..1000000, got \"many\"");
 }
 
 TEST(HeftfileErrors, MissingValues) {

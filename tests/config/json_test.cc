@@ -64,6 +64,8 @@ app.example.com, www.example.com {
 		health_passes 2
 		health_fails 4
 		ignore_client_abort on
+		queue 100
+		queue_timeout 30s
 		adaptive {
 			latency_threshold 200ms
 			error_threshold 2.5%
@@ -216,6 +218,8 @@ TEST(Json, CaddyShape) {
   EXPECT_EQ(proxy["load_balancing"]["selection_policy"],
             json::parse(R"({"policy":"hash","key":"cookie","name":"session"})"));
   EXPECT_EQ(proxy["load_balancing"]["next_upstream"], json::parse(R"(["error","http_503","non_idempotent"])"));
+  EXPECT_EQ(proxy["load_balancing"]["queue"], 100);
+  EXPECT_EQ(proxy["load_balancing"]["queue_timeout"], "30s");
   EXPECT_EQ(proxy["transport"]["dial_timeout"], "250ms");
   EXPECT_EQ(proxy["transport"]["keepalive"], 64);
   EXPECT_EQ(proxy["transport"]["keepalive_timeout"], "2m");

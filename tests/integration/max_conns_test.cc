@@ -121,5 +121,72 @@ TEST(MaxConns, SetLiveThroughTheAdminApi) {
   EXPECT_EQ(got["503"], 1);
 }
 
+// `clients` requests, one connection each, started `gap` apart (so they
+// arrive in order); each answer with the time it took, in start order.
+struct Timed {
+  std::string what;
+  double seconds = 0;
+};
+std::vector<Timed> staggered(uint16_t port, int clients, std::chrono::milliseconds gap) {
+  std::vector<Timed> out(clients);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      HttpClient client(port);
+      const auto start = std::chrono::steady_clock::now();
+      Response r = client.get("/");
+      out[c].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      out[c].what = r.status == 200 ? r.header("x-backend") : fmt::format("{} {}", r.status, r.body);
+    });
+    std::this_thread::sleep_for(gap);
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+// nginx Plus's queue: with every backend full, requests wait for a place in
+// arrival order, as many as the queue holds; one more is refused at once.
+TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "600ms"});
+  const uint16_t port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 2\n\t\tqueue_timeout 20s\n"
+                                        "\t}}\n}}\n",
+                                        port, a.port),
+                            port);
+  const std::string refused = "503 503 every backend is at its max_conns and the queue is full or timed out\n";
+  auto got = staggered(port, 4, std::chrono::milliseconds(100));
+  EXPECT_EQ(got[0].what, "a");
+  EXPECT_EQ(got[1].what, "a");
+  EXPECT_EQ(got[2].what, "a");
+  EXPECT_EQ(got[3].what, refused);
+  // One at a time, in order (request c started at c x 100 ms): each waited
+  // for the one before it (600 ms each).
+  EXPECT_GT(got[1].seconds, 1.0);
+  EXPECT_GT(got[2].seconds, 1.5);
+  EXPECT_LT(0.1 + got[1].seconds, 0.2 + got[2].seconds);
+  EXPECT_LT(got[3].seconds, 1.2);  // refused without waiting (a wait would be ~1.9 s)
+}
+
+TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "3s"});
+  const uint16_t port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 10\n\t\tqueue_timeout 1s\n"
+                                        "\t}}\n}}\n",
+                                        port, a.port),
+                            port);
+  auto got = staggered(port, 2, std::chrono::milliseconds(200));
+  EXPECT_EQ(got[0].what, "a");
+  EXPECT_EQ(got[1].what, "503 503 every backend is at its max_conns and the queue is full or timed out\n");
+  EXPECT_GT(got[1].seconds, 0.9);
+  EXPECT_LT(got[1].seconds, 2.5);
+  EXPECT_NE(heft.log().find("no backend had room within queue_timeout"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace heft::test
