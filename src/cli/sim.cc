@@ -266,7 +266,8 @@ void setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--server", f->server,
                   "A server: name=big,size=12,service=20ms,dist=lognormal,sigma=0.5,weight=3,queue=100,timeout=1s,"
-                  "units=3 (repeatable; sigma= with dist=lognormal only)");
+                  "units=3,max_conns=16 (repeatable; sigma= with dist=lognormal only; max_conns= caps its queued + "
+                  "in-service requests, 0 = no limit)");
   f->command = cmd;
   cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
   cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default: a trace's span, else 60s)");

@@ -11,6 +11,11 @@ namespace {
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", fraction * 100); }
 
+// Whether some server has a max_conns limit: only then do the outputs speak of it.
+bool limited(const Scenario& sc) {
+  return std::any_of(sc.servers.begin(), sc.servers.end(), [](const ServerSpec& s) { return s.max_conns > 0; });
+}
+
 // Times in the JSON, to the nanosecond: the simulator's arithmetic leaves
 // binary noise (700 ms printed as 0.7000000000000001 s) that nobody asked for.
 double seconds(double s) { return std::isfinite(s) ? std::round(s * 1e9) / 1e9 : s; }
@@ -63,8 +68,9 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} worker{} x {} {})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
-                         format_latency(s.service_s), service_dist_name(s.dist));
+      out += fmt::format("{} {} ({} worker{} x {} {}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+                         format_latency(s.service_s), service_dist_name(s.dist),
+                         s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "");
     }
     out += '\n';
     out += "  events:";
@@ -104,10 +110,15 @@ std::string format_table(const std::vector<SimResult>& results) {
   }
   out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
          "end q = requests waiting when arrivals stopped (the run then drains them).\n";
-  bool any_unrouted = false;
-  for (const SimResult& res : results)
+  bool any_unrouted = false, any_limited = false;
+  for (const SimResult& res : results) {
+    any_limited = any_limited || limited(res.scenario);
     for (const PolicyResult& p : res.policies) any_unrouted = any_unrouted || p.unrouted > 0;
-  if (any_unrouted) out += "unrouted = requests no server could take (every weight 0, or every server failed).\n";
+  }
+  if (any_unrouted)
+    out += any_limited ? "unrouted = requests no server could take (every weight 0, every server failed, or every "
+                         "server at its max_conns).\n"
+                       : "unrouted = requests no server could take (every weight 0, or every server failed).\n";
   return out;
 }
 
@@ -135,6 +146,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       j["weight"] = initial_weight(s);
       if (s.queue_limit) j["queue_limit"] = *s.queue_limit;
       if (s.timeout_s > 0) j["timeout_s"] = seconds(s.timeout_s);
+      if (s.max_conns > 0) j["max_conns"] = s.max_conns;
       js["servers"].push_back(j);
     }
     js["events"] = nlohmann::ordered_json::array();
@@ -149,6 +161,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       jp["timed_out"] = p.timed_out;
       jp["failed"] = p.failed;
       jp["unrouted"] = p.unrouted;
+      if (limited(sc)) jp["unrouted_full"] = p.unrouted_full;
       jp["latency"] = latency_json(p.latency);
       jp["servers"] = nlohmann::ordered_json::array();
       for (const ServerResult& s : p.servers) {

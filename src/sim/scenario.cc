@@ -179,6 +179,8 @@ ServerSpec parse_server(std::string_view text) {
       s.queue_limit = parse_count(value, "--server queue");
     } else if (key == "timeout") {
       s.timeout_s = parse_duration(value, "--server timeout");
+    } else if (key == "max_conns") {
+      s.max_conns = static_cast<uint32_t>(parse_count(value, "--server max_conns", 0, kMaxConns));
     } else if (key == "units") {
       s.units = parse_number(value, "--server units");
       units_given = true;
@@ -421,6 +423,8 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
       server.queue_limit = json_integer(x, at, 0, std::numeric_limits<uint64_t>::max());
     } else if (k == "timeout") {
       server.timeout_s = json_duration(x, at);
+    } else if (k == "max_conns") {
+      server.max_conns = static_cast<uint32_t>(json_integer(x, at, 0, kMaxConns));
     } else {
       fail(fmt::format("scenario: {}: unknown key", at));
     }
@@ -645,6 +649,8 @@ void validate(Scenario& s) {
                        kMaxSigma));
     if (!(server.timeout_s >= 0) || !std::isfinite(server.timeout_s))
       fail(fmt::format("server '{}': timeout must be >= 0 and finite", server.name));
+    if (server.max_conns > kMaxConns)
+      fail(fmt::format("server '{}': max_conns must be 0..{}", server.name, kMaxConns));
     if (!(server.units > 0) || server.units > kMaxWeight)
       fail(fmt::format("server '{}': units must be a positive number up to {}", server.name, kMaxWeight));
   }

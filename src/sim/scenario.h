@@ -21,6 +21,8 @@ namespace heft::sim {
 
 // A weight's range, as everywhere in heft (heftfile weights, heft pick).
 inline constexpr uint32_t kMaxWeight = 1'000'000;
+// A server's max_conns range, as the Heftfile's (`to ADDR max_conns N`).
+inline constexpr uint32_t kMaxConns = 1'000'000;
 // Simulated workers in all servers together: the event heap reserves room for
 // one pending completion per worker up front (docs/sim.md, "Limits").
 inline constexpr uint64_t kMaxWorkers = 1'000'000;
@@ -61,6 +63,7 @@ struct ServerSpec {
   std::optional<uint32_t> weight;     // default: the server's size in units (see validate())
   std::optional<uint64_t> queue_limit;  // waiting requests beyond this are refused
   double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
+  uint32_t max_conns = 0;             // > 0: at most this many assigned at once (queued + in service)
   double units = 1;                   // its size in "x" (3x = 3): the default weight
 };
 
@@ -111,7 +114,7 @@ double parse_duration(std::string_view text, std::string_view what = "duration")
 // "3x,1x,1x" (or "3,1,1"): units per server.
 std::vector<double> parse_units(std::string_view text);
 
-// "name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3"
+// "name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3,max_conns=16"
 ServerSpec parse_server(std::string_view text);
 
 // "300s:big:slow=2", "300s:big:fail", "400s:big:recover", "300s:big:weight=5",

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -244,9 +245,20 @@ class Run {
       const bool keyed = k < sc_.trace_keyed.size() && sc_.trace_keyed[k];
       ctx.key_hash = keyed ? sc_.trace_keys[k] : stream_.draw(k, kKey);
     }
-    auto picked = balancer_->pick(ctx);
+    // With max_conns, the pick and the count are one step, as in the proxy:
+    // acquire() passes over a server with max_conns requests assigned (queued
+    // or in service); nothing eligible, or every eligible server full, is
+    // unrouted (the proxy's 503). A request the server's queue then refuses
+    // was never assigned and is uncounted at once. Without max_conns the count
+    // is raised only once the request is taken, as before: counting a refused
+    // request up and down moves its server to the back of least_conn's tied
+    // members (its index, over 8 servers), which would change later picks.
+    const bool limited = balancer_->limited();
+    bool full = false;
+    const std::optional<uint32_t> picked = limited ? balancer_->acquire(ctx, &full) : balancer_->pick(ctx);
     if (!picked) {
       ++result_.unrouted;
+      if (full) ++result_.unrouted_full;
       return;
     }
     const uint32_t i = *picked;
@@ -254,12 +266,13 @@ class Run {
     ++s.out.requests;
     const uint64_t bits = stream_.draw(k, kService);
     if (s.busy < s.spec->size) {
-      balancer_->begin_request(i);
+      if (!limited) balancer_->begin_request(i);
       start_service(s, i, now, now, bits);
     } else if (s.queue.size() >= s.queue_limit) {
+      if (limited) balancer_->end_request(i);
       ++s.out.refused;
     } else {
-      balancer_->begin_request(i);
+      if (!limited) balancer_->begin_request(i);
       s.queue.push(Waiting{now, bits});
       if (s.queue.size() > s.out.peak_queue) s.out.peak_queue = s.queue.size();
       schedule_deadline(s, i);
@@ -342,6 +355,7 @@ class Run {
       balance::BackendSpec b;
       b.name = servers_[i].spec->name;
       b.weight = weights_[i];
+      b.max_conns = servers_[i].spec->max_conns;
       specs.push_back(std::move(b));
     }
     auto next = std::make_unique<balance::Balancer>(options_, std::move(specs), balancer_.get());

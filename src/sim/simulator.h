@@ -7,7 +7,9 @@
 // timed out after waiting longer than the timeout). Latency = queue wait +
 // service. The balancer's active count of a server is every request assigned to
 // it and not yet finished (queued or in service), as the proxy counts in-flight
-// requests, so least_conn and p2c see real counts.
+// requests, so least_conn and p2c see real counts; a server's max_conns caps
+// that count (Balancer::acquire() passes a full server over), and a request
+// every eligible server is too full for is unrouted, as the proxy answers 503.
 //
 // Common random numbers: request k's arrival gap, service draw, key and the
 // random bits handed to the policy all come from a stream seeded by (seed, k),
@@ -52,7 +54,8 @@ struct PolicyResult {
   balance::PolicyKind policy = balance::PolicyKind::round_robin;
   uint64_t arrivals = 0;
   uint64_t completed = 0, refused = 0, timed_out = 0, failed = 0;
-  uint64_t unrouted = 0;  // no server was eligible
+  uint64_t unrouted = 0;  // no server could take it: none eligible, or every eligible one at its max_conns
+  uint64_t unrouted_full = 0;  // of those, the ones turned away because every eligible server was full
   LatencySummary latency;
   LatencySketch latency_sketch;  // every completed request: for CDFs
   std::vector<ServerResult> servers;

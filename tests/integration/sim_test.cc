@@ -235,6 +235,64 @@ TEST(SimCommandTest, UnroutedRequestsAreLabelledInTableAndCsv) {
   EXPECT_NE(csv.stdout_text.find(last_field), std::string::npos) << csv.stdout_text;
 }
 
+// --server max_conns=N and a scenario's "max_conns": a server of one worker
+// capped at 1 never queues and the other takes its overflow; with every server
+// capped and too little room, the rest is unrouted, as the proxy's 503.
+TEST(SimCommandTest, MaxConnsCapsAServerAndEveryServerFullIsUnrouted) {
+  const std::string a = "--server name=a,size=1,service=10ms,dist=fixed,max_conns=1 ";
+  Output one = run_heft("sim " + a +
+                        "--server name=b,size=4,service=10ms,dist=fixed,weight=1 --rate 300 --duration 10s "
+                        "--policies round_robin,least_conn --json");
+  ASSERT_EQ(one.exit_code, 0);
+  auto j = nlohmann::json::parse(one.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["servers"][0]["max_conns"], 1);
+  EXPECT_FALSE(j["servers"][1].contains("max_conns"));
+  for (const auto& p : j["policies"]) {
+    EXPECT_EQ(p["servers"][0]["peak_queue"], 0) << p["policy"];
+    EXPECT_GT(p["servers"][1]["requests"].get<uint64_t>(), p["arrivals"].get<uint64_t>() / 2) << p["policy"];
+    EXPECT_EQ(p["unrouted"], 0) << p["policy"];
+    EXPECT_EQ(p["unrouted_full"], 0) << p["policy"];
+  }
+
+  const std::string both = "sim " + a + "--server name=b,size=1,service=10ms,dist=fixed,max_conns=1 --rate 300 "
+                           "--duration 10s --policies round_robin";
+  Output full = run_heft(both + " --json");
+  ASSERT_EQ(full.exit_code, 0);
+  const auto p = nlohmann::json::parse(full.stdout_text)["scenarios"][0]["policies"][0];
+  EXPECT_GT(p["unrouted"].get<uint64_t>(), 0u);
+  EXPECT_EQ(p["unrouted_full"], p["unrouted"]);
+  Output table = run_heft(both);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("a (1 worker x 10.0 ms fixed, max_conns 1)"), std::string::npos)
+      << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find("(unrouted)"), std::string::npos) << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find("or every server at its max_conns"), std::string::npos) << table.stdout_text;
+
+  auto file = write_scenario(R"("service": "10ms", "dist": "fixed", "max_conns": 2)", R"("policies": ["least_conn"])");
+  Output scenario = run_heft("sim --scenario " + file.string() + " --rate 1000 --json");
+  std::filesystem::remove(file);
+  ASSERT_EQ(scenario.exit_code, 0);
+  const auto js = nlohmann::json::parse(scenario.stdout_text)["scenarios"][0];
+  EXPECT_EQ(js["servers"][0]["max_conns"], 2);
+  EXPECT_EQ(js["policies"][0]["servers"][0]["peak_queue"], 0);  // 2 workers, max_conns 2
+  EXPECT_GT(js["policies"][0]["unrouted_full"].get<uint64_t>(), 0u);
+}
+
+TEST(SimCommandTest, MaxConnsErrorsNameTheFlagOrTheMember) {
+  expect_rejected("sim --server name=a,max_conns=1000001 --rate 10 --duration 1s",
+                  "--server max_conns: '1000001' is not an integer 0..1000000");
+  expect_rejected("sim --server name=a,max_conns=lots --rate 10 --duration 1s", "--server max_conns: 'lots'");
+  expect_rejected("sim --server name=a,max_conns=1,max_conns=2 --rate 10 --duration 1s",
+                  "key 'max_conns' is given twice");
+  for (const std::string member : {R"("max_conns": -1)", R"("max_conns": 2.5)", R"("max_conns": 1000001)"}) {
+    auto file = write_scenario(member);
+    expect_rejected("sim --scenario " + file.string(), "servers[0].max_conns: must be an integer 0..1000000");
+    std::filesystem::remove(file);
+  }
+  EXPECT_EQ(run_heft("sim --server name=a,max_conns=1000000 --rate 10 --duration 1s").exit_code, 0);
+  EXPECT_NE(run_heft("sim --help").stdout_text.find("units=3,max_conns=16"), std::string::npos);
+}
+
 TEST(SimCommandTest, SeedSvgPathAndPlurals) {
   expect_rejected("sim --servers 1x --rate 10 --duration 2s --seed -1", "--seed");
   Output big = run_heft("sim --servers 1x --rate 10 --duration 2s --seed 18446744073709551615");

@@ -112,6 +112,45 @@ TEST(ScenarioJsonTest, ValidValuesStillParse) {
   EXPECT_DOUBLE_EQ(s.servers[0].units, 1.5);
 }
 
+// max_conns (a server's cap on requests assigned at once) is read from a
+// --server and a scenario's server object, 0..1000000 as in the Heftfile; a
+// bad value names the flag or the member and says what it must be.
+TEST(ScenarioFlagsTest, MaxConnsIsParsedAndBounded) {
+  EXPECT_EQ(parse_server("name=a,size=4,max_conns=16").max_conns, 16u);
+  EXPECT_EQ(parse_server("name=a,max_conns=0").max_conns, 0u);
+  EXPECT_EQ(parse_server("name=a,max_conns=1000000").max_conns, 1'000'000u);
+  EXPECT_EQ(parse_server("name=a").max_conns, 0u);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=1000001"); })
+                .find("--server max_conns: '1000001' is not an integer 0..1000000"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=4294967297"); }).find("--server max_conns: '4294967297'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=-1"); }).find("--server max_conns: '-1'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=many"); }).find("--server max_conns: 'many'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=1.5"); }).find("--server max_conns: '1.5'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_server("name=a,max_conns=1,max_conns=2"); }).find("key 'max_conns' is given twice"),
+            std::string::npos);
+}
+
+TEST(ScenarioJsonTest, MaxConnsIsCheckedAndNamed) {
+  for (const std::string member : {R"("max_conns": -1)", R"("max_conns": 1.5)", R"("max_conns": "8")",
+                                   R"("max_conns": 1000001)", R"("max_conns": null)"}) {
+    EXPECT_NE(scenario_error("", member).find("scenario: servers[0].max_conns: must be an integer 0..1000000"),
+              std::string::npos)
+        << member << " -> '" << scenario_error("", member) << "'";
+  }
+  Scenario s = scenario_from_json(
+      nlohmann::json::parse(R"({"servers": [{"name": "a", "size": 4, "max_conns": 8}, {"name": "b"}]})"), nullptr);
+  validate(s);
+  EXPECT_EQ(s.servers[0].max_conns, 8u);
+  EXPECT_EQ(s.servers[1].max_conns, 0u);
+  // Library callers that build a Scenario by hand are held to the same range.
+  s.servers[1].max_conns = 1'000'001;
+  EXPECT_NE(error_of([&] { validate(s); }).find("server 'b': max_conns must be 0..1000000"), std::string::npos);
+}
+
 TEST(ScenarioFlagsTest, WeightsAreAtMostOneMillion) {
   EXPECT_EQ(parse_weights("1000000,0,1"), (std::vector<uint32_t>{1'000'000, 0, 1}));
   EXPECT_NE(error_of([] { parse_weights("1000001,1,1"); }).find("--weights: '1000001' is not an integer 0..1000000"),

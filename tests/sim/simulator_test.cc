@@ -7,6 +7,7 @@
 #include <cmath>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -351,6 +352,130 @@ TEST(LimitsTest, QueueLimitRefusesAndTimeoutTimesOut) {
   EXPECT_EQ(timed.requests, timed.completed + timed.timed_out);
   // Nobody served waited more than the timeout: latency <= timeout + a service time tail.
   EXPECT_LT(timed.latency.p50_s, 0.1 + 0.1);
+}
+
+// Two servers of fixed 10 ms service for the max_conns tests, `a` and `b` of
+// `a_size` and `b_size` workers; equal weights, so round robin sends each half.
+Scenario two_fixed(uint32_t a_size, uint32_t a_max_conns, uint32_t b_size, uint32_t b_max_conns) {
+  Scenario s;
+  s.name = "max_conns";
+  s.duration_s = 20;
+  s.rate = 300;  // 150 req/s to each under round robin
+  for (auto [name, size, max_conns] : {std::tuple{"a", a_size, a_max_conns}, std::tuple{"b", b_size, b_max_conns}}) {
+    ServerSpec server;
+    server.name = name;
+    server.size = size;
+    server.units = 1;
+    server.service_s = 0.01;  // 100 req/s per worker
+    server.dist = ServiceDist::fixed;
+    server.max_conns = max_conns;
+    s.servers.push_back(server);
+  }
+  s.policies = {PolicyKind::round_robin, PolicyKind::weighted_round_robin, PolicyKind::least_conn,
+                PolicyKind::p2c, PolicyKind::random, PolicyKind::hash};
+  return s;
+}
+
+// max_conns caps what is assigned to a server (queued + in service): a server
+// of one worker that round robin would overload (150 req/s for 100) never has
+// a second request assigned, so it never queues, and the other server takes
+// the overflow; nothing is unrouted while the other has room.
+TEST(SimMaxConnsTest, AFullServerIsPassedOverAndTheOtherTakesTheOverflow) {
+  const SimResult r = simulate(two_fixed(1, 1, 4, 0));
+  for (const PolicyResult& p : r.policies) {
+    const ServerResult& a = p.servers[0];
+    const ServerResult& b = p.servers[1];
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_EQ(a.peak_queue, 0u);
+    EXPECT_EQ(a.requests, a.completed);
+    // Fixed 10 ms service one at a time: at most 100 req/s reach it.
+    EXPECT_LE(static_cast<double>(a.requests), 100.0 * r.scenario.duration_s + 1);
+    EXPECT_GT(a.requests, 0u);
+    EXPECT_GT(b.requests, p.arrivals / 2) << "b takes a's overflow";
+    EXPECT_EQ(a.requests + b.requests, p.arrivals);
+    EXPECT_EQ(p.unrouted, 0u);
+    EXPECT_EQ(p.unrouted_full, 0u);
+  }
+  // The cap counts the queue too: 2 workers and max_conns 3 queue at most one.
+  const SimResult queued = simulate(two_fixed(2, 3, 4, 0));
+  for (const PolicyResult& p : queued.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_LE(p.servers[0].peak_queue, 1u);
+    EXPECT_EQ(p.unrouted, 0u);
+  }
+  EXPECT_EQ(policy(queued, PolicyKind::round_robin).servers[0].peak_queue, 1u);
+}
+
+// Every server at its max_conns: the request is unrouted (the proxy's 503),
+// counted apart as unrouted_full; the servers never queue and refuse nothing.
+TEST(SimMaxConnsTest, EveryServerFullIsUnrouted) {
+  const SimResult r = simulate(two_fixed(1, 1, 1, 1));  // 200 req/s of room for 300
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(p.unrouted, p.arrivals / 5);
+    EXPECT_EQ(p.unrouted_full, p.unrouted);
+    EXPECT_EQ(p.servers[0].requests + p.servers[1].requests + p.unrouted, p.arrivals);
+    for (const ServerResult& s : p.servers) {
+      EXPECT_EQ(s.peak_queue, 0u) << s.name;
+      EXPECT_EQ(s.refused, 0u) << s.name;
+      EXPECT_EQ(s.requests, s.completed) << s.name;
+    }
+  }
+  const std::vector<SimResult> results = {r};
+  const std::string table = format_table(results);
+  EXPECT_NE(table.find("a (1 worker x 10.0 ms fixed, max_conns 1)"), std::string::npos) << table;
+  EXPECT_NE(table.find("(unrouted)"), std::string::npos) << table;
+  EXPECT_NE(table.find("or every server at its max_conns"), std::string::npos) << table;
+  const auto j = results_to_json(results)["scenarios"][0];
+  EXPECT_EQ(j["servers"][0]["max_conns"], 1);
+  EXPECT_EQ(j["policies"][0]["unrouted_full"], r.policies[0].unrouted_full);
+  // Without a limit the JSON has neither member.
+  const auto plain = results_to_json({simulate(three_equal(5))})["scenarios"][0];
+  EXPECT_FALSE(plain["servers"][0].contains("max_conns"));
+  EXPECT_FALSE(plain["policies"][0].contains("unrouted_full"));
+}
+
+// A request refused by a full queue was never assigned: the count acquire()
+// raised at the pick is given back at once. `a` (1 worker, no queue) refuses
+// whenever it is busy; its max_conns 2 is never reached unless refusals leak
+// into its count. `b` (max_conns = size) never queues and, when full, passes
+// its turn to `a`. So nothing is unrouted: a leak would fill `a` for good.
+TEST(SimMaxConnsTest, RefusedRequestsDoNotHoldAPlace) {
+  Scenario s = two_fixed(1, 2, 2, 2);
+  s.servers[0].queue_limit = 0;
+  s.rate = 400;
+  const SimResult r = simulate(s);
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(p.servers[0].refused, 0u);
+    EXPECT_EQ(p.servers[1].peak_queue, 0u);
+    EXPECT_EQ(p.unrouted, 0u);
+    EXPECT_EQ(p.servers[0].requests + p.servers[1].requests, p.arrivals);
+  }
+}
+
+// Without max_conns a run is what it was before the limit existed. Counting a
+// request that a queue refuses up and down (as acquire() + end_request() would)
+// moves its server to the back of least_conn's tied members when its index
+// (over 8 servers) holds more than 64 of them in a tie, and changes the picks
+// after it: 66 servers of 1 and 2 workers without queues refused 1,802
+// requests that way, against 1,829 before. The numbers are that run's, from
+// before max_conns (b046c2f's heft sim, `--csv`).
+TEST(SimMaxConnsTest, WithoutALimitRefusedRequestsLeaveLeastConnAsBefore) {
+  std::string servers;
+  for (int i = 0; i < 66; ++i)
+    servers += fmt::format(R"({}{{"name": "s{}", "size": {}, "service": "10ms", "dist": "fixed", "units": 1, )"
+                           R"("queue": 0}})",
+                           i ? ", " : "", i, i % 2 ? 2 : 1);
+  Scenario s = scenario_from_json(
+      nlohmann::json::parse(R"({"duration": "1s", "rate": 8910, "policies": ["least_conn"], "servers": [)" + servers +
+                            "]}"),
+      nullptr);
+  const PolicyResult p = simulate(s).policies[0];
+  EXPECT_EQ(p.arrivals, 8740u);
+  EXPECT_EQ(p.refused, 1829u);
+  EXPECT_EQ(p.servers[2].requests, 155u);
+  EXPECT_EQ(p.servers[3].requests, 113u);
 }
 
 TEST(ArrivalsTest, TraceReplaysArrivalsAndKeys) {
