@@ -1144,6 +1144,7 @@ Task<std::optional<uint32_t>> Session::wait_for_place(WorkerSite& site,
   bool front = false;  // a woken request whose place was taken keeps its turn
   for (;;) {
     wait->woken = false;
+    bool first = false;
     auto place = places->join(
         pool.queue,
         [wait] {
@@ -1152,19 +1153,22 @@ Task<std::optional<uint32_t>> Session::wait_for_place(WorkerSite& site,
             wait->timer.cancel();
           });
         },
-        front);
+        front, &first);
     if (!place) {
       full = true;  // the queue is full
       co_return std::nullopt;
     }
-    // A place may have freed between the caller's pick and the join (its
-    // wake-up found nobody): pick again before waiting.
     bool busy = false;
-    if (auto pick = snapshot->acquire(ctx, Clock::now(), &busy)) {
-      if (!places->leave(*place)) places->wake_one();  // woken meanwhile: pass it on
-      co_return pick;
+    if (first) {
+      // First in line: a place may have freed between the caller's pick and
+      // the join (its wake-up found nobody), so pick again before waiting.
+      // (Behind others it waits its turn: their wake-ups come first.)
+      if (auto pick = snapshot->acquire(ctx, Clock::now(), &busy)) {
+        if (!places->leave(*place)) places->wake_one();  // woken meanwhile: pass it on
+        co_return pick;
+      }
+      if (!busy) co_return std::nullopt;  // nothing available any more: no place will free
     }
-    if (!busy) co_return std::nullopt;  // nothing available any more: no place will free
     wait->timer.expires_at(deadline);
     co_await wait->timer.async_wait(use_task);
     if (!wait->woken && places->leave(*place)) {
@@ -1305,8 +1309,13 @@ Task<bool> Session::handle(RequestParser& parser) {
   for (;;) {
     const auto now = tries == 0 ? started : Clock::now();
     bool full = false;
-    std::optional<uint32_t> pick = snapshot->acquire(ctx, now, &full);
-    if (!pick && full && tried.empty() && pool.queue > 0) {
+    std::optional<uint32_t> pick;
+    // Requests waiting for a place go first: a newcomer queues behind them
+    // (as HAProxy's), or it would take the places freed for them.
+    const bool queue_ahead = pool.queue > 0 && tried.empty() && snapshot->places()->size() > 0;
+    if (!queue_ahead) [[likely]]
+      pick = snapshot->acquire(ctx, now, &full);
+    if (!pick && (full || queue_ahead) && tried.empty() && pool.queue > 0) {
       // Every backend is at its max_conns: wait for a place (nginx Plus's queue).
       full = false;
       pick = co_await wait_for_place(site, snapshot, ctx, pool, full);

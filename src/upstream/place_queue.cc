@@ -6,13 +6,15 @@ namespace heft::upstream {
 
 PlaceQueue::Place::~Place() { queue_.leave(*this); }
 
-std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::function<void()> wake, bool front) {
+std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::function<void()> wake, bool front,
+                                                    bool* first) {
   std::unique_ptr<Place> place(new Place(*this, std::move(wake)));
   std::lock_guard lock(mu_);
   if (!front && waiting_.size() >= limit) return nullptr;
+  if (first) *first = front || pending_ == 0;
   place->at_ = waiting_.insert(front ? waiting_.begin() : waiting_.end(), place.get());
-  place->queued_ = true;
-  size_.store(waiting_.size(), std::memory_order_relaxed);
+  place->state_ = Place::State::queued;
+  size_.store(++pending_, std::memory_order_relaxed);
   return place;
 }
 
@@ -23,8 +25,7 @@ void PlaceQueue::wake_one() {
     if (waiting_.empty()) return;
     Place* first = waiting_.front();
     waiting_.pop_front();
-    first->queued_ = false;
-    size_.store(waiting_.size(), std::memory_order_relaxed);
+    first->state_ = Place::State::woken;  // still pending until it leaves
     // A copy: the waiter may leave and destroy its Place once unlocked.
     wake = first->wake_;
   }
@@ -36,22 +37,22 @@ void PlaceQueue::wake_all() {
   {
     std::lock_guard lock(mu_);
     for (Place* p : waiting_) {
-      p->queued_ = false;
+      p->state_ = Place::State::woken;
       wakes.push_back(p->wake_);
     }
     waiting_.clear();
-    size_.store(0, std::memory_order_relaxed);
   }
   for (auto& wake : wakes) wake();
 }
 
 bool PlaceQueue::leave(Place& place) {
   std::lock_guard lock(mu_);
-  if (!place.queued_) return false;
-  waiting_.erase(place.at_);
-  place.queued_ = false;
-  size_.store(waiting_.size(), std::memory_order_relaxed);
-  return true;
+  if (place.state_ == Place::State::gone) return false;
+  const bool was_queued = place.state_ == Place::State::queued;
+  if (was_queued) waiting_.erase(place.at_);
+  place.state_ = Place::State::gone;
+  size_.store(--pending_, std::memory_order_relaxed);
+  return was_queued;
 }
 
 }  // namespace heft::upstream

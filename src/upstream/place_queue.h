@@ -4,9 +4,11 @@
 //
 // A request that finds every backend full joins with a wake-up call; a
 // request that ends at a backend of the pool wakes the one waiting longest,
-// which then picks again (and, if a newcomer took the place first, rejoins at
-// the front). No clock and no I/O here: the waiting itself, and its timeout,
-// are the caller's.
+// which then picks again (and, if another took the place first, rejoins at
+// the front). A woken request counts as waiting until it leaves (picked or
+// gave up), so a newcomer that checks size() queues behind it instead of
+// taking the place freed for it. No clock and no I/O here: the waiting
+// itself, and its timeout, are the caller's.
 //
 // Thread safety: every method may be called from any thread at once. The
 // wake-up call runs on the thread that frees the place, under no lock of
@@ -36,30 +38,37 @@ class PlaceQueue {
     Place(PlaceQueue& queue, std::function<void()> wake) : queue_(queue), wake_(std::move(wake)) {}
     PlaceQueue& queue_;
     std::function<void()> wake_;
+    enum class State { queued, woken, gone };
     std::list<Place*>::iterator at_;
-    bool queued_ = false;  // guarded by queue_.mu_
+    State state_ = State::gone;  // guarded by queue_.mu_
   };
 
   // Joins at the back, or at the front for a request woken whose place was
   // taken (it keeps its turn, and was counted in the queue already: the limit
-  // does not apply to it). Null when `limit` requests wait already.
-  std::unique_ptr<Place> join(std::size_t limit, std::function<void()> wake, bool front = false);
+  // does not apply to it). Null when `limit` requests are in line already.
+  // `first` (may be null): nobody waits ahead of it, woken or not, so no
+  // wake-up may be on its way for a place freed just before: the caller
+  // should look for one itself.
+  std::unique_ptr<Place> join(std::size_t limit, std::function<void()> wake, bool front = false,
+                              bool* first = nullptr);
   // Wakes the request waiting longest, if any: a place may have freed.
   void wake_one();
   // Wakes every waiting request: the pool changed (limits, backends).
   void wake_all();
-  // Leaves the queue; false when the request had been woken (and so had
-  // left already). A woken request that gives up without picking should
-  // pass its wake-up on (wake_one()), or a free place could stay unused
-  // while others wait.
+  // Leaves the queue (a place found, or given up); false when the request
+  // had been woken, or had left already. A woken request that gives up
+  // without picking should pass its wake-up on (wake_one()), or a free place
+  // could stay unused while others wait.
   bool leave(Place& place);
 
-  // Requests waiting now (a hint: it may change at once).
+  // Requests waiting now, the woken ones that have not left included (a
+  // hint: it may change at once).
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
 
  private:
   std::mutex mu_;
-  std::list<Place*> waiting_;
+  std::list<Place*> waiting_;  // in line, not yet woken
+  std::size_t pending_ = 0;    // in line or woken, not left
   std::atomic<std::size_t> size_{0};
 };
 

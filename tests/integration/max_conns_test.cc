@@ -170,6 +170,34 @@ TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
   EXPECT_LT(got[3].seconds, 1.2);  // refused without waiting (a wait would be ~1.9 s)
 }
 
+// A client that sends its next request the moment its last one ends does
+// not take the place freed for a request already waiting (HAProxy queues
+// newcomers behind its waiters).
+TEST(MaxConns, NewcomersQueueBehindWaitingRequests) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "300ms"});
+  const uint16_t port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 10\n\t\tqueue_timeout 20s\n"
+                                        "\t}}\n}}\n",
+                                        port, a.port),
+                            port);
+  std::thread busy([&] {
+    HttpClient client(port);  // one keep-alive connection, request after request
+    for (int k = 0; k < 5; ++k) EXPECT_EQ(client.get("/").status, 200) << k;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  HttpClient waiting(port);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(waiting.get("/").status, 200);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  busy.join();
+  // Served second (~0.5 s: the rest of the first request, then its own),
+  // not after the busy client's five (~1.4 s).
+  EXPECT_LT(waited, 0.95);
+}
+
 TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   const std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a", {"--delay", "3s"});

@@ -25,14 +25,19 @@ TEST(PlaceQueue, WakesInArrivalOrderAndHoldsAtMostTheLimit) {
   q.wake_one();
   q.wake_one();
   EXPECT_EQ(woken, "ab");
-  EXPECT_EQ(q.size(), 1u);
-  // b lost its place to a newcomer: it rejoins ahead of c, even at the limit.
+  EXPECT_EQ(q.size(), 3u);  // woken, not yet picked: still counted
+  a.reset();                // a picked
+  EXPECT_EQ(q.size(), 2u);
+  // b lost its place: it rejoins ahead of c, even at the limit.
   auto b_again = q.join(1, [&] { woken += 'B'; }, /*front=*/true);
   ASSERT_TRUE(b_again);
+  b.reset();
   q.wake_one();
   q.wake_one();
-  q.wake_one();  // nobody left: nothing
+  q.wake_one();  // nobody in line: nothing
   EXPECT_EQ(woken, "abBc");
+  b_again.reset();
+  c.reset();
   EXPECT_EQ(q.size(), 0u);
 }
 
@@ -41,12 +46,14 @@ TEST(PlaceQueue, LeavingSaysWhetherTheRequestWasWoken) {
   int wakes = 0;
   auto a = q.join(10, [&] { ++wakes; });
   auto b = q.join(10, [&] { ++wakes; });
-  EXPECT_TRUE(q.leave(*b));  // gave up while waiting: no wake-up to pass on
+  EXPECT_TRUE(q.leave(*b));  // gave up while in line: no wake-up to pass on
+  EXPECT_FALSE(q.leave(*b));  // once
   EXPECT_EQ(q.size(), 1u);
   q.wake_one();
   EXPECT_FALSE(q.leave(*a));  // woken before it left: it must pass the wake-up on
   EXPECT_EQ(wakes, 1);
-  // A place destroyed while queued leaves by itself (a request's frame gone at a stop).
+  EXPECT_EQ(q.size(), 0u);
+  // A place destroyed while in line leaves by itself (a request's frame gone at a stop).
   {
     auto c = q.join(10, [&] { ++wakes; });
     EXPECT_EQ(q.size(), 1u);
@@ -54,6 +61,27 @@ TEST(PlaceQueue, LeavingSaysWhetherTheRequestWasWoken) {
   EXPECT_EQ(q.size(), 0u);
   q.wake_one();
   EXPECT_EQ(wakes, 1);
+}
+
+TEST(PlaceQueue, FirstInLineOnlyWhenNobodyWaitsAheadWokenOrNot) {
+  PlaceQueue q;
+  bool first = false;
+  auto a = q.join(10, [] {}, false, &first);
+  EXPECT_TRUE(first);
+  auto b = q.join(10, [] {}, false, &first);
+  EXPECT_FALSE(first);
+  q.wake_one();
+  q.wake_one();
+  // Both woken, neither has picked yet: a newcomer is behind them.
+  auto c = q.join(10, [] {}, false, &first);
+  EXPECT_FALSE(first);
+  a.reset();
+  b.reset();
+  c.reset();
+  auto d = q.join(10, [] {}, false, &first);
+  EXPECT_TRUE(first);
+  auto e = q.join(10, [] {}, /*front=*/true, &first);
+  EXPECT_TRUE(first);  // a woken request rejoining at the front
 }
 
 TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
@@ -72,6 +100,9 @@ TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
   pool.update(config);
   EXPECT_EQ(pool.snapshot()->places(), before->places());
   EXPECT_EQ(wakes, 2);
+  EXPECT_EQ(before->places()->size(), 2u);  // until they pick
+  one.reset();
+  two.reset();
   EXPECT_EQ(before->places()->size(), 0u);
 }
 
