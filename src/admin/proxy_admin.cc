@@ -117,6 +117,18 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
   return gauges;
 }
 
+std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy) {
+  config::Config running = proxy.snapshot_config();
+  std::vector<observe::QueueGauge> gauges;
+  for (size_t site = 0; site < running.sites.size(); ++site) {
+    auto pool = proxy.pool(site);
+    if (!pool || running.sites[site].proxy.queue == 0) continue;
+    gauges.push_back({observe::server_label(running.sites[site]), observe::site_label(running.sites[site]),
+                      pool->snapshot()->places()->size()});
+  }
+  return gauges;
+}
+
 std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string state_path) {
   config::Config running = proxy.snapshot_config();
   if (!running.admin.enabled) return nullptr;
@@ -135,7 +147,7 @@ std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string s
     return ok;  // counted by AdminApi::commit (a rollback after a failed save is no change)
   };
   hooks.upstreams = [&proxy, self] { return upstreams_json(proxy, self->shares_); };
-  hooks.metrics = [&proxy] { return observe::render_metrics(upstream_gauges(proxy)); };
+  hooks.metrics = [&proxy] { return observe::render_metrics(upstream_gauges(proxy), queue_gauges(proxy)); };
   // The grace period in service when the stop comes (a reload may have changed it).
   hooks.stop = [&proxy] { proxy.shutdown(proxy.snapshot_config().grace_period); };
   hooks.tick = [&proxy, self] { self->shares_.sample(proxy); };

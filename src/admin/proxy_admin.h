@@ -62,6 +62,8 @@ class ShareTracker {
 nlohmann::json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares);
 // The pools' gauges for /metrics.
 std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy);
+// The queues' gauges for /metrics: pools that have a `queue`.
+std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy);
 
 class ProxyAdmin {
  public:

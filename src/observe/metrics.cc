@@ -388,7 +388,7 @@ void forget_removed_series(const std::vector<UpstreamGauge>& live, std::chrono::
   std::erase_if(r.weight_decisions, [&](const auto& e) { return gone_pools.count(key_prefix(e.first, 2)) > 0; });
 }
 
-std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
+std::string render_metrics(const std::vector<UpstreamGauge>& gauges, const std::vector<QueueGauge>& queues) {
   forget_removed_series(gauges, std::chrono::steady_clock::now());
   std::map<std::string, uint64_t> requests, upstream_requests, failures;
   std::map<std::string, Histogram> request_durations, upstream_durations;
@@ -429,6 +429,13 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges) {
         [](const UpstreamGauge& g) { return g.weight_factor; });
   gauge("heft_upstream_max_conns", "A backend's limit on requests in flight (max_conns); 0 = none.",
         [](const UpstreamGauge& g) { return double(g.max_conns); });
+  if (!queues.empty()) {
+    header(out, "heft_queue_waiting_requests", "gauge",
+           "Requests waiting for a place in a pool whose backends are all at max_conns (pools with a queue).");
+    for (const QueueGauge& q : queues)
+      out += fmt::format("heft_queue_waiting_requests{{server=\"{}\",site=\"{}\"}} {}\n", escape(q.server),
+                         escape(q.site), q.waiting);
+  }
   std::map<std::string, uint64_t> health_changes, weight_decisions;
   {
     // The current backends' series from 0 on, kept in the registry: a backend

@@ -69,6 +69,13 @@ struct UpstreamGauge {
   uint32_t max_conns = 0;    // limit on `active`; 0 = none
 };
 
+// The queue of a pool that has one (`queue`): requests waiting for a place.
+struct QueueGauge {
+  std::string server;
+  std::string site;  // site_label() of its site
+  uint64_t waiting = 0;
+};
+
 // How long the series of a backend no pool holds any more (and the weight
 // decisions of a pool no site has) are kept at their last values: long
 // enough for scrapes to see their final counts, and for a backend put back
@@ -93,7 +100,7 @@ void forget_removed_series(const std::vector<UpstreamGauge>& live, std::chrono::
 // `gauges` have their health-change and weight-decision counters shown from
 // 0 before anything is recorded for them. Calls forget_removed_series()
 // with `gauges` first.
-std::string render_metrics(const std::vector<UpstreamGauge>& gauges);
+std::string render_metrics(const std::vector<UpstreamGauge>& gauges, const std::vector<QueueGauge>& queues = {});
 
 // The `server` label of a site (metrics, the upstreams view): its port,
 // ":8080". Not the JSON form's "srvN": a reload that removes an earlier port

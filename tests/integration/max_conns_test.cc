@@ -202,13 +202,20 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   const std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a", {"--delay", "3s"});
   const uint16_t port = free_port();
+  const uint16_t admin_port = free_port();
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy {{\n"
+                            fmt::format("{{\n\tworkers 1\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
                                         "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 10\n\t\tqueue_timeout 1s\n"
                                         "\t}}\n}}\n",
-                                        port, a.port),
+                                        admin_port, port, a.port),
                             port);
-  auto got = staggered(port, 2, std::chrono::milliseconds(200));
+  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
+  EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 0);
+  std::vector<Timed> got;
+  std::thread load([&] { got = staggered(port, 2, std::chrono::milliseconds(200)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 1);  // the second one waits
+  load.join();
   EXPECT_EQ(got[0].what, "a");
   EXPECT_EQ(got[1].what, "503 503 every backend is at its max_conns and the queue is full or timed out\n");
   EXPECT_GT(got[1].seconds, 0.9);
