@@ -1,6 +1,7 @@
 // ns per pick of the balancing core at 3, 100 and 10,000 backends, single
 // thread and two threads contending, beside the plain nginx O(n) loop; and the
-// cost of rebuilding a 10,000-backend snapshot after one weight change.
+// cost of rebuilding a 10,000-backend snapshot after one weight change; and
+// acquire() with and without max_conns limits.
 //
 //   build/bench/balance_bench --benchmark_min_time=0.3
 #include <benchmark/benchmark.h>
@@ -65,6 +66,30 @@ void BM_LeastConnBusy(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// max_conns: acquire() + end_request() per iteration on smooth WRR, one
+// thread. Mode 0: no backend has a limit (the proxy's path for such pools);
+// 1: every backend has a limit never reached; 2: the heaviest backend is held
+// at its limit of 1 for the whole run, so each of its turns is passed over
+// (a pick that skips it, nginx's exact loop under the policy's mutex).
+void BM_AcquireRelease(benchmark::State& state) {
+  auto specs = fleet(state.range(0));
+  const int mode = int(state.range(1));
+  size_t heaviest = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].weight > specs[heaviest].weight) heaviest = i;
+    if (mode >= 1) specs[i].max_conns = 1000;
+  }
+  if (mode == 2) specs[heaviest].max_conns = 1;
+  Balancer b(PolicyOptions{PolicyKind::weighted_round_robin}, specs);
+  if (mode == 2) b.live(uint32_t(heaviest)).active = 1;  // a long request holds its one place
+  for (auto _ : state) {
+    const std::optional<uint32_t> got = b.acquire({});
+    benchmark::DoNotOptimize(got);
+    b.end_request(*got);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void BM_RebuildAfterWeightChange(benchmark::State& state) {
   auto specs = fleet(state.range(0));
   auto current = std::make_unique<Balancer>(PolicyOptions{PolicyKind(state.range(1))}, specs);
@@ -92,6 +117,7 @@ BENCHMARK(BM_Pick<PolicyKind::round_robin>) SIZES;
 BENCHMARK(BM_Pick<PolicyKind::random>) SIZES;
 BENCHMARK(BM_Pick<PolicyKind::p2c>) SIZES;
 BENCHMARK(BM_Pick<PolicyKind::p2c>) SIZES->Threads(2)->UseRealTime();
+BENCHMARK(BM_AcquireRelease)->ArgsProduct({{3, 100, 10000}, {0, 1, 2}});
 BENCHMARK(BM_RebuildAfterWeightChange)
     ->Args({10000, int(PolicyKind::weighted_round_robin)})
     ->Args({10000, int(PolicyKind::least_conn)})

@@ -115,6 +115,33 @@ std::optional<uint32_t> Balancer::acquire(const PickContext& ctx, bool* full) {
 }
 
 std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* full) {
+  // Counts the request at `index` unless it is full: the check and the
+  // increment are one step, so two threads cannot both take the last place.
+  auto try_count = [&](uint32_t index) {
+    const uint32_t limit = backends_[index].max_conns;
+    std::atomic<uint32_t>& active = live_[index]->active;
+    uint32_t a = active.load(std::memory_order_relaxed);
+    while (limit == 0 || a < limit) {
+      if (active.compare_exchange_weak(a, a + 1, std::memory_order_relaxed)) {
+        primary_->active_changed(index);
+        backup_->active_changed(index);
+        return true;
+      }
+    }
+    if (full) *full = true;
+    return false;
+  };
+  if (primary_wrr_ && !(ctx.tried && !ctx.tried->empty())) {
+    // Smooth WRR: a full backend's turn is skipped by taking the next ticket
+    // (its current weight pays for the turn, as below), which stays on the
+    // lock-free table; a skip through the tried set below leaves it for
+    // nginx's loop under the mutex (~1 us). A few tickets, then that.
+    for (int skips = 0; skips < 4; ++skips) {
+      const std::optional<uint32_t> chosen = pick(ctx);
+      if (!chosen) return std::nullopt;
+      if (try_count(*chosen)) return chosen;
+    }
+  }
   // The full backends join a copy of the request's tried set for this pick
   // only: a retry of the request may find one with room again.
   TriedSet passed = ctx.tried ? *ctx.tried : TriedSet{};
@@ -124,19 +151,7 @@ std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* 
   for (size_t round = 0; round <= backends_.size(); ++round) {
     const std::optional<uint32_t> chosen = pick(with_passed);
     if (!chosen) return std::nullopt;
-    const uint32_t limit = backends_[*chosen].max_conns;
-    std::atomic<uint32_t>& active = live_[*chosen]->active;
-    uint32_t a = active.load(std::memory_order_relaxed);
-    // Count the request only while below the limit: the check and the
-    // increment are one step, so two threads cannot both take the last place.
-    while (limit == 0 || a < limit) {
-      if (active.compare_exchange_weak(a, a + 1, std::memory_order_relaxed)) {
-        primary_->active_changed(*chosen);
-        backup_->active_changed(*chosen);
-        return chosen;
-      }
-    }
-    if (full) *full = true;
+    if (try_count(*chosen)) return chosen;
     passed.add(*chosen);
   }
   return std::nullopt;
