@@ -1312,6 +1312,14 @@ std::vector<std::string> config_warnings(const Config& config) {
       out.push_back(fmt::format("{}site {}:{}: hash_strategy {} applies only to lb_policy hash; lb_policy is {}",
                                 where, hosts, site.port, balance::hash_strategy_name(site.proxy.hash_strategy),
                                 balance::policy_name(site.proxy.policy)));
+    // A queue holds requests only while every backend is at its max_conns:
+    // with no limit anywhere it never holds one.
+    if (site.proxy.queue > 0 &&
+        std::none_of(site.proxy.upstreams.begin(), site.proxy.upstreams.end(),
+                     [](const UpstreamConfig& u) { return u.max_conns > 0; }))
+      out.push_back(fmt::format("{}site {}:{}: queue {} has no effect: no backend has max_conns (requests wait "
+                                "only while every backend is at its max_conns)",
+                                where, hosts, site.port, site.proxy.queue));
     if (site.proxy.policy != balance::PolicyKind::round_robin) continue;
     std::string weights;
     std::optional<uint32_t> first_weight;  // of the first backend that takes traffic (not a backup listed first)

@@ -169,6 +169,20 @@ TEST_F(ConfigCommands, ValidateWarnsWhenAHashStrategyHasNothingToHash) {
   EXPECT_EQ(run.err, "");
 }
 
+// A queue in a pool where no backend has max_conns never holds a request:
+// valid, with a warning.
+TEST_F(ConfigCommands, ValidateWarnsWhenAQueueCanNeverFill) {
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 b:1\n\t\tqueue 20\n\t}\n}\n");
+  CommandResult run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "warning: Heftfile:1: site :8080: queue 20 has no effect: no backend has max_conns (requests "
+                     "wait only while every backend is at its max_conns)\n");
+  write("Heftfile", ":8080 {\n\treverse_proxy {\n\t\tto a:1 max_conns 10\n\t\tto b:1\n\t\tqueue 20\n\t}\n}\n");
+  run = heft("validate");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+}
+
 // What heft run would refuse, or could never match, is an error of validate.
 TEST_F(ConfigCommands, ValidateRefusesEmptyAndDeadSiteAddresses) {
   write("Heftfile", "\"\" {\n\treverse_proxy a:1\n}\n");
