@@ -397,8 +397,7 @@ std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& li
 
 // A request is at backend `index` (its active count, read by least_conn and p2c
 // and limited by max_conns): the pick counted it, the guard ends it, and the
-// place it frees goes to the request waiting longest in the pool's queue
-// (`places`: null when the pool has none).
+// place it frees goes to the request waiting longest in the pool's queue.
 struct ActiveGuard {
   ActiveGuard(balance::Balancer& b, uint32_t i, upstream::PlaceQueue* q) : balancer(b), index(i), places(q) {}
   ~ActiveGuard() {
@@ -1344,8 +1343,9 @@ Task<bool> Session::handle(RequestParser& parser) {
     const uint32_t i = *pick;
     // A tunnel (WebSocket) keeps its backend counted active while it runs,
     // as nginx's least_conn counts an upgraded connection.
-    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i,
-                                      pool.queue > 0 ? snapshot->places().get() : nullptr);
+    // Its end wakes a queued request even if the request began before a
+    // reload gave the pool its queue.
+    std::optional<ActiveGuard> active(std::in_place, snapshot->balancer(), i, snapshot->places().get());
     tried.add(i);
     ++tries;
     const bool more_possible = !next.off && (pool.next_upstream_tries == 0 || tries < pool.next_upstream_tries) &&
