@@ -41,6 +41,8 @@ struct SimFlags {
   std::string seed = "1";  // parsed by sim::parse_seed: CLI11 wraps "-1" into a uint64
   std::string bucket;
   std::string hash_strategy;
+  std::string queue;          // parsed by sim::parse_pool_queue: CLI11 wraps "-1" into a uint64
+  std::string queue_timeout;
   bool json = false;
   bool csv = false;
   std::string svg;
@@ -74,6 +76,8 @@ void load_trace_file(const std::string& path, const char* what, sim::Scenario& s
 struct FileMembers {
   bool hash_strategy = false;
   bool policies = false;
+  bool queue = false;
+  bool queue_timeout = false;
 };
 
 // "round_robin,least_conn"
@@ -94,6 +98,24 @@ void check_hash_strategy_applies(const SimFlags& f, const FileMembers& file, con
                                                      : "the policies are the default " + policy_list(s.policies);
   throw std::invalid_argument(
       fmt::format("{} {}; {}", setting, kHashStrategyAppliesTo, policies));
+}
+
+// A pool queue (--queue or the file's "queue") holds a request only when every
+// server is at its max_conns: with no max_conns anywhere it did nothing (the
+// proxy warns of such a queue; sim refuses settings its run would not read).
+// Likewise a queue timeout (--queue-timeout or "queue_timeout") without a queue.
+void check_queue_applies(const SimFlags& f, const FileMembers& file, const sim::Scenario& s) {
+  const bool any_max_conns = std::any_of(s.servers.begin(), s.servers.end(),
+                                         [](const sim::ServerSpec& server) { return server.max_conns > 0; });
+  if (s.queue > 0 && !any_max_conns)
+    throw std::invalid_argument(
+        fmt::format("{} has no effect: no server has max_conns (a request waits in the pool queue only when every "
+                    "server is at its max_conns; give a server max_conns=N)",
+                    f.given("--queue") ? "--queue " + f.queue : std::string("scenario: queue:")));
+  if ((f.given("--queue-timeout") || file.queue_timeout) && s.queue == 0)
+    throw std::invalid_argument(fmt::format(
+        "{} applies only to a pool queue; {}", f.given("--queue-timeout") ? "--queue-timeout" : "scenario: queue_timeout:",
+        f.given("--queue") ? "--queue is 0" : file.queue ? "the scenario's queue is 0" : "give --queue N"));
 }
 
 // Flags that refine any scenario (from flags, a file or an example).
@@ -117,6 +139,12 @@ void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& 
     s.hash_strategy = *h;
   }
   check_hash_strategy_applies(f, file, s);
+  if (f.given("--queue")) s.queue = sim::parse_pool_queue(f.queue);
+  if (f.given("--queue-timeout")) {
+    s.queue_timeout_s = sim::parse_duration(f.queue_timeout, "--queue-timeout");
+    if (!(*s.queue_timeout_s > 0)) throw std::invalid_argument("--queue-timeout must be positive");
+  }
+  check_queue_applies(f, file, s);
   if (f.given("--weights")) {
     auto w = sim::parse_weights(f.weights);
     if (w.size() != s.servers.size())
@@ -160,6 +188,8 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
     sim::Scenario s = sim::scenario_from_json(j, &trace_path);
     file.hash_strategy = j.contains("hash_strategy");
     file.policies = j.contains("policies");
+    file.queue = j.contains("queue");
+    file.queue_timeout = j.contains("queue_timeout");
     if (!trace_path.empty() && !f.given("--trace")) {
       std::filesystem::path p(trace_path);
       if (p.is_relative()) p = std::filesystem::path(f.scenario_file).parent_path() / p;
@@ -278,6 +308,11 @@ void setup(CLI::App& root) {
   cmd->add_option("--seed", f->seed, "Random seed: same seed, same output")->capture_default_str();
   cmd->add_option("--bucket", f->bucket, "Utilisation time-series bucket (default duration / 60)");
   cmd->add_option("--hash-strategy", f->hash_strategy, "For the hash policy: ring or maglev (an error without hash)");
+  cmd->add_option("--queue", f->queue,
+                  "Pool queue: when every server is at its max_conns, up to N requests (0..1000000) wait for a "
+                  "place, first come first served (default 0: none, they are unrouted)");
+  cmd->add_option("--queue-timeout", f->queue_timeout,
+                  "The longest a request waits in the pool queue (default 60s; with --queue only)");
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--csv", f->csv, "Print one CSV row per policy and server");
   cmd->add_option("--svg", f->svg, "Also write an SVG report to this file");

@@ -16,6 +16,10 @@ bool limited(const Scenario& sc) {
   return std::any_of(sc.servers.begin(), sc.servers.end(), [](const ServerSpec& s) { return s.max_conns > 0; });
 }
 
+// Whether the scenario has a pool queue: only then do the outputs speak of it
+// (without one they stay as they were).
+bool queued(const Scenario& sc) { return sc.queue > 0; }
+
 // Times in the JSON, to the nanosecond: the simulator's arithmetic leaves
 // binary noise (700 ms printed as 0.7000000000000001 s) that nobody asked for.
 double seconds(double s) { return std::isfinite(s) ? std::round(s * 1e9) / 1e9 : s; }
@@ -73,6 +77,8 @@ std::string format_table(const std::vector<SimResult>& results) {
                          s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "");
     }
     out += '\n';
+    if (queued(sc))
+      out += fmt::format("  pool queue: {} at most, timeout {}\n", sc.queue, format_latency(sc.queue_timeout()));
     out += "  events:";
     if (sc.events.empty()) out += " none";
     for (const Event& e : sc.events) out.append(" ").append(event_text(e));
@@ -101,24 +107,40 @@ std::string format_table(const std::vector<SimResult>& results) {
         const double share = static_cast<double>(p.unrouted) / static_cast<double>(p.arrivals);
         out += fmt::format("  {:<21} {:<{}} {:>9} {:>6}\n", "", "(unrouted)", name_w + 12, p.unrouted, percent(share));
       }
+      // Requests that gave up in the pool queue were never assigned either.
+      if (p.queue_timed_out > 0) {
+        const double share = static_cast<double>(p.queue_timed_out) / static_cast<double>(p.arrivals);
+        out += fmt::format("  {:<21} {:<{}} {:>9} {:>6}\n", "", "(queue timeout)", name_w + 12, p.queue_timed_out,
+                           percent(share));
+      }
       out += fmt::format(
           "  {:<21} {:<{}} {:>4} {:>6} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>7} {:>7} {:>6}\n", "",
           "(all)", name_w, "", "", p.arrivals, "", "",
           format_latency(p.latency.mean_s), format_latency(p.latency.p50_s), format_latency(p.latency.p95_s),
           format_latency(p.latency.p99_s), "", "", p.refused, p.timed_out, p.failed);
+      if (queued(sc)) {
+        const double share =
+            p.arrivals ? static_cast<double>(p.queue_waited) / static_cast<double>(p.arrivals) : 0;
+        out += fmt::format("  {:<21} pool queue: {} waited ({}), {} timed out, peak {}, {} at end\n", "",
+                           p.queue_waited, percent(share), p.queue_timed_out, p.queue_peak, p.queue_at_end);
+      }
     }
   }
   out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
          "end q = requests waiting when arrivals stopped (the run then drains them).\n";
-  bool any_unrouted = false, any_limited = false;
+  bool any_unrouted = false, any_limited = false, any_queued = false;
   for (const SimResult& res : results) {
     any_limited = any_limited || limited(res.scenario);
+    any_queued = any_queued || queued(res.scenario);
     for (const PolicyResult& p : res.policies) any_unrouted = any_unrouted || p.unrouted > 0;
   }
   if (any_unrouted)
     out += any_limited ? "unrouted = requests no server could take (every weight 0, every server failed, or every "
                          "server at its max_conns).\n"
                        : "unrouted = requests no server could take (every weight 0, or every server failed).\n";
+  if (any_queued)
+    out += "pool queue = requests that waited for a place while every server was at its max_conns (latency counts\n"
+           "from arrival); queue timeout = those that gave up after the queue timeout (with a full queue: unrouted).\n";
   return out;
 }
 
@@ -134,6 +156,10 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
     if (sc.has_trace) js["arrivals"] = res.trace_arrivals;  // the count replayed (it was the word "trace")
     else js["rate"] = sc.rate;
     js["bucket_s"] = seconds(sc.bucket_s);
+    if (queued(sc)) {
+      js["queue"] = sc.queue;
+      js["queue_timeout_s"] = seconds(sc.queue_timeout());
+    }
     js["servers"] = nlohmann::ordered_json::array();
     for (const ServerSpec& s : sc.servers) {
       nlohmann::ordered_json j;
@@ -162,6 +188,14 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       jp["failed"] = p.failed;
       jp["unrouted"] = p.unrouted;
       if (limited(sc)) jp["unrouted_full"] = p.unrouted_full;
+      if (queued(sc)) {
+        nlohmann::ordered_json q;
+        q["waited"] = p.queue_waited;
+        q["timed_out"] = p.queue_timed_out;
+        q["peak"] = p.queue_peak;
+        q["at_end"] = p.queue_at_end;
+        jp["pool_queue"] = std::move(q);
+      }
       jp["latency"] = latency_json(p.latency);
       jp["servers"] = nlohmann::ordered_json::array();
       for (const ServerResult& s : p.servers) {
@@ -192,9 +226,13 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
 }
 
 std::string format_csv(const std::vector<SimResult>& results) {
+  // The pool queue's columns only when a scenario has one (filled on (all) rows).
+  const bool any_queued =
+      std::any_of(results.begin(), results.end(), [](const SimResult& r) { return queued(r.scenario); });
   std::string out =
       "scenario,policy,server,size,weight,requests,share,utilisation,mean_ms,p50_ms,p95_ms,p99_ms,peak_queue,"
-      "queue_at_end,completed,refused,timed_out,failed,unrouted\n";
+      "queue_at_end,completed,refused,timed_out,failed,unrouted";
+  out += any_queued ? ",pool_queue_waited,pool_queue_timed_out,pool_queue_peak,pool_queue_at_end\n" : "\n";
   auto quoted = [](const std::string& s) {
     std::string q = "\"";
     for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -208,11 +246,18 @@ std::string format_csv(const std::vector<SimResult>& results) {
                            s.weight, s.requests, s.share, s.utilisation, s.latency.mean_s * 1e3,
                            s.latency.p50_s * 1e3, s.latency.p95_s * 1e3, s.latency.p99_s * 1e3, s.peak_queue,
                            s.queue_at_end, s.completed, s.refused, s.timed_out, s.failed);
+        if (any_queued) out.insert(out.size() - 1, ",,,,");
       }
       out += fmt::format("{},{},{},,,{},,,{:.4f},{:.4f},{:.4f},{:.4f},,,{},{},{},{},{}\n", quoted(res.scenario.name),
                          balance::policy_name(p.policy), "(all)", p.arrivals, p.latency.mean_s * 1e3,
                          p.latency.p50_s * 1e3, p.latency.p95_s * 1e3, p.latency.p99_s * 1e3, p.completed,
                          p.refused, p.timed_out, p.failed, p.unrouted);
+      if (any_queued) {
+        out.pop_back();
+        out += queued(res.scenario) ? fmt::format(",{},{},{},{}\n", p.queue_waited, p.queue_timed_out,
+                                                  p.queue_peak, p.queue_at_end)
+                                    : ",,,,\n";
+      }
     }
   }
   return out;

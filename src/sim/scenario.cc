@@ -95,6 +95,10 @@ uint64_t parse_seed(std::string_view text) {
   return parse_count(text, "--seed");
 }
 
+uint64_t parse_pool_queue(std::string_view text) {
+  return parse_count(text, "--queue", 0, kMaxPoolQueue);
+}
+
 double parse_duration(std::string_view text, std::string_view what) {
   text = trim(text);
   const auto not_a_duration = [&] {
@@ -500,6 +504,11 @@ Scenario scenario_from_json(const nlohmann::json& j, std::string* trace_path) {
       s.bucket_s = json_duration(v, key);
       // 0 would read as "not given" (duration / 60).
       if (!(s.bucket_s > 0)) json_fail(key, "must be a positive duration", v);
+    } else if (key == "queue") {
+      s.queue = json_integer(v, key, 0, kMaxPoolQueue);
+    } else if (key == "queue_timeout") {
+      s.queue_timeout_s = json_duration(v, key);
+      if (!(*s.queue_timeout_s > 0)) json_fail(key, "must be a positive duration", v);
     } else if (key == "hash_strategy") {
       auto h = balance::parse_hash_strategy(json_string(v, key));
       if (!h) json_fail(key, "must be ring or maglev", v);
@@ -656,6 +665,21 @@ void validate(Scenario& s) {
   }
   if (workers > kMaxWorkers)
     fail(fmt::format("the servers have {} workers in all; at most {} are simulated", workers, kMaxWorkers));
+  // The pool queue: the Heftfile's ranges. Where the proxy only warns of a
+  // queue no request can enter, sim refuses it, as it refuses any setting the
+  // run would not read (--hash-strategy without hash, --sigma without lognormal).
+  constexpr std::string_view kQueue = "the pool queue (--queue, or the scenario's \"queue\")";
+  constexpr std::string_view kQueueTimeout = "the queue timeout (--queue-timeout, or the scenario's \"queue_timeout\")";
+  if (s.queue > kMaxPoolQueue) fail(fmt::format("{} must be 0..{}, got {}", kQueue, kMaxPoolQueue, s.queue));
+  if (s.queue_timeout_s && (!(*s.queue_timeout_s > 0) || !std::isfinite(*s.queue_timeout_s)))
+    fail(fmt::format("{} must be positive and finite", kQueueTimeout));
+  if (s.queue_timeout_s && s.queue == 0)
+    fail(fmt::format("{} applies only to a pool queue: give --queue N (or the scenario's \"queue\")", kQueueTimeout));
+  if (s.queue > 0 && std::none_of(s.servers.begin(), s.servers.end(),
+                                  [](const ServerSpec& server) { return server.max_conns > 0; }))
+    fail(fmt::format("{} has no effect: no server has max_conns (a request waits only when every server is at its "
+                     "max_conns; give a server max_conns=N)",
+                     kQueue));
   // Simulated time is a double of seconds: at 1e15 s its step is 0.125 s and a
   // 5 ms service time vanishes. Up to 4.5e9 shortest service times the step is
   // at most a millionth of one.

@@ -48,6 +48,10 @@ inline constexpr double kMinSlowFactor = 1e-6;
 inline constexpr double kMaxSlowFactor = 1e6;
 // The duration when none is given and no trace has a span to offer.
 inline constexpr double kDefaultDurationS = 60;
+// The pool queue's length range and default timeout, as the Heftfile's
+// `queue N` (0..1000000) and `queue_timeout DUR` (60s).
+inline constexpr uint64_t kMaxPoolQueue = 1'000'000;
+inline constexpr double kDefaultQueueTimeoutS = 60;
 
 enum class ServiceDist { fixed, exponential, lognormal };
 
@@ -93,6 +97,12 @@ struct Scenario {
                                                balance::PolicyKind::weighted_round_robin,
                                                balance::PolicyKind::least_conn};
   balance::HashStrategy hash_strategy = balance::HashStrategy::ring;
+  // The pool queue (the Heftfile's `queue N` / `queue_timeout DUR`): when every
+  // server that could take a request is at its max_conns, up to `queue`
+  // requests wait for a place, first come first served; 0: none (unrouted).
+  uint64_t queue = 0;
+  std::optional<double> queue_timeout_s;  // > 0; not given: kDefaultQueueTimeoutS
+  double queue_timeout() const { return queue_timeout_s.value_or(kDefaultQueueTimeoutS); }
   std::vector<Event> events;  // sorted by time (stable) by validate()
   double bucket_s = 0;        // utilisation time-series bucket; 0: not given, validate() makes it duration / 60
 };
@@ -105,6 +115,9 @@ struct Scenario {
 std::vector<std::string_view> split_trimmed(std::string_view text, char separator);
 
 uint64_t parse_seed(std::string_view text);
+
+// "100": a pool queue length for --queue, 0..kMaxPoolQueue.
+uint64_t parse_pool_queue(std::string_view text);
 
 // "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
 // ("1m30s", "1.5s"), or a bare number of seconds (the Heftfile wants a unit);

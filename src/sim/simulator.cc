@@ -50,24 +50,35 @@ inline double unit_service(ServiceDist dist, double sigma, uint64_t bits) {
   return 1;
 }
 
+// A request in a server's queue: its timeout counts from `queued`, its
+// latency from `arrival` (earlier when it first waited in the pool queue).
 struct Waiting {
+  double queued;
   double arrival;
   uint64_t service_bits;
 };
 
+// A request in the pool queue: request k (its pick context and service draw
+// come from its stream), arrived at `arrival`.
+struct PoolWaiting {
+  double arrival;
+  uint64_t k;
+};
+
 // A FIFO ring of waiting requests; grows by doubling (never per request on average).
-class WaitQueue {
+template <typename T>
+class Ring {
  public:
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
-  const Waiting& front() const { return slots_[head_]; }
-  void push(const Waiting& w) {
+  const T& front() const { return slots_[head_]; }
+  void push(const T& w) {
     if (count_ == slots_.size()) grow();
     slots_[(head_ + count_) & (slots_.size() - 1)] = w;
     ++count_;
   }
-  Waiting pop() {
-    Waiting w = slots_[head_];
+  T pop() {
+    T w = slots_[head_];
     head_ = (head_ + 1) & (slots_.size() - 1);
     --count_;
     return w;
@@ -76,23 +87,25 @@ class WaitQueue {
 
  private:
   void grow() {
-    std::vector<Waiting> bigger(slots_.empty() ? 64 : slots_.size() * 2);
+    std::vector<T> bigger(slots_.empty() ? 64 : slots_.size() * 2);
     for (size_t i = 0; i < count_; ++i) bigger[i] = slots_[(head_ + i) & (slots_.size() - 1)];
     slots_ = std::move(bigger);
     head_ = 0;
   }
-  std::vector<Waiting> slots_;
+  std::vector<T> slots_;
   size_t head_ = 0, count_ = 0;
 };
+using WaitQueue = Ring<Waiting>;
 
 // A pending completion (or queue deadline) in the event heap.
 struct HeapEvent {
   double time;
   double arrival;
-  uint32_t server;
+  uint32_t server;  // kPool: the pool queue's deadline
   uint32_t epoch;  // the server's epoch when scheduled: stale after a failure
   bool deadline;   // a queue-head timeout check rather than a completion
 };
+constexpr uint32_t kPool = std::numeric_limits<uint32_t>::max();
 struct Later {
   bool operator()(const HeapEvent& a, const HeapEvent& b) const { return a.time > b.time; }
 };
@@ -151,6 +164,8 @@ class Run {
     }
     heap_.reserve(2 * workers + 2 * n + 16);
     rebuild_balancer();
+    // validate() refuses a pool queue without max_conns; without it nobody waits.
+    pool_enabled_ = sc_.queue > 0 && balancer_->limited();
   }
 
   PolicyResult run() {
@@ -162,8 +177,10 @@ class Run {
       double t_heap = heap_.empty() ? kInf : heap_.front().time;
       double t = std::min({t_event, t_heap, next_arrival});
       if (t == kInf) break;
+      now_ = t;
       if (!snapshot_taken && t >= sc_.duration_s) {
         for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
+        result_.queue_at_end = pool_.size();
         snapshot_taken = true;
       }
       if (t_event <= t_heap && t_event <= next_arrival) {
@@ -172,7 +189,8 @@ class Run {
         std::pop_heap(heap_.begin(), heap_.end(), Later{});
         HeapEvent ev = heap_.back();
         heap_.pop_back();
-        if (ev.deadline) expire(ev);
+        if (ev.server == kPool) expire_pool(ev);
+        else if (ev.deadline) expire(ev);
         else complete(ev);
       } else {
         arrive(arrivals_, next_arrival);
@@ -180,8 +198,10 @@ class Run {
         next_arrival = arrival_time(arrivals_);
       }
     }
-    if (!snapshot_taken)
+    if (!snapshot_taken) {
       for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
+      result_.queue_at_end = pool_.size();
+    }
     return finish();
   }
 
@@ -232,51 +252,159 @@ class Run {
   void schedule_deadline(ServerState& s, uint32_t index) {
     if (s.deadline_pending || s.queue.empty() || s.spec->timeout_s <= 0) return;
     s.deadline_pending = true;
-    heap_.push_back(HeapEvent{s.queue.front().arrival + s.spec->timeout_s, 0, index, s.epoch, true});
+    heap_.push_back(HeapEvent{s.queue.front().queued + s.spec->timeout_s, 0, index, s.epoch, true});
     std::push_heap(heap_.begin(), heap_.end(), Later{});
   }
 
-  void arrive(uint64_t k, double now) {
+  // Request k's pick context: drawn only for the policies that read them;
+  // either way a function of (seed, k), the same at its arrival and whenever
+  // it picks again from the pool queue.
+  balance::PickContext pick_context(uint64_t k) const {
     balance::PickContext ctx;
-    // Drawn only for the policies that read them; either way a function of (seed, k).
     if (needs_random_) ctx.random = stream_.draw(k, kPick);
     // A trace line without a key is placed as a keyless request: from its own stream.
     if (needs_key_) {
       const bool keyed = k < sc_.trace_keyed.size() && sc_.trace_keyed[k];
       ctx.key_hash = keyed ? sc_.trace_keys[k] : stream_.draw(k, kKey);
     }
+    return ctx;
+  }
+
+  void arrive(uint64_t k, double now) {
+    // A newcomer that finds anyone waiting in the pool queue queues behind
+    // them, as in the proxy: a place that freed is theirs. Beyond the queue's
+    // length it is turned away as when every server is full.
+    if (!pool_.empty()) {
+      join_pool(k, now);
+      return;
+    }
     // With max_conns, the pick and the count are one step, as in the proxy:
     // acquire() passes over a server with max_conns requests assigned (queued
     // or in service); nothing eligible, or every eligible server full, is
-    // unrouted (the proxy's 503). A request the server's queue then refuses
-    // was never assigned and is uncounted at once. Without max_conns the count
-    // is raised only once the request is taken, as before: counting a refused
-    // request up and down moves its server to the back of least_conn's tied
-    // members (its index, over 8 servers), which would change later picks.
+    // unrouted (the proxy's 503), or with a pool queue waits in it. A request
+    // the server's queue then refuses was never assigned and is uncounted at
+    // once. Without max_conns the count is raised only once the request is
+    // taken, as before: counting a refused request up and down moves its
+    // server to the back of least_conn's tied members (its index, over 8
+    // servers), which would change later picks.
     const bool limited = balancer_->limited();
     bool full = false;
+    const balance::PickContext ctx = pick_context(k);
     const std::optional<uint32_t> picked = limited ? balancer_->acquire(ctx, &full) : balancer_->pick(ctx);
     if (!picked) {
+      if (full && pool_enabled_) {
+        join_pool(k, now);
+        return;
+      }
       ++result_.unrouted;
       if (full) ++result_.unrouted_full;
       return;
     }
-    const uint32_t i = *picked;
+    assign(*picked, k, now, now);
+  }
+
+  // Request k (arrived at `arrival`) is counted at server i at `now`: served,
+  // queued there, or refused by its queue. A refusal ends the request at once,
+  // freeing the place it took: the next one waiting in the pool queue wakes.
+  void assign(uint32_t i, uint64_t k, double now, double arrival) {
+    const bool limited = balancer_->limited();
     ServerState& s = servers_[i];
     ++s.out.requests;
     const uint64_t bits = stream_.draw(k, kService);
     if (s.busy < s.spec->size) {
       if (!limited) balancer_->begin_request(i);
-      start_service(s, i, now, now, bits);
+      start_service(s, i, now, arrival, bits);
     } else if (s.queue.size() >= s.queue_limit) {
-      if (limited) balancer_->end_request(i);
+      if (limited) {
+        balancer_->end_request(i);
+        wake(1);
+      }
       ++s.out.refused;
     } else {
       if (!limited) balancer_->begin_request(i);
-      s.queue.push(Waiting{now, bits});
+      s.queue.push(Waiting{now, arrival, bits});
       if (s.queue.size() > s.out.peak_queue) s.out.peak_queue = s.queue.size();
       schedule_deadline(s, i);
     }
+  }
+
+  // Into the pool queue at its back, or turned away when it is full.
+  void join_pool(uint64_t k, double now) {
+    if (pool_.size() >= sc_.queue) {
+      ++result_.unrouted;
+      ++result_.unrouted_full;
+      return;
+    }
+    pool_.push(PoolWaiting{now, k});
+    ++result_.queue_waited;
+    if (pool_.size() > result_.queue_peak) result_.queue_peak = pool_.size();
+    schedule_pool_deadline();
+  }
+
+  void schedule_pool_deadline() {
+    if (pool_deadline_pending_ || pool_.empty()) return;
+    pool_deadline_pending_ = true;
+    heap_.push_back(HeapEvent{pool_.front().arrival + sc_.queue_timeout(), 0, kPool, 0, true});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
+
+  // A pool-queue head deadline: every request that has waited the queue
+  // timeout gives up (the proxy's 503). It held no place: nobody wakes.
+  void expire_pool(const HeapEvent& ev) {
+    pool_deadline_pending_ = false;
+    drop_expired_pool(ev.time);
+    schedule_pool_deadline();
+  }
+
+  // The same expression as the scheduled deadline, so rounding cannot re-arm it forever.
+  void drop_expired_pool(double now) {
+    const double timeout = sc_.queue_timeout();
+    for (size_t guard = pool_.size(); guard > 0 && !pool_.empty(); --guard) {
+      if (now < pool_.front().arrival + timeout) break;
+      pool_.pop();
+      ++result_.queue_timed_out;
+    }
+  }
+
+  // `places` requests ended now (each end_request() freed a place): as the
+  // proxy's end of a request wakes the one waiting longest, each wakes the
+  // pool queue's head, which acquires again with its own pick context; placed,
+  // it is assigned now (its latency counts from its arrival). A head that
+  // finds every server full keeps its turn, and so do those behind it: every
+  // server is as full for them (stop). One that finds no server it could take
+  // (every one failed or weighing 0) is unrouted, as the proxy answers a woken
+  // request that finds no available backend. A head whose deadline is now
+  // has given up first (as at a server's queue). Called once the event that
+  // ended them is done (after a fail marks its server unavailable), and with
+  // every waiter's count after a weight change (the proxy wakes all on a
+  // change of configuration).
+  void wake(uint64_t places) {
+    if (!pool_enabled_) return;
+    pending_wakes_ += places;
+    if (dispatching_) return;
+    if (pool_.empty()) {
+      pending_wakes_ = 0;
+      return;
+    }
+    dispatching_ = true;
+    while (pending_wakes_ > 0 && !pool_.empty()) {
+      drop_expired_pool(now_);
+      if (pool_.empty()) break;
+      const PoolWaiting w = pool_.front();
+      bool full = false;
+      const std::optional<uint32_t> picked = balancer_->acquire(pick_context(w.k), &full);
+      if (!picked && full) break;
+      pool_.pop();
+      --pending_wakes_;
+      if (!picked) {
+        ++result_.unrouted;
+        continue;
+      }
+      assign(*picked, w.k, now_, w.arrival);  // a refusal there wakes the next (pending_wakes_)
+    }
+    pending_wakes_ = 0;  // a wake-up that finds nobody waiting, or only full servers, is spent
+    dispatching_ = false;
+    schedule_pool_deadline();
   }
 
   void complete(const HeapEvent& ev) {
@@ -287,17 +415,20 @@ class Run {
     balancer_->end_request(ev.server);
     ++s.out.completed;
     s.latency->record_seconds(ev.time - ev.arrival);
+    uint64_t ended = 1;
     const double timeout = s.spec->timeout_s;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
       Waiting w = s.queue.pop();
-      if (timeout > 0 && ev.time >= w.arrival + timeout) {  // its deadline is now: it left
+      if (timeout > 0 && ev.time >= w.queued + timeout) {  // its deadline is now: it left
         ++s.out.timed_out;
         balancer_->end_request(ev.server);
+        ++ended;
         continue;
       }
       start_service(s, ev.server, ev.time, w.arrival, w.service_bits);
       break;
     }
+    wake(ended);
   }
 
   // A queue-head deadline: every request that has waited `timeout` leaves.
@@ -306,20 +437,24 @@ class Run {
     if (ev.epoch != s.epoch) return;
     s.deadline_pending = false;
     const double timeout = s.spec->timeout_s;
+    uint64_t ended = 0;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
       // The same expression as the scheduled deadline, so rounding cannot re-arm it forever.
-      if (ev.time < s.queue.front().arrival + timeout) break;
+      if (ev.time < s.queue.front().queued + timeout) break;
       s.queue.pop();
       ++s.out.timed_out;
       balancer_->end_request(ev.server);
+      ++ended;
     }
     schedule_deadline(s, ev.server);
+    wake(ended);
   }
 
   void apply(const Event& e) {
     if (e.kind == Event::Kind::weights) {
       weights_ = e.weights;
       rebuild_balancer();
+      wake(pool_.size());
       return;
     }
     auto found = balancer_->find(e.server);
@@ -328,20 +463,24 @@ class Run {
     ServerState& s = servers_[i];
     switch (e.kind) {
       case Event::Kind::slow: s.factor = e.factor; break;
-      case Event::Kind::fail:
+      case Event::Kind::fail: {
         advance(s, e.at_s);
-        s.out.failed += s.busy + s.queue.size();
-        for (size_t lost = s.busy + s.queue.size(); lost > 0; --lost) balancer_->end_request(i);
+        const uint64_t lost = s.busy + s.queue.size();
+        s.out.failed += lost;
+        for (uint64_t n = lost; n > 0; --n) balancer_->end_request(i);
         s.busy = 0;
         s.queue.clear();
         ++s.epoch;  // in-service completions still in the heap are now stale
         s.deadline_pending = false;
         balancer_->set_available(i, false);
+        wake(lost);  // the places freed, once the server is out: the woken pick elsewhere
         break;
+      }
       case Event::Kind::recover: balancer_->set_available(i, true); break;
       case Event::Kind::weight:
         weights_[i] = e.weight;
         rebuild_balancer();
+        wake(pool_.size());  // as the proxy wakes every waiter on a change of configuration
         break;
       case Event::Kind::weights: break;
     }
@@ -397,6 +536,12 @@ class Run {
   std::vector<HeapEvent> heap_;
   size_t buckets_ = 1;
   bool needs_random_ = false, needs_key_ = false;
+  // The pool queue (Scenario::queue), its pending head deadline, the wake-ups
+  // not yet handed out, and the time of the event being handled.
+  bool pool_enabled_ = false, pool_deadline_pending_ = false, dispatching_ = false;
+  Ring<PoolWaiting> pool_;
+  uint64_t pending_wakes_ = 0;
+  double now_ = 0;
   uint64_t arrivals_ = 0;
   double poisson_clock_ = 0;
   PolicyResult result_;

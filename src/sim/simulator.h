@@ -9,7 +9,12 @@
 // it and not yet finished (queued or in service), as the proxy counts in-flight
 // requests, so least_conn and p2c see real counts; a server's max_conns caps
 // that count (Balancer::acquire() passes a full server over), and a request
-// every eligible server is too full for is unrouted, as the proxy answers 503.
+// every eligible server is too full for is unrouted, as the proxy answers 503,
+// or with a pool queue (Scenario::queue) waits in it for a place, as in the
+// proxy: each request's end at any server wakes the one waiting longest, which
+// acquires again with its own pick context; a weight change wakes them all;
+// a newcomer finding anyone waiting queues behind them; a request waiting
+// the queue timeout gives up.
 //
 // Common random numbers: request k's arrival gap, service draw, key and the
 // random bits handed to the policy all come from a stream seeded by (seed, k),
@@ -56,6 +61,12 @@ struct PolicyResult {
   uint64_t completed = 0, refused = 0, timed_out = 0, failed = 0;
   uint64_t unrouted = 0;  // no server could take it: none eligible, or every eligible one at its max_conns
   uint64_t unrouted_full = 0;  // of those, the ones turned away because every eligible server was full
+                               // (with a pool queue: because the queue was full)
+  // The pool queue (Scenario::queue > 0): requests that waited in it for a
+  // place, the ones that gave up after the queue timeout (never assigned,
+  // neither unrouted), the most waiting at once, and those waiting when
+  // arrivals stopped.
+  uint64_t queue_waited = 0, queue_timed_out = 0, queue_peak = 0, queue_at_end = 0;
   LatencySummary latency;
   LatencySketch latency_sketch;  // every completed request: for CDFs
   std::vector<ServerResult> servers;

@@ -328,6 +328,126 @@ std::string even_trace(int count, double gap_s) {
   return text;
 }
 
+// --queue N and --queue-timeout DUR (a scenario's "queue", "queue_timeout"):
+// when every server is at its max_conns a request waits in the pool queue for
+// a place, as the proxy's `queue`. One worker of fixed 10 ms, max_conns 1, at
+// 150 req/s: a long queue serves everything, a short one turns the rest
+// away, a short timeout lets some give up.
+TEST(SimCommandTest, PoolQueueHoldsRequestsForAPlace) {
+  const std::string run =
+      "sim --server name=a,size=1,service=10ms,dist=fixed,max_conns=1 --duration 10s "
+      "--policies round_robin,least_conn ";
+  const std::string at150 = run + "--rate 150 ";
+  Output none = run_heft(at150 + "--json");
+  Output longq = run_heft(at150 + "--queue 100000 --queue-timeout 1h --json");
+  ASSERT_EQ(none.exit_code, 0);
+  ASSERT_EQ(longq.exit_code, 0);
+  EXPECT_EQ(longq.stdout_text, run_heft(at150 + "--queue 100000 --queue-timeout 1h --json").stdout_text);
+  const auto j = nlohmann::json::parse(longq.stdout_text)["scenarios"][0];
+  EXPECT_EQ(j["queue"], 100000);
+  EXPECT_EQ(j["queue_timeout_s"], 3600);
+  for (const auto& p : j["policies"]) {
+    EXPECT_EQ(p["unrouted"], 0) << p["policy"];
+    EXPECT_EQ(p["completed"], p["arrivals"]) << p["policy"];
+    EXPECT_GT(p["pool_queue"]["waited"].get<uint64_t>(), p["arrivals"].get<uint64_t>() / 2) << p["policy"];
+    EXPECT_EQ(p["pool_queue"]["timed_out"], 0) << p["policy"];
+    EXPECT_GT(p["pool_queue"]["peak"].get<uint64_t>(), 300u) << p["policy"];
+    EXPECT_GT(p["latency"]["max_s"].get<double>(), 3) << "the backlog is served in turn";
+  }
+  for (const auto& p : nlohmann::json::parse(none.stdout_text)["scenarios"][0]["policies"]) {
+    EXPECT_GT(p["unrouted"].get<uint64_t>(), 0u);
+    EXPECT_FALSE(p.contains("pool_queue"));
+  }
+
+  Output shortq = run_heft(run + "--queue 2 --rate 300 --json");
+  ASSERT_EQ(shortq.exit_code, 0);
+  for (const auto& p : nlohmann::json::parse(shortq.stdout_text)["scenarios"][0]["policies"]) {
+    EXPECT_GT(p["unrouted"].get<uint64_t>(), p["arrivals"].get<uint64_t>() / 2) << p["policy"];
+    EXPECT_EQ(p["unrouted_full"], p["unrouted"]);
+    EXPECT_EQ(p["pool_queue"]["peak"], 2);
+  }
+
+  Output table = run_heft(at150 + "--queue 1000 --queue-timeout 50ms");
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("  pool queue: 1000 at most, timeout 50.0 ms\n"), std::string::npos)
+      << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find("(queue timeout)"), std::string::npos) << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find(" timed out, peak "), std::string::npos) << table.stdout_text;
+  Output csv = run_heft(at150 + "--queue 1000 --queue-timeout 50ms --csv");
+  ASSERT_EQ(csv.exit_code, 0);
+  EXPECT_NE(csv.stdout_text.find(",unrouted,pool_queue_waited,pool_queue_timed_out,pool_queue_peak,"
+                                 "pool_queue_at_end\n"),
+            std::string::npos)
+      << csv.stdout_text;
+
+  TempDir dir("heft_sim_queue");
+  const std::string file = dir.file("q.json", R"({"duration": "10s", "rate": 150, "queue": 1000,
+    "queue_timeout": "50ms", "policies": ["round_robin"],
+    "servers": [{"name": "a", "size": 1, "service": "10ms", "dist": "fixed", "max_conns": 1}]})");
+  Output scenario = run_heft("sim --scenario " + file + " --json");
+  ASSERT_EQ(scenario.exit_code, 0);
+  const auto p = nlohmann::json::parse(scenario.stdout_text)["scenarios"][0]["policies"][0];
+  EXPECT_GT(p["pool_queue"]["timed_out"].get<uint64_t>(), 0u);
+  EXPECT_EQ(p["unrouted"], 0);
+  // Flags refine the file's queue.
+  Output refined = run_heft("sim --scenario " + file + " --queue 2 --json");
+  ASSERT_EQ(refined.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(refined.stdout_text)["scenarios"][0]["queue"], 2);
+}
+
+// Without --queue (or with --queue 0) the outputs are what they were before
+// the pool queue existed: no member, column or line speaks of it.
+TEST(SimCommandTest, WithoutAPoolQueueOutputsAreUnchanged) {
+  const std::string run =
+      "sim --server name=a,size=1,service=10ms,dist=fixed,max_conns=1 --server name=b,size=2,service=10ms "
+      "--rate 400 --duration 5s --policies round_robin,least_conn,p2c ";
+  for (const std::string format : {"", "--json", "--csv"}) {
+    Output plain = run_heft(run + format);
+    ASSERT_EQ(plain.exit_code, 0);
+    EXPECT_EQ(plain.stdout_text, run_heft(run + "--queue 0 " + format).stdout_text) << format;
+    EXPECT_EQ(plain.stdout_text.find("pool"), std::string::npos) << plain.stdout_text;
+    EXPECT_EQ(plain.stdout_text.find("queue timeout"), std::string::npos) << plain.stdout_text;
+  }
+}
+
+TEST(SimCommandTest, PoolQueueErrorsNameTheFlagOrTheMember) {
+  const std::string run = "sim --server name=a,max_conns=1 --rate 10 --duration 1s ";
+  expect_rejected(run + "--queue 1000001", "heft: --queue: '1000001' is not an integer 0..1000000\n");
+  expect_rejected(run + "--queue -1", "heft: --queue: '-1' is not an integer 0..1000000\n");
+  expect_rejected(run + "--queue lots", "heft: --queue: 'lots' is not an integer 0..1000000\n");
+  expect_rejected(run + "--queue ''", "heft: --queue: '' is not an integer 0..1000000\n");
+  expect_rejected(run + "--queue 5 --queue-timeout 0s", "heft: --queue-timeout must be positive\n");
+  expect_rejected(run + "--queue 5 --queue-timeout soon", "heft: --queue-timeout: 'soon' is not a duration");
+  expect_rejected(run + "--queue 5 --queue-timeout -1s", "heft: --queue-timeout: '-1s' is negative\n");
+  expect_rejected(run + "--queue-timeout 1s", "heft: --queue-timeout applies only to a pool queue; give --queue N\n");
+  expect_rejected(run + "--queue 0 --queue-timeout 1s", "heft: --queue-timeout applies only to a pool queue; "
+                                                         "--queue is 0\n");
+  expect_rejected("sim --servers 1x --rate 10 --duration 1s --queue 5",
+                  "heft: --queue 5 has no effect: no server has max_conns");
+  expect_rejected("sim --example seed --duration 1s --queue 5", "heft: --queue 5 has no effect");
+  EXPECT_EQ(run_heft(run + "--queue 1000000 --queue-timeout 1m30s").exit_code, 0);
+  EXPECT_EQ(run_heft(run + "--queue 0").exit_code, 0);
+  TempDir dir("heft_sim_queue_bad");
+  for (const std::string member : {R"("queue": -1)", R"("queue": 1.5)", R"("queue": 1000001)"})
+    expect_rejected("sim --scenario " + dir.file("a.json", "{" + member + R"(, "duration": "1s",
+      "servers": [{"name": "a", "max_conns": 1}]})"),
+                    "heft: scenario: queue: must be an integer 0..1000000, got ");
+  expect_rejected("sim --scenario " + dir.file("b.json", R"({"queue": 2, "queue_timeout": "0s", "duration": "1s",
+      "servers": [{"name": "a", "max_conns": 1}]})"),
+                  "heft: scenario: queue_timeout: must be a positive duration, got \"0s\"\n");
+  expect_rejected("sim --scenario " + dir.file("c.json", R"({"queue": 2, "duration": "1s",
+      "servers": [{"name": "a"}]})"),
+                  "heft: scenario: queue: has no effect: no server has max_conns");
+  const std::string timeout_only = dir.file("d.json", R"({"queue_timeout": "2s", "duration": "1s",
+      "servers": [{"name": "a", "max_conns": 1}]})");
+  expect_rejected("sim --scenario " + timeout_only,
+                  "heft: scenario: queue_timeout: applies only to a pool queue; give --queue N\n");
+  EXPECT_EQ(run_heft("sim --scenario " + timeout_only + " --queue 3").exit_code, 0);
+  const std::string help = run_heft("sim --help").stdout_text;
+  EXPECT_NE(help.find("--queue "), std::string::npos);
+  EXPECT_NE(help.find("--queue-timeout"), std::string::npos);
+}
+
 // A trace is measured over its own span unless a duration is given; arrivals a
 // given duration cuts off are named on stderr (they were dropped silently, and
 // a 6 s trace was measured over 60 s: 10 % busy instead of 100 %).

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "sim/scenario.h"
@@ -149,6 +150,65 @@ TEST(ScenarioJsonTest, MaxConnsIsCheckedAndNamed) {
   // Library callers that build a Scenario by hand are held to the same range.
   s.servers[1].max_conns = 1'000'001;
   EXPECT_NE(error_of([&] { validate(s); }).find("server 'b': max_conns must be 0..1000000"), std::string::npos);
+}
+
+// The pool queue (`--queue N`, `--queue-timeout DUR`, a scenario's "queue" and
+// "queue_timeout"): the Heftfile's ranges, errors naming the flag or member,
+// and a queue no request could enter (no server has max_conns) refused, as
+// sim refuses every setting its run would not read; a timeout without a queue too.
+TEST(ScenarioFlagsTest, PoolQueueIsParsedAndBounded) {
+  EXPECT_EQ(parse_pool_queue("0"), 0u);
+  EXPECT_EQ(parse_pool_queue(" 100 "), 100u);
+  EXPECT_EQ(parse_pool_queue("1000000"), 1'000'000u);
+  for (const char* bad : {"1000001", "-1", "1.5", "many", "", "18446744073709551617"})
+    EXPECT_NE(error_of([&] { parse_pool_queue(bad); }).find(fmt::format("--queue: '{}' is not an integer 0..1000000",
+                                                                       std::string_view(bad))),
+              std::string::npos)
+        << bad;
+}
+
+TEST(ScenarioJsonTest, PoolQueueIsCheckedAndNamed) {
+  const std::string capped = R"("max_conns": 1)";
+  for (const std::string member : {R"("queue": -1)", R"("queue": 1.5)", R"("queue": "8")", R"("queue": 1000001)",
+                                   R"("queue": null)"}) {
+    EXPECT_NE(scenario_error(member, capped).find("scenario: queue: must be an integer 0..1000000"), std::string::npos)
+        << member << " -> '" << scenario_error(member, capped) << "'";
+  }
+  for (const std::string member : {R"("queue_timeout": 0)", R"("queue_timeout": "0s")", R"("queue_timeout": -1)",
+                                   R"("queue_timeout": "soon")", R"("queue_timeout": true)"}) {
+    EXPECT_NE(scenario_error(R"("queue": 5, )" + member, capped).find("scenario: queue_timeout: must be a"),
+              std::string::npos)
+        << member << " -> '" << scenario_error(R"("queue": 5, )" + member, capped) << "'";
+  }
+  Scenario s = scenario_from_json(
+      nlohmann::json::parse(
+          R"({"queue": 100, "queue_timeout": "1m30s", "servers": [{"name": "a", "size": 4, "max_conns": 8}]})"),
+      nullptr);
+  validate(s);
+  EXPECT_EQ(s.queue, 100u);
+  EXPECT_DOUBLE_EQ(s.queue_timeout(), 90);
+  Scenario d = scenario_from_json(
+      nlohmann::json::parse(R"({"queue": 1000000, "servers": [{"name": "a", "max_conns": 8}]})"), nullptr);
+  validate(d);
+  EXPECT_DOUBLE_EQ(d.queue_timeout(), 60) << "the Heftfile's default";
+  EXPECT_EQ(scenario_from_json(nlohmann::json::parse(R"({"servers": [{"name": "a"}]})"), nullptr).queue, 0u);
+  // A queue nobody can enter, and a timeout without a queue.
+  EXPECT_NE(scenario_error(R"("queue": 5)").find("the pool queue (--queue, or the scenario's \"queue\") has no "
+                                                 "effect: no server has max_conns"),
+            std::string::npos)
+      << scenario_error(R"("queue": 5)");
+  EXPECT_NE(scenario_error(R"("queue_timeout": "1s")", capped)
+                .find("the queue timeout (--queue-timeout, or the scenario's \"queue_timeout\") applies only to a "
+                      "pool queue"),
+            std::string::npos)
+      << scenario_error(R"("queue_timeout": "1s")", capped);
+  EXPECT_EQ(scenario_error(R"("queue": 0)"), "");
+  // Library callers that build a Scenario by hand are held to the same.
+  s.queue = 1'000'001;
+  EXPECT_NE(error_of([&] { validate(s); }).find("must be 0..1000000"), std::string::npos);
+  s.queue = 1;
+  s.queue_timeout_s = 0;
+  EXPECT_NE(error_of([&] { validate(s); }).find("must be positive and finite"), std::string::npos);
 }
 
 TEST(ScenarioFlagsTest, WeightsAreAtMostOneMillion) {

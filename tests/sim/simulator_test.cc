@@ -454,6 +454,258 @@ TEST(SimMaxConnsTest, RefusedRequestsDoNotHoldAPlace) {
   }
 }
 
+// The pool queue (Scenario::queue, `heft sim --queue`): one server of one
+// worker, fixed 10 ms service (100 req/s), max_conns 1, offered `rate`.
+Scenario one_capped(double rate, uint64_t queue, double timeout_s = 3600) {
+  Scenario s;
+  s.name = "capped";
+  s.duration_s = 10;
+  s.rate = rate;
+  ServerSpec server;
+  server.name = "a";
+  server.size = 1;
+  server.service_s = 0.01;
+  server.dist = ServiceDist::fixed;
+  server.max_conns = 1;
+  s.servers.push_back(server);
+  s.policies = {PolicyKind::round_robin, PolicyKind::least_conn, PolicyKind::p2c, PolicyKind::hash};
+  s.queue = queue;
+  if (queue > 0) s.queue_timeout_s = timeout_s;
+  return s;
+}
+
+// A queue long enough and a timeout long enough: nothing is unrouted, every
+// request waits its turn and is served (latency grows with the backlog).
+TEST(SimPoolQueueTest, ALongQueueHoldsTheOverloadAndServesItAll) {
+  const SimResult without = simulate(one_capped(150, 0));
+  const SimResult r = simulate(one_capped(150, 100000));
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    const PolicyResult& p = r.policies[i];
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(without.policies[i].unrouted, p.arrivals / 5);
+    EXPECT_EQ(p.unrouted, 0u);
+    EXPECT_EQ(p.unrouted_full, 0u);
+    EXPECT_EQ(p.queue_timed_out, 0u);
+    EXPECT_EQ(p.completed, p.arrivals);
+    EXPECT_EQ(p.servers[0].requests, p.arrivals);
+    EXPECT_EQ(p.servers[0].peak_queue, 0u) << "max_conns 1 = size: the server itself never queues";
+    EXPECT_GT(p.queue_waited, p.arrivals / 2);
+    // 50 req/s more than it serves for 10 s: about 500 waiting when arrivals stop.
+    EXPECT_GT(p.queue_at_end, 350u);
+    EXPECT_GE(p.queue_peak, p.queue_at_end);
+    // Served back to back from the first backlog on: the last arrival waits
+    // for everything ahead of it, about 5 s.
+    EXPECT_GT(p.latency.max_s, 3.5);
+  }
+}
+
+// First come, first served: arrivals 1 ms apart at a server that takes 10 ms
+// each. In order, request i ends at (i + 1) x 10 ms: latency 10 + 9i ms, the
+// longest 901 ms for i = 99 (a later request served first makes it longer).
+TEST(SimPoolQueueTest, WaitersAreServedInArrivalOrder) {
+  Scenario s = one_capped(1, 1000);
+  s.has_trace = true;
+  for (int i = 0; i < 100; ++i) s.trace_times.push_back(i * 0.001);
+  s.duration_s = 0.1;
+  s.policies = {PolicyKind::round_robin, PolicyKind::p2c};
+  const SimResult r = simulate(s);
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_EQ(p.completed, 100u);
+    EXPECT_EQ(p.queue_waited, 99u);
+    EXPECT_NEAR(p.latency.max_s, 0.901, 1e-6);
+    EXPECT_NEAR(p.latency.mean_s, 0.010 + 0.009 * 99 / 2, 0.0005);
+  }
+}
+
+// A short queue: beyond 2 waiting, a request is turned away as when there is
+// no queue (unrouted, unrouted_full); at 3x the capacity most are.
+TEST(SimPoolQueueTest, AShortQueueTurnsTheRestAway) {
+  const SimResult r = simulate(one_capped(300, 2));
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(p.unrouted, p.arrivals / 2);
+    EXPECT_EQ(p.unrouted_full, p.unrouted);
+    EXPECT_EQ(p.queue_peak, 2u);
+    EXPECT_GT(p.queue_waited, 0u);
+    EXPECT_EQ(p.queue_timed_out, 0u);
+    EXPECT_EQ(p.servers[0].requests + p.unrouted, p.arrivals);
+    // At most 2 ahead, each 10 ms, plus its own service.
+    EXPECT_LE(p.latency.max_s, 0.030 + 1e-9);
+  }
+}
+
+// A short timeout: requests that waited 50 ms give up (neither served nor
+// unrouted); nobody served waited longer.
+TEST(SimPoolQueueTest, RequestsGiveUpAfterTheQueueTimeout) {
+  const SimResult r = simulate(one_capped(150, 100000, 0.05));
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(p.queue_timed_out, p.arrivals / 5);
+    EXPECT_EQ(p.unrouted, 0u);
+    EXPECT_EQ(p.completed + p.queue_timed_out, p.arrivals);
+    EXPECT_LE(p.latency.max_s, 0.05 + 0.01 + 1e-9);
+    EXPECT_LE(p.queue_peak, 30u) << "50 ms at 150 req/s: about 8 arrive in a timeout";
+  }
+}
+
+// A trace of requests at `times` to servers `a` (weight 1) and `b` (weight
+// `b_weight`), each one worker of fixed `service_s`, max_conns 1, round robin.
+Scenario two_capped_trace(std::vector<double> times, double service_s, uint32_t b_weight) {
+  Scenario s;
+  s.name = "pool queue events";
+  s.has_trace = true;
+  s.trace_times = std::move(times);
+  s.duration_s = 3;
+  for (auto [name, weight] : {std::pair{"a", 1u}, std::pair{"b", b_weight}}) {
+    ServerSpec server;
+    server.name = name;
+    server.size = 1;
+    server.service_s = service_s;
+    server.dist = ServiceDist::fixed;
+    server.max_conns = 1;
+    server.weight = weight;
+    s.servers.push_back(server);
+  }
+  s.policies = {PolicyKind::round_robin};
+  s.queue = 10;
+  return s;
+}
+
+// A weight change wakes every waiter, as a reload does in the proxy: `b`
+// (weight 0) takes the request waiting since 1 s when it gets a weight at 2 s,
+// 8 s before `a` frees its place: latency 1 + 10 s, not 9 + 10.
+TEST(SimPoolQueueTest, AWeightChangeWakesTheWaiters) {
+  for (const char* event : {"2s:weights=1,1", "2s:b:weight=1"}) {
+    SCOPED_TRACE(event);
+    Scenario s = two_capped_trace({0, 1}, 10, 0);
+    s.events.push_back(parse_event(event));
+    const PolicyResult p = simulate(s).policies[0];
+    EXPECT_EQ(p.queue_waited, 1u);
+    EXPECT_EQ(p.completed, 2u);
+    EXPECT_EQ(p.servers[1].requests, 1u);
+    EXPECT_NEAR(p.latency.max_s, 11, 1e-6);
+  }
+}
+
+// A failure ends the requests at the server: each frees a place and wakes a
+// waiter, which picks once the server is out. With no other server it finds
+// none available: unrouted at once (the proxy's "no available backend"), not
+// left to time out, and not counted as turned away by full servers.
+TEST(SimPoolQueueTest, AFailureWakesTheWaiters) {
+  Scenario s = two_capped_trace({0, 1}, 10, 0);
+  s.servers.pop_back();
+  s.events.push_back(parse_event("2s:a:fail"));
+  const PolicyResult p = simulate(s).policies[0];
+  EXPECT_EQ(p.queue_waited, 1u);
+  EXPECT_EQ(p.failed, 1u);
+  EXPECT_EQ(p.queue_timed_out, 0u);
+  EXPECT_EQ(p.unrouted, 1u);
+  EXPECT_EQ(p.unrouted_full, 0u);
+  // With a second server, full until 10 s, the woken one keeps waiting for it.
+  Scenario two = two_capped_trace({0, 0, 1}, 10, 1);
+  two.events.push_back(parse_event("2s:a:fail"));
+  const PolicyResult q = simulate(two).policies[0];
+  EXPECT_EQ(q.queue_waited, 1u);
+  EXPECT_EQ(q.unrouted, 0u);
+  EXPECT_EQ(q.servers[1].completed, 2u);
+  EXPECT_NEAR(q.latency.max_s, 19, 1e-6) << "waited from 1 s to 10 s at b";
+}
+
+// A newcomer that finds anyone waiting queues behind them without picking,
+// even when a place is free, and each end wakes one waiter; a recovery wakes
+// nobody (as in the proxy: the next end does). `a` and `b`, 10 s each,
+// max_conns 1: 0 s two requests take both; 1 s b fails; 1.5 s one waits (a
+// full, b out); 2 s b recovers, free; 3 s the next queues behind the first.
+// 10 s a's ends and wakes the first (latency 18.5 s); the second waits for the
+// next end, the first's at 20 s: latency 27 s (17 s had it taken the free
+// place at 10 s, 10 s had it taken b at 3 s).
+TEST(SimPoolQueueTest, NewcomersQueueBehindAndEachEndWakesOne) {
+  Scenario s = two_capped_trace({0, 0, 1.5, 3}, 10, 1);
+  s.duration_s = 4;
+  s.events = {parse_event("1s:b:fail"), parse_event("2s:b:recover")};
+  const PolicyResult p = simulate(s).policies[0];
+  EXPECT_EQ(p.failed, 1u);
+  EXPECT_EQ(p.queue_waited, 2u);
+  EXPECT_EQ(p.queue_peak, 2u);
+  EXPECT_EQ(p.completed, 3u);
+  EXPECT_NEAR(p.latency.max_s, 27, 1e-6);
+  EXPECT_NEAR(p.latency.mean_s, (10 + 18.5 + 27) / 3, 1e-3);
+}
+
+// A request placed from the pool queue into a server's own queue times out
+// there after the server's timeout counted from when it got there, while its
+// latency counts from its arrival. `a`: 1 worker of 1 s, max_conns 2 (one may
+// queue at the server), timeout 1.5 s. 0 s: served till 1 s; 0.1 s: queued at
+// a, served 1..2 s; 0.2 s: waits in the pool till 1 s, then at a till 2 s
+// (1 s, within its timeout): served 2..3 s, latency 2.8 s.
+TEST(SimPoolQueueTest, AServersTimeoutCountsFromItsOwnQueue) {
+  Scenario s = two_capped_trace({0, 0.1, 0.2}, 1, 0);
+  s.servers.pop_back();
+  s.servers[0].max_conns = 2;
+  s.servers[0].timeout_s = 1.5;
+  const PolicyResult p = simulate(s).policies[0];
+  EXPECT_EQ(p.queue_waited, 1u);
+  EXPECT_EQ(p.timed_out, 0u);
+  EXPECT_EQ(p.completed, 3u);
+  EXPECT_NEAR(p.latency.max_s, 2.8, 1e-6);
+}
+
+// Same seed, same results with a pool queue too, for every policy and events.
+TEST(SimPoolQueueTest, RunsAreDeterministic) {
+  Scenario s = two_fixed(1, 1, 2, 2);
+  s.rate = 400;
+  s.queue = 50;
+  s.queue_timeout_s = 0.05;
+  s.events = {parse_event("5s:b:fail"), parse_event("8s:b:recover"), parse_event("12s:weights=1,3")};
+  const SimResult r = simulate(s);
+  for (const PolicyResult& p : r.policies) {
+    SCOPED_TRACE(balance::policy_name(p.policy));
+    EXPECT_GT(p.queue_waited, 0u);
+    EXPECT_GT(p.queue_timed_out, 0u);
+  }
+  const std::string a = results_to_json({r}).dump();
+  EXPECT_EQ(a, results_to_json({simulate(s)}).dump());
+  s.seed = 2;
+  EXPECT_NE(a, results_to_json({simulate(s)}).dump());
+}
+
+// The outputs speak of the pool queue only when there is one.
+TEST(SimPoolQueueTest, OutputsShowThePoolQueue) {
+  const std::vector<SimResult> results = {simulate(one_capped(150, 100000, 0.05))};
+  const PolicyResult& p = results[0].policies[0];
+  const std::string table = format_table(results);
+  EXPECT_NE(table.find("  pool queue: 100000 at most, timeout 50.0 ms\n"), std::string::npos) << table;
+  EXPECT_NE(table.find(fmt::format("pool queue: {} waited (", p.queue_waited)), std::string::npos) << table;
+  EXPECT_NE(table.find(fmt::format("{:<20} {:>9}", "(queue timeout)", p.queue_timed_out)), std::string::npos) << table;
+  const auto j = results_to_json(results)["scenarios"][0];
+  EXPECT_EQ(j["queue"], 100000);
+  EXPECT_EQ(j["queue_timeout_s"], 0.05);
+  EXPECT_EQ(j["policies"][0]["pool_queue"]["waited"], p.queue_waited);
+  EXPECT_EQ(j["policies"][0]["pool_queue"]["timed_out"], p.queue_timed_out);
+  EXPECT_EQ(j["policies"][0]["pool_queue"]["peak"], p.queue_peak);
+  EXPECT_EQ(j["policies"][0]["pool_queue"]["at_end"], p.queue_at_end);
+  const std::string csv = format_csv(results);
+  EXPECT_NE(csv.find(",unrouted,pool_queue_waited,pool_queue_timed_out,pool_queue_peak,pool_queue_at_end\n"),
+            std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find(fmt::format(",{},{},{},{}\n", p.queue_waited, p.queue_timed_out, p.queue_peak, p.queue_at_end)),
+            std::string::npos)
+      << csv;
+  std::istringstream lines(csv);
+  std::string header, line;
+  std::getline(lines, header);
+  const auto fields = std::count(header.begin(), header.end(), ',');
+  while (std::getline(lines, line)) EXPECT_EQ(std::count(line.begin(), line.end(), ','), fields) << line;
+
+  const std::vector<SimResult> plain = {simulate(one_capped(150, 0))};
+  EXPECT_EQ(format_table(plain).find("queue:"), std::string::npos);
+  EXPECT_EQ(format_table(plain).find("queue timeout"), std::string::npos);
+  EXPECT_FALSE(results_to_json(plain)["scenarios"][0].contains("queue"));
+  EXPECT_FALSE(results_to_json(plain)["scenarios"][0]["policies"][0].contains("pool_queue"));
+  EXPECT_EQ(format_csv(plain).find("pool_queue"), std::string::npos);
+}
+
 // Without max_conns a run is what it was before the limit existed. Counting a
 // request that a queue refuses up and down (as acquire() + end_request() would)
 // moves its server to the back of least_conn's tied members when its index
