@@ -144,24 +144,31 @@ std::vector<Timed> staggered(uint16_t port, int clients, std::chrono::millisecon
   return out;
 }
 
+// heft in front of one backend with max_conns 1 and a queue of `queue` for `timeout`.
+Process start_queued(const std::string& dir, uint16_t port, uint16_t backend, int workers, int queue,
+                     const char* timeout, uint16_t admin_port = 0) {
+  const std::string admin = admin_port ? fmt::format("\tadmin 127.0.0.1:{}\n", admin_port) : "";
+  return start_heft(dir,
+                    fmt::format("{{\n\tworkers {}\n{}}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} max_conns 1\n"
+                                "\t\tqueue {}\n\t\tqueue_timeout {}\n\t}}\n}}\n",
+                                workers, admin, port, backend, queue, timeout),
+                    port);
+}
+
+const std::string kQueueRefused = "503 503 every backend is at its max_conns and the queue is full or timed out\n";
+
 // nginx Plus's queue: with every backend full, requests wait for a place in
 // arrival order, as many as the queue holds; one more is refused at once.
 TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
   const std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a", {"--delay", "600ms"});
   const uint16_t port = free_port();
-  Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 2\n\t\tqueue_timeout 20s\n"
-                                        "\t}}\n}}\n",
-                                        port, a.port),
-                            port);
-  const std::string refused = "503 503 every backend is at its max_conns and the queue is full or timed out\n";
+  Process heft = start_queued(dir, port, a.port, 2, 2, "20s");
   auto got = staggered(port, 4, std::chrono::milliseconds(100));
   EXPECT_EQ(got[0].what, "a");
   EXPECT_EQ(got[1].what, "a");
   EXPECT_EQ(got[2].what, "a");
-  EXPECT_EQ(got[3].what, refused);
+  EXPECT_EQ(got[3].what, kQueueRefused);
   // One at a time, in order (request c started at c x 100 ms): each waited
   // for the one before it (600 ms each).
   EXPECT_GT(got[1].seconds, 1.0);
@@ -177,12 +184,7 @@ TEST(MaxConns, NewcomersQueueBehindWaitingRequests) {
   const std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a", {"--delay", "300ms"});
   const uint16_t port = free_port();
-  Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 10\n\t\tqueue_timeout 20s\n"
-                                        "\t}}\n}}\n",
-                                        port, a.port),
-                            port);
+  Process heft = start_queued(dir, port, a.port, 2, 10, "20s");
   std::thread busy([&] {
     HttpClient client(port);  // one keep-alive connection, request after request
     for (int k = 0; k < 5; ++k) EXPECT_EQ(client.get("/").status, 200) << k;
@@ -203,12 +205,7 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   Backend a = start_backend(dir, "a", {"--delay", "3s"});
   const uint16_t port = free_port();
   const uint16_t admin_port = free_port();
-  Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 1\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 10\n\t\tqueue_timeout 1s\n"
-                                        "\t}}\n}}\n",
-                                        admin_port, port, a.port),
-                            port);
+  Process heft = start_queued(dir, port, a.port, 1, 10, "1s", admin_port);
   const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
   EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 0);
   std::vector<Timed> got;
@@ -217,7 +214,7 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 1);  // the second one waits
   load.join();
   EXPECT_EQ(got[0].what, "a");
-  EXPECT_EQ(got[1].what, "503 503 every backend is at its max_conns and the queue is full or timed out\n");
+  EXPECT_EQ(got[1].what, kQueueRefused);
   EXPECT_GT(got[1].seconds, 0.9);
   EXPECT_LT(got[1].seconds, 2.5);
   EXPECT_NE(heft.log().find("no backend had room within queue_timeout"), std::string::npos);
