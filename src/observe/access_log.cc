@@ -148,6 +148,7 @@ std::string format_access_log_line(const AccessLogEntry& e) {
   line["duration"] = e.duration;
   line["size"] = e.size;
   line["tries"] = e.tries;
+  if (e.queued >= 0) line["queued"] = e.queued;  // only a request that waited for a place
   // Invalid UTF-8 from a client (in the URI, say) is replaced, never thrown.
   return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -35,6 +35,7 @@ struct AccessLogEntry {
   double duration = 0;  // seconds
   uint64_t size = 0;    // response body bytes sent
   uint32_t tries = 0;   // attempts made
+  double queued = -1;   // seconds it waited in its pool's queue (HAProxy's Tw); < 0: it did not wait
 };
 
 // The line for `entry`, without the newline.

@@ -708,6 +708,11 @@ class Session {
                                                std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
                                                const balance::PickContext& ctx, const config::PoolConfig& pool,
                                                bool& full);
+  // wait_for_place() without the record of how long it took.
+  Task<std::optional<uint32_t>> wait_in_queue(WorkerSite& site,
+                                              std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
+                                              const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                              bool& full, Clock::time_point deadline);
   // What handle() decides from the request head before its first wait, and
   // the backend's request head (up_head_) built. A plain function so that its
   // locals stay off handle()'s coroutine frame: Asio recycles frames of up to
@@ -762,6 +767,7 @@ class Session {
     std::string upstream;
     unsigned tries = 0;
     uint64_t size = 0;  // response body bytes written to the client connection
+    double queued = -1;  // seconds waited in the pool's queue; < 0: did not wait
   };
   RequestRecord record_;
   std::shared_ptr<const WorkerRoutes> current_routes_;
@@ -898,7 +904,7 @@ void Session::finish_request() {
   const auto& req = parser->get();
   route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(routed_host_),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
-                     status, seconds, record_.size, record_.tries});
+                     status, seconds, record_.size, record_.tries, record_.queued});
 }
 
 const SiteRoute* Session::port_site(const WorkerRoutes& routes) const {
@@ -1137,7 +1143,16 @@ Task<std::optional<uint32_t>> Session::wait_for_place(WorkerSite& site,
                                                       std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
                                                       const balance::PickContext& ctx, const config::PoolConfig& pool,
                                                       bool& full) {
-  const auto deadline = Clock::now() + pool.queue_timeout;
+  const auto since = Clock::now();
+  std::optional<uint32_t> pick = co_await wait_in_queue(site, snapshot, ctx, pool, full, since + pool.queue_timeout);
+  record_.queued = std::chrono::duration<double>(Clock::now() - since).count();  // the access log's `queued`
+  co_return pick;
+}
+
+Task<std::optional<uint32_t>> Session::wait_in_queue(WorkerSite& site,
+                                                     std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
+                                                     const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                                     bool& full, Clock::time_point deadline) {
   const std::shared_ptr<upstream::PlaceQueue> places = snapshot->places();
   auto wait = std::make_shared<PlaceWait>(client.get_executor());
   bool front = false;  // a woken request whose place was taken keeps its turn

@@ -209,6 +209,36 @@ std::vector<nlohmann::json> log_lines(const std::string& path, std::size_t count
   return lines;
 }
 
+// A request that waited in its pool's queue says how long in the access log
+// (`queued`, HAProxy's Tw); one that did not wait has no such field.
+TEST(MetricsAndAccessLog, QueuedRequestsLogTheirWait) {
+  const std::string dir = make_temp_dir();
+  Backend slow = start_backend(dir, "slow", {"--delay", "400ms"});
+  const uint16_t port = free_port(), admin_port = free_port();
+  const std::string log_path = dir + "/access.log";
+  Process heft = start_logged_heft(dir, admin_port, port, log_path,
+                                   fmt::format("{{\n\t\tto 127.0.0.1:{} max_conns 1\n\t\tqueue 5\n\t}}", slow.port));
+  std::thread first([&] {
+    HttpClient client(port);
+    EXPECT_EQ(client.get("/first").status, 200);
+  });
+  std::this_thread::sleep_for(100ms);
+  HttpClient second(port);
+  EXPECT_EQ(second.get("/second").status, 200);
+  first.join();
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 2);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) {
+    if (line["request"]["uri"] == "/first") {
+      EXPECT_FALSE(line.contains("queued")) << line;
+    } else {
+      ASSERT_TRUE(line.contains("queued")) << line;
+      EXPECT_GT(line["queued"].get<double>(), 0.2) << line;  // the rest of the first one's 400 ms
+      EXPECT_LT(line["queued"].get<double>(), line["duration"].get<double>()) << line;
+    }
+  }
+}
+
 // The log line of the request for `uri` (null if none or several).
 nlohmann::json line_for(const std::vector<nlohmann::json>& lines, const std::string& uri) {
   nlohmann::json found;
