@@ -354,14 +354,17 @@ TEST(SimCommandTest, PoolQueueHoldsRequestsForAPlace) {
     EXPECT_GT(p["pool_queue"]["peak"].get<uint64_t>(), 300u) << p["policy"];
     EXPECT_GT(p["latency"]["max_s"].get<double>(), 3) << "the backlog is served in turn";
   }
-  for (const auto& p : nlohmann::json::parse(none.stdout_text)["scenarios"][0]["policies"]) {
+  // The document outlives the loop (a range-for over a member of a temporary would not).
+  const auto none_doc = nlohmann::json::parse(none.stdout_text);
+  for (const auto& p : none_doc["scenarios"][0]["policies"]) {
     EXPECT_GT(p["unrouted"].get<uint64_t>(), 0u);
     EXPECT_FALSE(p.contains("pool_queue"));
   }
 
   Output shortq = run_heft(run + "--queue 2 --rate 300 --json");
   ASSERT_EQ(shortq.exit_code, 0);
-  for (const auto& p : nlohmann::json::parse(shortq.stdout_text)["scenarios"][0]["policies"]) {
+  const auto shortq_doc = nlohmann::json::parse(shortq.stdout_text);
+  for (const auto& p : shortq_doc["scenarios"][0]["policies"]) {
     EXPECT_GT(p["unrouted"].get<uint64_t>(), p["arrivals"].get<uint64_t>() / 2) << p["policy"];
     EXPECT_EQ(p["unrouted_full"], p["unrouted"]);
     EXPECT_EQ(p["pool_queue"]["peak"], 2);
