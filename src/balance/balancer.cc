@@ -123,8 +123,7 @@ std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* 
     uint32_t a = active.load(std::memory_order_relaxed);
     while (limit == 0 || a < limit) {
       if (active.compare_exchange_weak(a, a + 1, std::memory_order_relaxed)) {
-        primary_->active_changed(index);
-        backup_->active_changed(index);
+        tell_active_changed(index);
         return true;
       }
     }
@@ -177,6 +176,10 @@ void Balancer::sync_availability() {
 void Balancer::begin_request(uint32_t index) {
   if (index >= live_.size()) return;
   live_[index]->active.fetch_add(1, std::memory_order_relaxed);
+  tell_active_changed(index);
+}
+
+void Balancer::tell_active_changed(uint32_t index) {
   // Both policies: each ignores non-members cheaply (no BackendSpec to read).
   primary_->active_changed(index);
   backup_->active_changed(index);
@@ -189,8 +192,7 @@ void Balancer::end_request(uint32_t index) {
   while (a != 0 && !active.compare_exchange_weak(a, a - 1, std::memory_order_relaxed)) {
   }
   if (a == 0) return;  // already 0: nothing changed
-  primary_->active_changed(index);
-  backup_->active_changed(index);
+  tell_active_changed(index);
 }
 
 void Balancer::report_failure(uint32_t index) {

@@ -95,6 +95,8 @@ class Balancer {
 
  private:
   [[gnu::noinline]] std::optional<uint32_t> acquire_limited(const PickContext& ctx, bool* full);
+  // Tells both policies that backend `index`'s active count changed.
+  void tell_active_changed(uint32_t index);
 
   PolicyOptions options_;
   std::vector<BackendSpec> backends_;
