@@ -93,8 +93,7 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
   return out;
 }
 
-std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
-  config::Config running = proxy.snapshot_config();
+std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy, const config::Config& running) {
   std::vector<observe::UpstreamGauge> gauges;
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
@@ -117,8 +116,7 @@ std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy) {
   return gauges;
 }
 
-std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy) {
-  config::Config running = proxy.snapshot_config();
+std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy, const config::Config& running) {
   std::vector<observe::QueueGauge> gauges;
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
@@ -147,7 +145,10 @@ std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string s
     return ok;  // counted by AdminApi::commit (a rollback after a failed save is no change)
   };
   hooks.upstreams = [&proxy, self] { return upstreams_json(proxy, self->shares_); };
-  hooks.metrics = [&proxy] { return observe::render_metrics(upstream_gauges(proxy), queue_gauges(proxy)); };
+  hooks.metrics = [&proxy] {
+    const config::Config running = proxy.snapshot_config();  // one copy for both
+    return observe::render_metrics(upstream_gauges(proxy, running), queue_gauges(proxy, running));
+  };
   // The grace period in service when the stop comes (a reload may have changed it).
   hooks.stop = [&proxy] { proxy.shutdown(proxy.snapshot_config().grace_period); };
   hooks.tick = [&proxy, self] { self->shares_.sample(proxy); };

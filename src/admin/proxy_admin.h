@@ -61,9 +61,9 @@ class ShareTracker {
 // GET /reverse_proxy/upstreams: one object per backend of every site.
 nlohmann::json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares);
 // The pools' gauges for /metrics.
-std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy);
+std::vector<observe::UpstreamGauge> upstream_gauges(proxy::Proxy& proxy, const config::Config& running);
 // The queues' gauges for /metrics: pools that have a `queue`.
-std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy);
+std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy, const config::Config& running);
 
 class ProxyAdmin {
  public:
