@@ -1326,10 +1326,12 @@ Task<bool> Session::handle(RequestParser& parser) {
     std::optional<uint32_t> pick;
     // Requests waiting for a place go first: a newcomer queues behind them
     // (as HAProxy's), or it would take the places freed for them.
-    const bool queue_ahead = pool.queue > 0 && tried.empty() && snapshot->places()->size() > 0;
+    // Only a first attempt waits.
+    const bool may_queue = pool.queue > 0 && tried.empty();
+    const bool queue_ahead = may_queue && snapshot->places()->size() > 0;
     if (!queue_ahead) [[likely]]
       pick = snapshot->acquire(ctx, now, &full);
-    if (!pick && (full || queue_ahead) && tried.empty() && pool.queue > 0) {
+    if (!pick && may_queue && (full || queue_ahead)) {
       // Every backend is at its max_conns: wait for a place (nginx Plus's queue).
       full = false;
       pick = co_await wait_for_place(site, snapshot, ctx, pool, full);
