@@ -156,21 +156,25 @@ std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* 
   return std::nullopt;
 }
 
-void Balancer::set_available(uint32_t index, bool available) {
-  if (index >= live_.size()) return;
+bool Balancer::set_available(uint32_t index, bool available) {
+  if (index >= live_.size()) return false;
   live_[index]->available.store(available);
-  if (told_available_[index].exchange(available) == available) return;
+  if (told_available_[index].exchange(available) == available) return false;
   Policy& policy = backends_[index].backup ? *backup_ : *primary_;
   policy.availability_changed(index);
+  return available;
 }
 
-void Balancer::sync_availability() {
+bool Balancer::sync_availability() {
+  bool became_available = false;
   for (uint32_t i = 0; i < live_.size(); ++i) {
     const bool available = live_[i]->available.load();
     if (told_available_[i].exchange(available) == available) continue;
     Policy& policy = backends_[i].backup ? *backup_ : *primary_;
     policy.availability_changed(i);
+    became_available |= available;
   }
+  return became_available;
 }
 
 void Balancer::begin_request(uint32_t index) {

@@ -476,7 +476,15 @@ class Run {
         wake(lost);  // the places freed, once the server is out: the woken pick elsewhere
         break;
       }
-      case Event::Kind::recover: balancer_->set_available(i, true); break;
+      case Event::Kind::recover: {
+        balancer_->set_available(i, true);
+        // The proxy's pool wakes as many waiters as a backend that comes
+        // back has free places (every waiter when it has no max_conns).
+        const uint32_t limit = s.spec->max_conns;
+        const uint32_t active = balancer_->live(i).active.load(std::memory_order_relaxed);
+        wake(limit == 0 ? pool_.size() : limit - std::min(limit, active));
+        break;
+      }
       case Event::Kind::weight:
         weights_[i] = e.weight;
         rebuild_balancer();

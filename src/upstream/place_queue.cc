@@ -18,29 +18,17 @@ std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::func
   return place;
 }
 
-void PlaceQueue::wake_one() {
-  std::function<void()> wake;
-  {
-    std::lock_guard lock(mu_);
-    if (waiting_.empty()) return;
-    Place* first = waiting_.front();
-    waiting_.pop_front();
-    first->state_ = Place::State::woken;  // still pending until it leaves
-    // A copy: the waiter may leave and destroy its Place once unlocked.
-    wake = first->wake_;
-  }
-  wake();
-}
-
-void PlaceQueue::wake_all() {
+void PlaceQueue::wake(std::size_t count) {
   std::vector<std::function<void()>> wakes;
   {
     std::lock_guard lock(mu_);
-    for (Place* p : waiting_) {
-      p->state_ = Place::State::woken;
-      wakes.push_back(p->wake_);
+    while (!waiting_.empty() && wakes.size() < count) {
+      Place* first = waiting_.front();
+      waiting_.pop_front();
+      first->state_ = Place::State::woken;  // still pending until it leaves
+      // A copy: the waiter may leave and destroy its Place once unlocked.
+      wakes.push_back(first->wake_);
     }
-    waiting_.clear();
   }
   for (auto& wake : wakes) wake();
 }

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
@@ -52,9 +53,12 @@ class PlaceQueue {
   std::unique_ptr<Place> join(std::size_t limit, std::function<void()> wake, bool front = false,
                               bool* first = nullptr);
   // Wakes the request waiting longest, if any: a place may have freed.
-  void wake_one();
+  void wake_one() { wake(1); }
   // Wakes every waiting request: the pool changed (limits, backends).
-  void wake_all();
+  void wake_all() { wake(SIZE_MAX); }
+  // Wakes the `count` requests waiting longest (fewer if fewer wait): that
+  // many places may have freed at once (a backend came back).
+  void wake(std::size_t count);
   // Leaves the queue (a place found, or given up); false when the request
   // had been woken, or had left already. A woken request that gives up
   // without picking should pass its wake-up on (wake_one()), or a free place

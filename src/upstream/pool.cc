@@ -125,7 +125,9 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   next_return_.store(next_return);
   balancer_ = std::make_unique<balance::Balancer>(config_.policy, specs_of(config_, factors_),
                                                   previous ? previous->balancer_.get() : nullptr);
-  for (uint32_t i = 0; i < states_.size(); ++i) refresh_availability(i);
+  // No wake-up here: Pool::update() wakes every waiter once the snapshot is
+  // published, and a tick's republish() wakes for the backends it returns.
+  for (uint32_t i = 0; i < states_.size(); ++i) refresh_availability(i, false);
 }
 
 bool PoolSnapshot::available(uint32_t i) const {
@@ -148,14 +150,21 @@ const char* PoolSnapshot::state_name(uint32_t i) const {
   return s.healthy.load(std::memory_order_relaxed) ? "up" : "unhealthy";
 }
 
-void PoolSnapshot::refresh_availability(uint32_t i) const {
+void PoolSnapshot::refresh_availability(uint32_t i, bool wake) const {
   BackendState& s = *states_[i];
   bool out;
   {
     std::lock_guard lock(s.mu);
     out = s.out;
   }
-  balancer_->set_available(i, !out && s.healthy.load(std::memory_order_relaxed));
+  if (balancer_->set_available(i, !out && s.healthy.load(std::memory_order_relaxed)) && wake) wake_for_return(i);
+}
+
+void PoolSnapshot::wake_for_return(uint32_t i) const {
+  if (places_->size() == 0) return;  // the usual case: nobody waits
+  const uint32_t limit = config_.backends[i].max_conns;
+  const uint32_t active = balancer_->live(i).active.load(std::memory_order_relaxed);
+  places_->wake(limit == 0 ? SIZE_MAX : limit - std::min(limit, active));
 }
 
 void PoolSnapshot::return_expired(TimePoint now) const {
@@ -410,6 +419,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
 
   // Slow start.
   bool ramp_started = false;
+  std::vector<uint32_t> returned;  // made available by this tick's snapshot (defers_return)
   for (uint32_t i = 0; i < n; ++i) {
     BackendState& s = snap->state(i);
     const milliseconds window = config.backends[i].slow_start;
@@ -419,6 +429,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       if (s.ramp_start > now) s.ramp_start = now;
       s.ramping = true;
       ramp_started = true;
+      returned.push_back(i);
       s.ramp = slow_start_factor(now - s.ramp_start, window);
       note(i, WeightReason::slow_start, s.ramp * s.adaptive, fmt::format("back in service, ramping over {}ms", window.count()));
     } else if (s.ramping) {
@@ -522,6 +533,10 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     for (uint32_t i = 0; i < n; ++i)
       if (specs[i].balance_weight != snap->balancer().backend(i).balance_weight) same = false;
     if (!same || ramp_started) republish();
+    if (ramp_started) {
+      auto published = snapshot();
+      for (uint32_t i : returned) published->wake_for_return(i);
+    }
   }
   return events;
 }

@@ -238,8 +238,16 @@ class PoolSnapshot {
   // runs (see pool.cc).
   void hold_trial(uint32_t i, TimePoint now) const;
   // Tells this snapshot's policy of availability changed through an older
-  // snapshot (Balancer::sync_availability; Pool::tick() calls it).
-  void sync_availability() const { balancer_->sync_availability(); }
+  // snapshot (Balancer::sync_availability; Pool::tick() calls it); wakes the
+  // queue when a backend became available that way.
+  void sync_availability() const {
+    if (balancer_->sync_availability()) places_->wake_all();
+  }
+  // Backend i just became available: wakes as many waiting requests as it
+  // has free places (all of them when it has no max_conns), as HAProxy's
+  // queue hands a server that comes up its share at once instead of waiting
+  // for the next request to end.
+  void wake_for_return(uint32_t i) const;
 
   // Outcome of an attempt (per next_upstream: errors, timeouts, listed statuses).
   void report_failure(uint32_t i, TimePoint now) const;
@@ -290,7 +298,9 @@ class PoolSnapshot {
   const char* state_name(uint32_t i) const;
 
  private:
-  void refresh_availability(uint32_t i) const;
+  // Tells the policy whether backend i is available now; `wake`: and wakes
+  // the queue if it became so (not while a snapshot is built: see pool.cc).
+  void refresh_availability(uint32_t i, bool wake = true) const;
   // pick() (count false) and acquire() (count true).
   std::optional<uint32_t> choose(const balance::PickContext& ctx, TimePoint now, bool count, bool* full) const;
   // Backend i was just taken out (under its lock) until `until`: the next

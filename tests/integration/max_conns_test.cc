@@ -1,8 +1,11 @@
 // max_conns through real `heft run` and `heft demo-backend` processes: a
 // backend with max_conns requests in flight is passed over, every backend full
-// is a 503, backups take the overflow, and the limit holds across workers.
+// is a 503, backups take the overflow, and the limit holds across workers;
+// the pool's queue, and a backend coming back taking its waiters at once.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -10,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "health_load_util.h"
 #include "process_util.h"
 
 namespace heft::test {
@@ -218,6 +222,61 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   EXPECT_GT(got[1].seconds, 0.9);
   EXPECT_LT(got[1].seconds, 2.5);
   EXPECT_NE(heft.log().find("no backend had room within queue_timeout"), std::string::npos);
+}
+
+// HAProxy hands a server that comes up its share of the queue at once: a
+// request waiting while every backend was full or unhealthy is served by the
+// backend its health check brings back, not only when a request elsewhere ends.
+TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "4s", "--health-path", "/healthz"});
+  Backend b = start_backend(dir, "b", {"--health-path", "/healthz"});
+  ASSERT_EQ(control(b.port, "/_control/health?status=500"), 200);
+  const uint16_t port = free_port();
+  const uint16_t admin_port = free_port();
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
+                                        "\t\thealth_uri /healthz\n\t\thealth_interval 100ms\n"
+                                        "\t\tqueue 5\n\t\tqueue_timeout 20s\n\t}}\n}}\n",
+                                        admin_port, port, a.port, b.port),
+                            port);
+  // Polls `done` every 50 ms for at most 5 s.
+  const auto within_5s = [](const std::function<bool()>& done) {
+    for (int k = 0; k < 100; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      if (done()) return true;
+    return false;
+  };
+  const auto upstreams = [&] { return nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body); };
+  ASSERT_TRUE(within_5s([&] { return upstreams()[1]["state"] == "unhealthy"; })) << upstreams().dump();
+
+  std::atomic<int> finished{0};
+  std::string first_by, second_by;
+  int first_rank = 0, second_rank = 0;
+  std::thread first([&] {
+    HttpClient client(port);
+    Response r = client.get("/");
+    first_rank = ++finished;
+    first_by = r.status == 200 ? r.header("x-backend") : fmt::format("{} {}", r.status, r.body);
+  });
+  ASSERT_TRUE(within_5s([&] { return upstreams()[0]["active"] == 1; }));
+  std::thread second([&] {
+    HttpClient client(port);
+    Response r = client.get("/");
+    second_rank = ++finished;
+    second_by = r.status == 200 ? r.header("x-backend") : fmt::format("{} {}", r.status, r.body);
+  });
+  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
+  const bool queued = within_5s([&] { return sample_value(admin_call(admin_port, "GET", "/metrics").body, series) == 1; });
+  EXPECT_TRUE(queued) << "the second request should wait in the queue";
+  EXPECT_EQ(control(b.port, "/_control/health?status=200"), 200);
+  second.join();
+  first.join();
+  EXPECT_EQ(first_by, "a");
+  EXPECT_EQ(second_by, "b");
+  // Served while a still held the first (4 s), not after it.
+  EXPECT_EQ(second_rank, 1);
+  EXPECT_EQ(first_rank, 2);
 }
 
 }  // namespace

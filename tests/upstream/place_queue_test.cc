@@ -1,10 +1,13 @@
 // PlaceQueue: first come, first served; a bounded length; a woken request
 // that lost its place rejoins at the front; leaving after a wake-up says so;
 // the queue is one per pool, carried across snapshots, and a pool change
-// wakes every waiter.
+// wakes every waiter; a backend that comes back wakes as many as it has
+// places.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "upstream/place_queue.h"
@@ -104,6 +107,95 @@ TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
   one.reset();
   two.reset();
   EXPECT_EQ(before->places()->size(), 0u);
+}
+
+TEST(PlaceQueue, WakesAsManyAsAskedLongestWaitingFirst) {
+  PlaceQueue q;
+  std::string woken;
+  auto a = q.join(5, [&] { woken += 'a'; });
+  auto b = q.join(5, [&] { woken += 'b'; });
+  auto c = q.join(5, [&] { woken += 'c'; });
+  q.wake(2);
+  EXPECT_EQ(woken, "ab");
+  q.wake(0);
+  EXPECT_EQ(woken, "ab");
+  q.wake(5);  // more than wait
+  EXPECT_EQ(woken, "abc");
+  EXPECT_EQ(q.size(), 3u);  // woken, not yet left
+}
+
+// Backend A (max_conns 1) is full; B (max_conns 2) is held out. Four requests
+// wait in the pool's queue.
+struct ComeBack : ::testing::Test {
+  static PoolConfig config(std::chrono::milliseconds slow_start) {
+    PoolConfig config;
+    config.name = "p";
+    for (const char* name : {"A", "B"}) {
+      BackendConfig b;
+      b.name = b.address = name;
+      b.max_conns = name[0] == 'A' ? 1 : 2;
+      b.max_fails = 1;
+      b.fail_timeout = std::chrono::seconds(1);
+      b.slow_start = slow_start;
+      config.backends.push_back(b);
+    }
+    return config;
+  }
+  void wait_four(const Pool& pool) {
+    queue = pool.snapshot()->places();
+    for (char name : std::string("wxyz")) waiting.push_back(queue->join(10, [this, name] { woken += name; }));
+  }
+  std::string woken;
+  std::shared_ptr<PlaceQueue> queue;  // outlives the places (the test's Pool does not)
+  std::vector<std::unique_ptr<PlaceQueue::Place>> waiting;
+  const TimePoint t0 = TimePoint(std::chrono::hours(1));
+};
+
+TEST_F(ComeBack, AHealthyAgainBackendWakesAsManyWaitersAsItHasPlaces) {
+  Pool pool(config(std::chrono::milliseconds(0)));
+  pool.snapshot()->set_healthy(1, false, t0);
+  ASSERT_TRUE(pool.snapshot()->acquire({}, t0, nullptr).has_value());  // A's one place
+  wait_four(pool);
+  bool full = false;
+  EXPECT_FALSE(pool.snapshot()->acquire({}, t0, &full).has_value());
+  EXPECT_TRUE(full);
+  pool.snapshot()->set_healthy(1, true, t0);
+  EXPECT_EQ(woken, "wx");  // B's two places, to the two waiting longest
+  pool.snapshot()->set_healthy(1, true, t0);
+  EXPECT_EQ(woken, "wx") << "no change, no wake-up";
+}
+
+TEST_F(ComeBack, ABackendBackFromPassiveFailuresWakesWaiters) {
+  Pool pool(config(std::chrono::milliseconds(0)));
+  pool.snapshot()->report_failure(1, t0);  // B out for fail_timeout (1 s)
+  ASSERT_TRUE(pool.snapshot()->acquire({}, t0, nullptr).has_value());
+  wait_four(pool);
+  pool.tick(t0 + std::chrono::milliseconds(500));
+  EXPECT_EQ(woken, "");
+  pool.tick(t0 + std::chrono::milliseconds(1500));  // the out period has passed
+  EXPECT_EQ(woken, "wx");
+}
+
+TEST_F(ComeBack, WithSlowStartTheWakeUpComesWithTheSnapshotThatMakesItAvailable) {
+  Pool pool(config(std::chrono::seconds(10)));
+  pool.snapshot()->set_healthy(1, false, t0);
+  ASSERT_TRUE(pool.snapshot()->acquire({}, t0, nullptr).has_value());
+  wait_four(pool);
+  pool.snapshot()->set_healthy(1, true, t0);
+  EXPECT_EQ(woken, "") << "not available before the next tick";
+  pool.tick(t0);
+  EXPECT_EQ(woken, "wx");
+  EXPECT_TRUE(pool.snapshot()->available(1));
+}
+
+TEST_F(ComeBack, ABackendWithoutMaxConnsWakesEveryWaiter) {
+  PoolConfig c = config(std::chrono::milliseconds(0));
+  c.backends[1].max_conns = 0;
+  Pool pool(c);
+  pool.snapshot()->set_healthy(1, false, t0);
+  wait_four(pool);
+  pool.snapshot()->set_healthy(1, true, t0);
+  EXPECT_EQ(woken, "wxyz");
 }
 
 }  // namespace

@@ -70,13 +70,16 @@ class Balancer {
   bool limited() const { return limited_; }
 
   // Marks a backend available or not (health checks, passive failure).
-  void set_available(uint32_t index, bool available);
+  // True when this told the policy that the backend became available (it
+  // was unavailable to it before): new room for requests waiting for one.
+  bool set_available(uint32_t index, bool available);
   // Tells the policies of every availability flag that changed since they
   // were last told. The flags are shared with the balancers of the pool's
   // other snapshots, and set_available() through an older one tells only its
   // own policies: whoever replaces snapshots calls this on the current one
-  // now and then (heft's pools on every tick).
-  void sync_availability();
+  // now and then (heft's pools on every tick). True when some backend
+  // became available to the policies.
+  bool sync_availability();
 
   // An attempt at the backend failed: lowers its effective weight (nginx rule).
   void report_failure(uint32_t index);
