@@ -50,6 +50,8 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
     if (!pool) continue;
     const std::string site_label = observe::site_label(running.sites[site]);  // the metrics' site label
     auto snapshot = pool->snapshot();
+    const uint32_t queue = running.sites[site].proxy.queue;
+    const size_t queued = queue ? snapshot->places()->size() : 0;
     std::vector<uint64_t> recent(snapshot->size());
     uint64_t recent_sum = 0;
     for (uint32_t i = 0; i < snapshot->size(); ++i) {
@@ -77,6 +79,9 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
       json& entry = out.back();
       entry["backup"] = snapshot->backend(i).backup;  // takes traffic only when no primary can
       entry["max_conns"] = snapshot->backend(i).max_conns;  // 0: no limit on `active`
+      // The pool's queue (the same for each of its backends): its length, 0 = none, and who waits in it now.
+      entry["queue"] = queue;
+      entry["queued"] = queued;
       entry["weight_factor"] = snapshot->factor(i);
       entry["active_healthy"] = state.healthy.load(std::memory_order_relaxed);
       entry["health_changes_total"] = state.health_changes_total.load(std::memory_order_relaxed);

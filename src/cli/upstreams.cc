@@ -1,5 +1,6 @@
 // `heft upstreams`: the running heft's backends as a table (GET /reverse_proxy/upstreams).
 #include <memory>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -48,6 +49,14 @@ int run_upstreams(const UpstreamsOptions& options) {
                role, u.value("weight", 0u), u.value("effective_weight", 0.0),
                u.value("weight_factor", 1.0), active, u.value("state", "?"),
                u.value("requests_total", uint64_t(0)), u.value("fails", 0u), 100.0 * u.value("share", 0.0));
+  }
+  // Each pool with a queue (nginx Plus's `queue`), once, under the table.
+  std::set<unsigned> shown;
+  for (const auto& u : list) {
+    const unsigned queue = u.value("queue", 0u);
+    if (queue == 0 || !shown.insert(u.value("site", 0u)).second) continue;
+    fmt::print("queue of site {} ({}): {} waiting, at most {}\n", u.value("site", 0u), u.value("site_address", ""),
+               u.value("queued", 0u), queue);
   }
   return 0;
 }

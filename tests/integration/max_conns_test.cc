@@ -216,6 +216,15 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   std::thread load([&] { got = staggered(port, 2, std::chrono::milliseconds(200)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 1);  // the second one waits
+  // The upstreams view and `heft upstreams` show it too.
+  auto list = nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body);
+  EXPECT_EQ(list[0]["queue"], 10);
+  EXPECT_EQ(list[0]["queued"], 1);
+  Process table({HEFT_BINARY, "upstreams", "--address", fmt::format("127.0.0.1:{}", admin_port)}, dir + "/table.log");
+  EXPECT_EQ(table.wait(std::chrono::seconds(30)), 0);
+  EXPECT_NE(read_file(dir + "/table.log").find(fmt::format("queue of site 0 (:{}): 1 waiting, at most 10\n", port)),
+            std::string::npos)
+      << read_file(dir + "/table.log");
   load.join();
   EXPECT_EQ(got[0].what, "a");
   EXPECT_EQ(got[1].what, kQueueRefused);
