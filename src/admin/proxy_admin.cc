@@ -126,8 +126,10 @@ std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy, const config:
   for (size_t site = 0; site < running.sites.size(); ++site) {
     auto pool = proxy.pool(site);
     if (!pool || running.sites[site].proxy.queue == 0) continue;
+    const upstream::PlaceQueue& places = *pool->snapshot()->places();
+    const upstream::PlaceQueue::Counts counts = places.counts();
     gauges.push_back({observe::server_label(running.sites[site]), observe::site_label(running.sites[site]),
-                      pool->snapshot()->places()->size()});
+                      places.size(), counts.joined, counts.full, counts.timed_out});
   }
   return gauges;
 }

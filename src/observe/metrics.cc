@@ -435,6 +435,17 @@ std::string render_metrics(const std::vector<UpstreamGauge>& gauges, const std::
     for (const QueueGauge& q : queues)
       out += fmt::format("heft_queue_waiting_requests{{server=\"{}\",site=\"{}\"}} {}\n", escape(q.server),
                          escape(q.site), q.waiting);
+    header(out, "heft_queue_waited_total", "counter", "Requests that waited in a pool's queue for a place.");
+    for (const QueueGauge& q : queues)
+      out += fmt::format("heft_queue_waited_total{{server=\"{}\",site=\"{}\"}} {}\n", escape(q.server),
+                         escape(q.site), q.joined);
+    header(out, "heft_queue_refused_total", "counter",
+           "Requests the queue answered 503: it was full (reason=\"full\") or they waited queue_timeout (\"timeout\").");
+    for (const QueueGauge& q : queues)
+      out += fmt::format(
+          "heft_queue_refused_total{{server=\"{0}\",site=\"{1}\",reason=\"full\"}} {2}\n"
+          "heft_queue_refused_total{{server=\"{0}\",site=\"{1}\",reason=\"timeout\"}} {3}\n",
+          escape(q.server), escape(q.site), q.full, q.timed_out);
   }
   std::map<std::string, uint64_t> health_changes, weight_decisions;
   {

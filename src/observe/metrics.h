@@ -69,11 +69,14 @@ struct UpstreamGauge {
   uint32_t max_conns = 0;    // limit on `active`; 0 = none
 };
 
-// The queue of a pool that has one (`queue`): requests waiting for a place.
+// The queue of a pool that has one (`queue`): requests waiting for a place,
+// and the pool's counts so far of requests that joined it, found it full or
+// gave up after queue_timeout.
 struct QueueGauge {
   std::string server;
   std::string site;  // site_label() of its site
   uint64_t waiting = 0;
+  uint64_t joined = 0, full = 0, timed_out = 0;
 };
 
 // How long the series of a backend no pool holds any more (and the weight

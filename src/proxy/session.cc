@@ -1187,6 +1187,7 @@ Task<std::optional<uint32_t>> Session::wait_in_queue(WorkerSite& site,
     co_await wait->timer.async_wait(use_task);
     if (!wait->woken && places->leave(*place)) {
       full = true;  // the time ran out
+      places->note_timeout();
       co_return std::nullopt;
     }
     // Woken (a wake-up may also have crossed the deadline): the pool as it is now.
@@ -1197,6 +1198,7 @@ Task<std::optional<uint32_t>> Session::wait_in_queue(WorkerSite& site,
     if (Clock::now() >= deadline) {
       places->wake_one();  // the place this wake-up stood for, unused
       full = true;
+      places->note_timeout();
       co_return std::nullopt;
     }
     front = true;

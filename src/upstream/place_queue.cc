@@ -10,7 +10,11 @@ std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::func
                                                     bool* first) {
   std::unique_ptr<Place> place(new Place(*this, std::move(wake)));
   std::lock_guard lock(mu_);
-  if (!front && waiting_.size() >= limit) return nullptr;
+  if (!front && waiting_.size() >= limit) {
+    full_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  if (!front) joined_.fetch_add(1, std::memory_order_relaxed);  // (a rejoin was counted when it first came)
   if (first) *first = front || pending_ == 0;
   place->at_ = waiting_.insert(front ? waiting_.begin() : waiting_.end(), place.get());
   place->state_ = Place::State::queued;

@@ -69,11 +69,24 @@ class PlaceQueue {
   // hint: it may change at once).
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
 
+  // Counted since the pool began (nginx Plus's queue `overflows`, HAProxy's
+  // per-backend queue counts): requests that joined, that found it full, and
+  // that gave up after the queue timeout (the caller's note_timeout()).
+  struct Counts {
+    uint64_t joined = 0, full = 0, timed_out = 0;
+  };
+  Counts counts() const {
+    return {joined_.load(std::memory_order_relaxed), full_.load(std::memory_order_relaxed),
+            timed_out_.load(std::memory_order_relaxed)};
+  }
+  void note_timeout() { timed_out_.fetch_add(1, std::memory_order_relaxed); }
+
  private:
   std::mutex mu_;
   std::list<Place*> waiting_;  // in line, not yet woken
   std::size_t pending_ = 0;    // in line or woken, not left
   std::atomic<std::size_t> size_{0};
+  std::atomic<uint64_t> joined_{0}, full_{0}, timed_out_{0};
 };
 
 }  // namespace heft::upstream

@@ -167,7 +167,8 @@ TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
   const std::string dir = make_temp_dir();
   Backend a = start_backend(dir, "a", {"--delay", "600ms"});
   const uint16_t port = free_port();
-  Process heft = start_queued(dir, port, a.port, 2, 2, "20s");
+  const uint16_t admin_port = free_port();
+  Process heft = start_queued(dir, port, a.port, 2, 2, "20s", admin_port);
   auto got = staggered(port, 4, std::chrono::milliseconds(100));
   EXPECT_EQ(got[0].what, "a");
   EXPECT_EQ(got[1].what, "a");
@@ -179,6 +180,11 @@ TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
   EXPECT_GT(got[2].seconds, 1.5);
   EXPECT_LT(0.1 + got[1].seconds, 0.2 + got[2].seconds);
   EXPECT_LT(got[3].seconds, 1.2);  // refused without waiting (a wait would be ~1.9 s)
+  const std::string metrics = admin_call(admin_port, "GET", "/metrics").body;
+  const std::string labels = fmt::format("server=\":{}\",site=\":{}\"", port, port);
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_waited_total{{{}}}", labels)), 2) << metrics;
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"full\"}}", labels)), 1);
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"timeout\"}}", labels)), 0);
 }
 
 // A client that sends its next request the moment its last one ends does
@@ -231,6 +237,11 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   EXPECT_GT(got[1].seconds, 0.9);
   EXPECT_LT(got[1].seconds, 2.5);
   EXPECT_NE(heft.log().find("no backend had room within queue_timeout"), std::string::npos);
+  const std::string metrics = admin_call(admin_port, "GET", "/metrics").body;
+  const std::string labels = fmt::format("server=\":{}\",site=\":{}\"", port, port);
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_waited_total{{{}}}", labels)), 1) << metrics;
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"full\"}}", labels)), 0);
+  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"timeout\"}}", labels)), 1);
 }
 
 // HAProxy hands a server that comes up its share of the queue at once: a

@@ -109,6 +109,19 @@ TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
   EXPECT_EQ(before->places()->size(), 0u);
 }
 
+TEST(PlaceQueue, CountsWhoJoinedFoundItFullOrTimedOut) {
+  PlaceQueue q;
+  auto a = q.join(1, [] {});
+  EXPECT_EQ(q.join(1, [] {}), nullptr);
+  q.wake_one();
+  auto again = q.join(1, [] {}, true);  // a woken one whose place was taken: counted once
+  q.note_timeout();
+  const PlaceQueue::Counts c = q.counts();
+  EXPECT_EQ(c.joined, 1u);
+  EXPECT_EQ(c.full, 1u);
+  EXPECT_EQ(c.timed_out, 1u);
+}
+
 TEST(PlaceQueue, WakesAsManyAsAskedLongestWaitingFirst) {
   PlaceQueue q;
   std::string woken;
