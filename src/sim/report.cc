@@ -194,6 +194,10 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
         q["timed_out"] = p.queue_timed_out;
         q["peak"] = p.queue_peak;
         q["at_end"] = p.queue_at_end;
+        // Mean requests waiting per bucket (bucket_s), as the SVG's pool queue panel.
+        nlohmann::ordered_json series = nlohmann::ordered_json::array();
+        for (double v : p.queue_series) series.push_back(fraction(v));
+        q["series"] = std::move(series);
         jp["pool_queue"] = std::move(q);
       }
       jp["latency"] = latency_json(p.latency);

@@ -1,6 +1,7 @@
 // The SVG report of `heft sim`: for each scenario, one panel per policy with
 // every server's utilisation over time, then a panel of latency CDFs (one line
-// per policy, log time axis). Self-contained: no scripts, fonts or links.
+// per policy, log time axis), and with a pool queue a panel of the requests
+// waiting in it over time (one line per policy). Self-contained: no scripts, fonts or links.
 #include <algorithm>
 #include <cmath>
 
@@ -204,6 +205,50 @@ void cdf_panel(std::string& out, const Frame& f, const SimResult& res) {
   }
 }
 
+// The scenario's pool queue (`queue`): mean requests waiting in it per
+// bucket, one line per policy (the CDF panel's colours).
+bool has_pool_queue(const SimResult& res) {
+  for (const PolicyResult& p : res.policies)
+    if (!p.queue_series.empty()) return true;
+  return false;
+}
+
+void queue_panel(std::string& out, const Frame& f, const SimResult& res) {
+  const Scenario& sc = res.scenario;
+  f.axes(out, fmt::format("pool queue (at most {})", sc.queue), "time (s)", "requests waiting (mean)");
+  double top = 0;
+  for (const PolicyResult& p : res.policies)
+    for (double v : p.queue_series) top = std::max(top, v);
+  const double ystep = nice_step(std::max(top, 1.0), 4);
+  const double ymax = std::ceil(std::max(top, 1.0) / ystep) * ystep;
+  const double duration = sc.duration_s;
+  auto px = [&](double t) { return f.x0 + t / duration * kPanelW; };
+  auto py = [&](double v) { return f.y0 + kPanelH - std::clamp(v / ymax, 0.0, 1.0) * kPanelH; };
+  const double step = nice_step(duration, 5);
+  for (int i = 0; i <= 20; ++i) {
+    double t = i * step;
+    if (t > duration * (1 + 1e-9)) break;
+    f.x_tick(out, px(t), tick_label(t));
+  }
+  for (int i = 0; i <= 8; ++i) {
+    const double v = i * ystep;
+    if (v > ymax * (1 + 1e-9)) break;
+    f.y_tick(out, py(v), tick_label(v));
+  }
+  for (size_t pi = 0; pi < res.policies.size(); ++pi) {
+    const PolicyResult& p = res.policies[pi];
+    if (p.queue_series.empty()) continue;
+    std::string points;
+    for (size_t b = 0; b < p.queue_series.size(); ++b) {
+      double t_mid = std::min((b + 0.5) * sc.bucket_s, duration);
+      points += fmt::format("{}{:.1f},{:.1f}", b ? " " : "", px(t_mid), py(p.queue_series[b]));
+    }
+    out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.6"><title>{}: {} waited, {} timed out, at most {} at once</title></polyline>)" "\n",
+                       points, policy_colour(pi), balance::policy_name(p.policy), p.queue_waited, p.queue_timed_out,
+                       p.queue_peak);
+  }
+}
+
 // The server legend below a scenario's panels: one entry per server, wrapped
 // onto further lines where the next would pass the picture's right edge.
 struct LegendEntry {
@@ -240,7 +285,7 @@ double legend_height(const std::vector<LegendEntry>& entries) {
 
 std::string format_svg(const std::vector<SimResult>& results) {
   size_t columns = 1;
-  for (const SimResult& r : results) columns = std::max(columns, r.policies.size() + 1);
+  for (const SimResult& r : results) columns = std::max(columns, r.policies.size() + 1 + has_pool_queue(r));
   const double width = columns * kCellW + 20;
   std::vector<std::vector<LegendEntry>> legends;
   double height = kTitleH + 10;
@@ -284,6 +329,7 @@ std::string format_svg(const std::vector<SimResult>& results) {
     }
     Frame cdf{10 + res.policies.size() * kCellW + kLeft, top + kScenarioTitleH + kTop};
     cdf_panel(out, cdf, res);
+    if (has_pool_queue(res)) queue_panel(out, Frame{cdf.x0 + kCellW, cdf.y0}, res);
     // Legends: servers (colours of the utilisation lines), policies (CDF lines).
     const double ly = top + kScenarioTitleH + kCellH + 8;
     out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">servers:</text>)" "\n", 10 + kLeft, ly + 4);

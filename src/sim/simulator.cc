@@ -110,6 +110,15 @@ struct Later {
   bool operator()(const HeapEvent& a, const HeapEvent& b) const { return a.time > b.time; }
 };
 
+// A level over time (busy workers, requests waiting) integrated per bucket of
+// the measurement window: level x time, for a time-weighted mean per bucket.
+struct BucketedArea {
+  double last_t = 0;
+  size_t bucket = 0;
+  double bucket_end = 0;
+  std::vector<double> area;
+};
+
 struct ServerState {
   const ServerSpec* spec = nullptr;
   double factor = 1;  // service time multiplier (slow events)
@@ -118,11 +127,7 @@ struct ServerState {
   uint32_t epoch = 0;
   bool deadline_pending = false;
   WaitQueue queue;
-  // Busy worker-time accounting, per bucket of the measurement window.
-  double last_t = 0;
-  size_t bucket = 0;
-  double bucket_end = 0;
-  std::vector<double> busy_area;
+  BucketedArea busy_time;  // busy workers x time
   std::unique_ptr<LatencySketch> latency = std::make_unique<LatencySketch>();
   ServerResult out;
 };
@@ -154,8 +159,7 @@ class Run {
       ServerState& s = servers_[i];
       s.spec = &sc_.servers[i];
       if (s.spec->queue_limit) s.queue_limit = *s.spec->queue_limit;
-      s.busy_area.assign(buckets_, 0);
-      s.bucket_end = bucket_end(0);
+      start_area(s.busy_time);
       weights_[i] = initial_weight(*s.spec);
       s.out.name = s.spec->name;
       s.out.size = s.spec->size;
@@ -166,6 +170,7 @@ class Run {
     rebuild_balancer();
     // validate() refuses a pool queue without max_conns; without it nobody waits.
     pool_enabled_ = sc_.queue > 0 && balancer_->limited();
+    if (pool_enabled_) start_area(pool_wait_);
   }
 
   PolicyResult run() {
@@ -225,21 +230,30 @@ class Run {
     return t < sc_.duration_s ? t : kInf;
   }
 
-  // Accumulates busy worker-time up to t into the buckets it spans.
-  void advance(ServerState& s, double t) {
-    if (t <= s.last_t) return;
-    for (; s.bucket < buckets_; ++s.bucket) {
-      if (t < s.bucket_end) {
-        s.busy_area[s.bucket] += s.busy * (t - s.last_t);
-        s.last_t = t;
+  void start_area(BucketedArea& a) const {
+    a.area.assign(buckets_, 0);
+    a.bucket_end = bucket_end(0);
+  }
+
+  // Accumulates `level` (held since a.last_t) up to t into the buckets it spans.
+  void advance(BucketedArea& a, double level, double t) {
+    if (t <= a.last_t) return;
+    for (; a.bucket < buckets_; ++a.bucket) {
+      if (t < a.bucket_end) {
+        a.area[a.bucket] += level * (t - a.last_t);
+        a.last_t = t;
         return;
       }
-      s.busy_area[s.bucket] += s.busy * (s.bucket_end - s.last_t);
-      s.last_t = s.bucket_end;
-      s.bucket_end = bucket_end(s.bucket + 1);
+      a.area[a.bucket] += level * (a.bucket_end - a.last_t);
+      a.last_t = a.bucket_end;
+      a.bucket_end = bucket_end(a.bucket + 1);
     }
-    s.last_t = t;  // past the measurement window: nothing more to count
+    a.last_t = t;  // past the measurement window: nothing more to count
   }
+  // Busy worker-time up to t.
+  void advance(ServerState& s, double t) { advance(s.busy_time, s.busy, t); }
+  // Waiting time in the pool queue up to t; call before its length changes.
+  void advance_pool(double t) { advance(pool_wait_, static_cast<double>(pool_.size()), t); }
 
   void start_service(ServerState& s, uint32_t index, double now, double arrival, uint64_t bits) {
     advance(s, now);
@@ -335,6 +349,7 @@ class Run {
       ++result_.unrouted_full;
       return;
     }
+    advance_pool(now);
     pool_.push(PoolWaiting{now, k});
     ++result_.queue_waited;
     if (pool_.size() > result_.queue_peak) result_.queue_peak = pool_.size();
@@ -361,6 +376,7 @@ class Run {
     const double timeout = sc_.queue_timeout();
     for (size_t guard = pool_.size(); guard > 0 && !pool_.empty(); --guard) {
       if (now < pool_.front().arrival + timeout) break;
+      advance_pool(now);
       pool_.pop();
       ++result_.queue_timed_out;
     }
@@ -394,6 +410,7 @@ class Run {
       bool full = false;
       const std::optional<uint32_t> picked = balancer_->acquire(pick_context(w.k), &full);
       if (!picked && full) break;
+      advance_pool(now_);
       pool_.pop();
       --pending_wakes_;
       if (!picked) {
@@ -511,17 +528,26 @@ class Run {
 
   PolicyResult finish() {
     for (ServerState& s : servers_) advance(s, sc_.duration_s);
+    // The time-weighted mean of a level per bucket (the last one may be narrower).
+    const auto means = [&](const BucketedArea& a, double per) {
+      std::vector<double> series(buckets_);
+      for (size_t b = 0; b < buckets_; ++b) {
+        const double width = bucket_end(b) - static_cast<double>(b) * sc_.bucket_s;
+        series[b] = width > 0 ? a.area[b] / (per * width) : 0;
+      }
+      return series;
+    };
+    if (pool_enabled_) {
+      advance_pool(sc_.duration_s);
+      result_.queue_series = means(pool_wait_, 1);
+    }
     result_.arrivals = arrivals_;
     for (ServerState& s : servers_) {
       ServerResult& out = s.out;
       out.share = arrivals_ ? static_cast<double>(out.requests) / static_cast<double>(arrivals_) : 0;
       double area = 0;
-      out.utilisation_series.resize(buckets_);
-      for (size_t b = 0; b < buckets_; ++b) {
-        area += s.busy_area[b];
-        double width = bucket_end(b) - static_cast<double>(b) * sc_.bucket_s;
-        out.utilisation_series[b] = width > 0 ? s.busy_area[b] / (s.spec->size * width) : 0;
-      }
+      for (double a : s.busy_time.area) area += a;
+      out.utilisation_series = means(s.busy_time, s.spec->size);
       out.utilisation = area / (s.spec->size * sc_.duration_s);
       out.latency = summarise(*s.latency);
       result_.latency_sketch.merge(*s.latency);
@@ -548,6 +574,7 @@ class Run {
   // not yet handed out, and the time of the event being handled.
   bool pool_enabled_ = false, pool_deadline_pending_ = false, dispatching_ = false;
   Ring<PoolWaiting> pool_;
+  BucketedArea pool_wait_;  // requests waiting in pool_ x time
   uint64_t pending_wakes_ = 0;
   double now_ = 0;
   uint64_t arrivals_ = 0;

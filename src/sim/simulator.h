@@ -67,6 +67,9 @@ struct PolicyResult {
   // neither unrouted), the most waiting at once, and those waiting when
   // arrivals stopped.
   uint64_t queue_waited = 0, queue_timed_out = 0, queue_peak = 0, queue_at_end = 0;
+  // With a pool queue: the mean number of requests waiting in it, per bucket
+  // of Scenario::bucket_s (time-weighted, as utilisation_series); else empty.
+  std::vector<double> queue_series;
   LatencySummary latency;
   LatencySketch latency_sketch;  // every completed request: for CDFs
   std::vector<ServerResult> servers;

@@ -632,6 +632,34 @@ TEST(SimPoolQueueTest, ARecoveryWakesTheWaitersAndEachEndWakesOne) {
   EXPECT_NEAR(p.latency.mean_s, (10 + 10.5 + 17) / 3, 1e-3);
 }
 
+// The pool queue's length over time, per bucket: the same run in buckets of
+// 1 s has one request waiting from 1.5 s to 2 s and one from 3 s on.
+TEST(SimPoolQueueTest, TheQueueSeriesIsTheMeanWaitingPerBucket) {
+  Scenario s = two_capped_trace({0, 0, 1.5, 3}, 10, 1);
+  s.duration_s = 4;
+  s.bucket_s = 1;
+  s.events = {parse_event("1s:b:fail"), parse_event("2s:b:recover")};
+  const SimResult r = simulate(s);
+  const std::vector<double> expected = {0, 0.5, 0, 1};
+  ASSERT_EQ(r.policies[0].queue_series.size(), expected.size());
+  for (size_t b = 0; b < expected.size(); ++b) EXPECT_NEAR(r.policies[0].queue_series[b], expected[b], 1e-9) << b;
+  const std::string svg = format_svg({r});
+  EXPECT_NE(svg.find("pool queue (at most 10)"), std::string::npos);
+  EXPECT_NE(svg.find("requests waiting (mean)"), std::string::npos);
+  EXPECT_NE(svg.find("round_robin: 2 waited, 0 timed out, at most 1 at once"), std::string::npos) << svg;
+  // Without a queue: no series, no panel, one column fewer.
+  Scenario plain = s;
+  plain.name = "plain";
+  plain.queue = 0;
+  plain.events.clear();
+  const SimResult q = simulate(plain);
+  EXPECT_TRUE(q.policies[0].queue_series.empty());
+  const std::string plain_svg = format_svg({q});
+  EXPECT_EQ(plain_svg.find("pool queue"), std::string::npos);
+  const auto width = [](const std::string& svg) { return std::stod(svg.substr(svg.find("width=\"") + 7)); };
+  EXPECT_GT(width(svg), width(plain_svg));
+}
+
 // A request placed from the pool queue into a server's own queue times out
 // there after the server's timeout counted from when it got there, while its
 // latency counts from its arrival. `a`: 1 worker of 1 s, max_conns 2 (one may
@@ -684,6 +712,8 @@ TEST(SimPoolQueueTest, OutputsShowThePoolQueue) {
   EXPECT_EQ(j["policies"][0]["pool_queue"]["timed_out"], p.queue_timed_out);
   EXPECT_EQ(j["policies"][0]["pool_queue"]["peak"], p.queue_peak);
   EXPECT_EQ(j["policies"][0]["pool_queue"]["at_end"], p.queue_at_end);
+  EXPECT_EQ(j["policies"][0]["pool_queue"]["series"].size(), p.queue_series.size());
+  EXPECT_FALSE(p.queue_series.empty());
   const std::string csv = format_csv(results);
   EXPECT_NE(csv.find(",unrouted,pool_queue_waited,pool_queue_timed_out,pool_queue_peak,pool_queue_at_end\n"),
             std::string::npos)
