@@ -1,6 +1,7 @@
 // `heft sim`: the discrete-event simulator (src/sim/simulator.h) on the command
-// line. Builds a Scenario from flags, a JSON file or a built-in example, runs
-// it, and prints a table, JSON or CSV (plus an SVG report on request).
+// line. Builds a Scenario from flags, a JSON file, a built-in example or the
+// pool of a site in a heft configuration, runs it, and prints a table, JSON
+// or CSV (plus an SVG report on request).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "config/heftfile.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -46,6 +48,8 @@ struct SimFlags {
   bool json = false;
   bool csv = false;
   std::string svg;
+  std::string config_file;  // --config: a Heftfile or JSON configuration
+  size_t site = 0;          // --site: which of its sites' pool
   // Whether a flag was given: an empty value ("--policies ''") is an error
   // for its parser, not a silent "not given".
   CLI::App* command = nullptr;
@@ -78,6 +82,7 @@ struct FileMembers {
   bool policies = false;
   bool queue = false;
   bool queue_timeout = false;
+  bool pool_queue = false;  // the queue and its timeout came from --config's pool
 };
 
 // "round_robin,least_conn"
@@ -118,6 +123,103 @@ void check_queue_applies(const SimFlags& f, const FileMembers& file, const sim::
         f.given("--queue") ? "--queue is 0" : file.queue ? "the scenario's queue is 0" : "give --queue N"));
 }
 
+// The servers --servers makes (sizes in units, each with --service, --dist,
+// --sigma and --unit-workers).
+std::vector<sim::ServerSpec> servers_from_flags(const SimFlags& f) {
+  auto dist = sim::parse_service_dist(f.dist);
+  if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
+  if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
+  // Only the lognormal has a sigma: given with another, it did nothing.
+  if (f.given("--sigma") && *dist != sim::ServiceDist::lognormal)
+    throw std::invalid_argument(fmt::format("--sigma applies only to --dist lognormal; --dist is {}{}",
+                                            sim::service_dist_name(*dist), f.given("--dist") ? "" : " (the default)"));
+  if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
+    throw std::invalid_argument(fmt::format(
+        "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
+  const double service = sim::parse_duration(f.service, "--service");
+  std::vector<sim::ServerSpec> servers;
+  for (double units : sim::parse_units(f.servers)) {
+    sim::ServerSpec server;
+    server.units = units;
+    // Checked before narrowing: 1e9x must neither wrap nor reserve room for 1e9 workers.
+    const double workers = std::max(1.0, std::round(units * f.unit_workers));
+    if (workers > static_cast<double>(sim::kMaxWorkers))
+      throw std::invalid_argument(fmt::format("--servers {}x with --unit-workers {} is {:.0f} workers; at most {} are "
+                                              "simulated in all",
+                                              units, f.unit_workers, workers, sim::kMaxWorkers));
+    server.size = static_cast<uint32_t>(workers);
+    server.service_s = service;
+    server.dist = *dist;
+    server.sigma = f.sigma;
+    servers.push_back(server);
+  }
+  return servers;
+}
+
+// The pool of site --site in --config, as the proxy would run it: its backends
+// (named by address, in order) with their weights (`down`: 0) and max_conns,
+// its policy (unless --policies), hash strategy and queue; their sizes and
+// service times from --servers and its companions, one size per backend.
+// Backups are left out (the simulator has none; said on stderr).
+sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
+  if (!f.given("--servers"))
+    throw std::invalid_argument(
+        "--config needs --servers: the size of each backend in units, in the pool's order (e.g. --servers 3x,1x,1x)");
+  if (f.given("--server"))
+    throw std::invalid_argument("--server does not go with --config: the backends are the pool's (size them with --servers)");
+  config::Result<config::Config> loaded = config::load_config_file(f.config_file);
+  if (!loaded.ok()) {
+    std::string errors;
+    for (const config::Diagnostic& d : loaded.errors) errors += "\n" + d.to_string();
+    throw std::invalid_argument(fmt::format("--config '{}' is not valid:{}", f.config_file, errors));
+  }
+  const std::vector<config::SiteConfig>& sites = loaded->sites;
+  if (f.given("--site") ? f.site >= sites.size() : sites.size() != 1)
+    throw std::invalid_argument(
+        f.given("--site") ? fmt::format("--site {}: '{}' has {} site{} (0..{})", f.site, f.config_file, sites.size(),
+                                        sites.size() == 1 ? "" : "s", sites.size() - 1)
+                          : fmt::format("'{}' has {} sites: choose one with --site N (0..{}, in the file's order)",
+                                        f.config_file, sites.size(), sites.size() - 1));
+  const size_t index = f.given("--site") ? f.site : 0;
+  const config::PoolConfig& pool = sites[index].proxy;
+  std::vector<const config::UpstreamConfig*> members;
+  for (const config::UpstreamConfig& u : pool.upstreams) {
+    if (u.backup)
+      fmt::print(stderr, "heft sim: backup {} left out (the simulator has no backups)\n", u.dial);
+    else
+      members.push_back(&u);
+  }
+  std::vector<sim::ServerSpec> servers = servers_from_flags(f);
+  if (servers.size() != members.size())
+    throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})", servers.size(),
+                                            servers.size() == 1 ? "" : "s", members.size(),
+                                            members.size() == 1 ? "" : "s", index,
+                                            members.size() == 1 ? members[0]->dial : "in the pool's order"));
+  sim::Scenario s;
+  s.name = fmt::format("{} site {}", f.config_file, index);
+  bool any_max_conns = false;
+  for (size_t i = 0; i < servers.size(); ++i) {
+    servers[i].name = members[i]->dial;
+    servers[i].weight = members[i]->down ? 0 : members[i]->weight;
+    servers[i].max_conns = members[i]->max_conns;
+    any_max_conns |= members[i]->max_conns > 0;
+  }
+  s.servers = std::move(servers);
+  s.policies = {pool.policy};
+  s.hash_strategy = pool.hash_strategy;
+  // A queue no request can enter (no max_conns) the proxy only warns of: nothing to model.
+  if (pool.queue > 0 && any_max_conns) {
+    s.queue = pool.queue;
+    s.queue_timeout_s = std::chrono::duration<double>(pool.queue_timeout).count();
+  }
+  // The pool's settings are defaults the flags may change: --policies
+  // without hash leaves its hash strategy unread, --queue 0 its queue timeout.
+  from.policies = true;
+  from.queue = s.queue > 0;
+  from.pool_queue = s.queue > 0;
+  return s;
+}
+
 // Flags that refine any scenario (from flags, a file or an example).
 void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& s) {
   if (f.given("--seed")) s.seed = sim::parse_seed(f.seed);
@@ -139,7 +241,10 @@ void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& 
     s.hash_strategy = *h;
   }
   check_hash_strategy_applies(f, file, s);
-  if (f.given("--queue")) s.queue = sim::parse_pool_queue(f.queue);
+  if (f.given("--queue")) {
+    s.queue = sim::parse_pool_queue(f.queue);
+    if (s.queue == 0 && file.pool_queue) s.queue_timeout_s.reset();  // --config's pool's, not asked for
+  }
   if (f.given("--queue-timeout")) {
     s.queue_timeout_s = sim::parse_duration(f.queue_timeout, "--queue-timeout");
     if (!(*s.queue_timeout_s > 0)) throw std::invalid_argument("--queue-timeout must be positive");
@@ -162,9 +267,11 @@ void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& 
 std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   std::vector<sim::Scenario> out;
   FileMembers file;
-  int sources = f.given("--example") + f.given("--scenario") + (f.given("--servers") || f.given("--server"));
+  int sources = f.given("--example") + f.given("--scenario") + f.given("--config") +
+                ((f.given("--servers") || f.given("--server")) && !f.given("--config"));
   if (sources != 1)
-    throw std::invalid_argument("give exactly one of --example, --scenario, or --servers/--server");
+    throw std::invalid_argument("give exactly one of --example, --scenario, --config (with --servers), or --servers/--server");
+  if (f.given("--site") && !f.given("--config")) throw std::invalid_argument("--site needs --config");
   // They shape the servers --servers makes; anywhere else they did nothing.
   for (const char* flag : {"--service", "--dist", "--sigma", "--unit-workers"}) {
     if (f.given(flag) && !f.given("--servers"))
@@ -172,7 +279,9 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
           "{} needs --servers (a --server takes service=, dist=, sigma= and size=; a scenario file, its members)",
           flag));
   }
-  if (f.given("--example")) {
+  if (f.given("--config")) {
+    out.push_back(scenario_from_config(f, file));
+  } else if (f.given("--example")) {
     if (f.example != "seed") throw std::invalid_argument("--example: the only example is 'seed'");
     out.push_back(sim::seed_example(false));
     out.push_back(sim::seed_example(true));
@@ -199,35 +308,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   } else {
     sim::Scenario s;
     s.name = "heft sim";
-    if (f.given("--servers")) {
-      auto dist = sim::parse_service_dist(f.dist);
-      if (!dist) throw std::invalid_argument("--dist is fixed, exp or lognormal");
-      if (f.unit_workers == 0) throw std::invalid_argument("--unit-workers must be at least 1");
-      // Only the lognormal has a sigma: given with another, it did nothing.
-      if (f.given("--sigma") && *dist != sim::ServiceDist::lognormal)
-        throw std::invalid_argument(fmt::format("--sigma applies only to --dist lognormal; --dist is {}{}",
-                                                sim::service_dist_name(*dist),
-                                                f.given("--dist") ? "" : " (the default)"));
-      if (!(f.sigma >= 0 && f.sigma <= sim::kMaxSigma))
-        throw std::invalid_argument(fmt::format(
-            "--sigma must be 0..{} (beyond, the lognormal cannot keep its mean), got {}", sim::kMaxSigma, f.sigma));
-      const double service = sim::parse_duration(f.service, "--service");
-      for (double units : sim::parse_units(f.servers)) {
-        sim::ServerSpec server;
-        server.units = units;
-        // Checked before narrowing: 1e9x must neither wrap nor reserve room for 1e9 workers.
-        const double workers = std::max(1.0, std::round(units * f.unit_workers));
-        if (workers > static_cast<double>(sim::kMaxWorkers))
-          throw std::invalid_argument(fmt::format(
-              "--servers {}x with --unit-workers {} is {:.0f} workers; at most {} are simulated in all", units,
-              f.unit_workers, workers, sim::kMaxWorkers));
-        server.size = static_cast<uint32_t>(workers);
-        server.service_s = service;
-        server.dist = *dist;
-        server.sigma = f.sigma;
-        s.servers.push_back(server);
-      }
-    }
+    if (f.given("--servers")) s.servers = servers_from_flags(f);
     for (const std::string& text : f.server) s.servers.push_back(sim::parse_server(text));
     out.push_back(std::move(s));
   }
@@ -287,6 +368,10 @@ void setup(CLI::App& root) {
       "sim", "Simulate a fleet under several balancing policies with heft's own balancer (docs/sim.md)");
   cmd->add_option("--example", f->example, "Run a built-in scenario: seed (one 3x and two 1x servers, 579 req/s)");
   cmd->add_option("--scenario", f->scenario_file, "JSON scenario file (format in docs/sim.md)");
+  cmd->add_option("--config", f->config_file,
+                  "Simulate a site's pool from a Heftfile or JSON configuration: its backends, weights, max_conns, "
+                  "policy and queue (sizes from --servers, one per backend)");
+  cmd->add_option("--site", f->site, "With --config: the site, 0.. in the file's order (needed when it has several)");
   cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
   cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();
