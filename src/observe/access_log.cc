@@ -149,6 +149,8 @@ std::string format_access_log_line(const AccessLogEntry& e) {
   line["size"] = e.size;
   line["tries"] = e.tries;
   if (e.queued >= 0) line["queued"] = e.queued;  // only a request that waited for a place
+  if (e.upstream_header_time >= 0) line["upstream_header_time"] = e.upstream_header_time;
+  if (e.upstream_response_time >= 0) line["upstream_response_time"] = e.upstream_response_time;
   // Invalid UTF-8 from a client (in the URI, say) is replaced, never thrown.
   return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -36,6 +36,11 @@ struct AccessLogEntry {
   uint64_t size = 0;    // response body bytes sent
   uint32_t tries = 0;   // attempts made
   double queued = -1;   // seconds it waited in its pool's queue (HAProxy's Tw); < 0: it did not wait
+  // The last attempt's seconds until the backend's response head arrived
+  // (nginx's $upstream_header_time, HAProxy's Tr) and until it ended
+  // ($upstream_response_time); < 0: no attempt, or no head (header_time).
+  double upstream_header_time = -1;
+  double upstream_response_time = -1;
 };
 
 // The line for `entry`, without the newline.

@@ -768,6 +768,8 @@ class Session {
     unsigned tries = 0;
     uint64_t size = 0;  // response body bytes written to the client connection
     double queued = -1;  // seconds waited in the pool's queue; < 0: did not wait
+    // The last attempt's time to the backend's response head and to its end; < 0: none.
+    double upstream_header_time = -1, upstream_response_time = -1;
   };
   RequestRecord record_;
   std::shared_ptr<const WorkerRoutes> current_routes_;
@@ -904,7 +906,8 @@ void Session::finish_request() {
   const auto& req = parser->get();
   route->log->write({wall_start, client_ip, std::string(req.method_string()), std::string(routed_host_),
                      std::string(req.target()), req.version() >= 11 ? "HTTP/1.1" : "HTTP/1.0", record_.upstream,
-                     status, seconds, record_.size, record_.tries, record_.queued});
+                     status, seconds, record_.size, record_.tries, record_.queued,
+                     record_.upstream_header_time, record_.upstream_response_time});
 }
 
 const SiteRoute* Session::port_site(const WorkerRoutes& routes) const {
@@ -1399,6 +1402,11 @@ Task<bool> Session::handle(RequestParser& parser) {
     {
       // Metrics and the access log: the backend's answer, or why the attempt failed.
       const double seconds = std::chrono::duration<double>(attempt_end - attempt_start).count();
+      record_.upstream_response_time = seconds;
+      record_.upstream_header_time =
+          response_head_at_ != Clock::time_point{}
+              ? std::chrono::duration<double>(response_head_at_ - attempt_start).count()
+              : -1;
       const std::string& server = route->server_label;
       const std::string& site_label = route->site_label;
       switch (result.outcome) {

@@ -239,6 +239,35 @@ TEST(MetricsAndAccessLog, QueuedRequestsLogTheirWait) {
   }
 }
 
+// The last attempt's backend timings (nginx's $upstream_header_time and
+// $upstream_response_time): to the response head, and to its end; a failed
+// attempt has the second only.
+TEST(MetricsAndAccessLog, RequestsLogTheBackendsTimes) {
+  const std::string dir = make_temp_dir();
+  Backend slow = start_backend(dir, "slow", {"--delay", "300ms"});
+  const uint16_t port = free_port(), admin_port = free_port();
+  const std::string log_path = dir + "/access.log";
+  Process heft = start_logged_heft(dir, admin_port, port, log_path,
+                                   fmt::format("{{\n\t\tto 127.0.0.1:{}\n\t\tmax_fails 0\n\t}}", slow.port));
+  HttpClient client(port);
+  EXPECT_EQ(client.get("/answered").status, 200);
+  slow.process.kill_now();
+  HttpClient again(port);
+  EXPECT_EQ(again.get("/refused").status, 502);
+  const std::vector<nlohmann::json> lines = log_lines(log_path, 2);
+  ASSERT_EQ(lines.size(), 2u);
+  const nlohmann::json& answered = lines[0]["request"]["uri"] == "/answered" ? lines[0] : lines[1];
+  const nlohmann::json& refused = lines[0]["request"]["uri"] == "/refused" ? lines[0] : lines[1];
+  ASSERT_TRUE(answered.contains("upstream_header_time")) << answered;
+  ASSERT_TRUE(answered.contains("upstream_response_time")) << answered;
+  EXPECT_GE(answered["upstream_header_time"].get<double>(), 0.3) << answered;  // the backend's delay
+  EXPECT_LE(answered["upstream_header_time"].get<double>(), answered["upstream_response_time"].get<double>());
+  EXPECT_LE(answered["upstream_response_time"].get<double>(), answered["duration"].get<double>());
+  EXPECT_FALSE(refused.contains("upstream_header_time")) << refused;
+  ASSERT_TRUE(refused.contains("upstream_response_time")) << refused;
+  EXPECT_LT(refused["upstream_response_time"].get<double>(), 0.3) << refused;
+}
+
 // The log line of the request for `uri` (null if none or several).
 nlohmann::json line_for(const std::vector<nlohmann::json>& lines, const std::string& uri) {
   nlohmann::json found;
