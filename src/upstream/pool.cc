@@ -161,7 +161,7 @@ void PoolSnapshot::refresh_availability(uint32_t i, bool wake) const {
 }
 
 void PoolSnapshot::wake_for_return(uint32_t i) const {
-  if (places_->size() == 0) return;  // the usual case: nobody waits
+  if (places_->size() == 0 || i >= size()) return;  // the usual case: nobody waits
   const uint32_t limit = config_.backends[i].max_conns;
   const uint32_t active = balancer_->live(i).active.load(std::memory_order_relaxed);
   places_->wake(limit == 0 ? SIZE_MAX : limit - std::min(limit, active));
@@ -385,11 +385,12 @@ void Pool::update(const PoolConfig& config) {
   next->places()->wake_all();
 }
 
-void Pool::republish() {
+std::pair<std::shared_ptr<const PoolSnapshot>, std::shared_ptr<const PoolSnapshot>> Pool::republish() {
   std::lock_guard lock(mu_);
   auto next = std::make_shared<PoolSnapshot>(current_->config(), current_.get());
-  current_ = next;
+  auto replaced = std::exchange(current_, next);
   version_.store(next->version(), std::memory_order_release);
+  return {std::move(replaced), std::move(next)};
 }
 
 std::vector<WeightEvent> Pool::tick(TimePoint now) {
@@ -532,10 +533,12 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     bool same = true;
     for (uint32_t i = 0; i < n; ++i)
       if (specs[i].balance_weight != snap->balancer().backend(i).balance_weight) same = false;
-    if (!same || ramp_started) republish();
-    if (ramp_started) {
-      auto published = snapshot();
-      for (uint32_t i : returned) published->wake_for_return(i);
+    if (!same || ramp_started) {
+      auto [replaced, published] = republish();
+      // The indices are this tick's snapshot's; a Pool::update() that came
+      // between has woken every waiter itself.
+      if (replaced == snap)
+        for (uint32_t i : returned) published->wake_for_return(i);
     }
   }
   return events;

@@ -343,7 +343,9 @@ class Pool {
   }
 
  private:
-  void republish();
+  // Publishes a new snapshot of the current configuration; returns the
+  // snapshot it replaced and the new one.
+  std::pair<std::shared_ptr<const PoolSnapshot>, std::shared_ptr<const PoolSnapshot>> republish();
 
   mutable std::mutex mu_;  // guards current_
   std::shared_ptr<const PoolSnapshot> current_;
