@@ -545,6 +545,7 @@ class Session {
     client_closed_ = true;
     unwatch_client();
     if (upstream) cancel_io(*upstream);
+    if (queue_wait_) queue_wait_->timer.cancel();  // it gives up its place in the queue
   }
   // Called by the sweep when the deadline passed: aborts whatever is pending.
   void expire() {
@@ -602,6 +603,8 @@ class Session {
  private:
   // check_client() found the client gone: the attempt ends as client_gone.
   bool client_closed_ = false;
+  // The wait for a place in the pool's queue under way (wait_in_queue()), if any.
+  PlaceWait* queue_wait_ = nullptr;
   // The request waits for its response head from `since` on: the sweep
   // checks its client (check_client()) once it has waited kClientCheckAfter.
   void watch_client_from(Clock::time_point since) {
@@ -1187,7 +1190,19 @@ Task<std::optional<uint32_t>> Session::wait_in_queue(WorkerSite& site,
       if (!busy) co_return std::nullopt;  // nothing available any more: no place will free
     }
     wait->timer.expires_at(deadline);
+    // A client that closes while its request waits gives up its place (as
+    // HAProxy's abortonclose), instead of holding it until a backend does
+    // the work for nobody; `ignore_client_abort on` keeps it waiting.
+    queue_wait_ = wait.get();
+    ignore_client_abort_ = pool.ignore_client_abort;
+    watch_client_from(Clock::now());
     co_await wait->timer.async_wait(use_task);
+    queue_wait_ = nullptr;
+    unwatch_client();
+    if (client_closed_) {
+      if (!places->leave(*place)) places->wake_one();  // woken meanwhile: pass it on
+      co_return std::nullopt;
+    }
     if (!wait->woken && places->leave(*place)) {
       full = true;  // the time ran out
       places->note_timeout();
@@ -1340,6 +1355,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       // Every backend is at its max_conns: wait for a place (nginx Plus's queue).
       full = false;
       pick = co_await wait_for_place(site, snapshot, ctx, pool, full);
+      if (client_closed_) co_return false;  // it left while waiting: a 499 in the log
     }
     if (!pick) {
       if (tried.empty() && full && pool.queue > 0) {

@@ -299,5 +299,43 @@ TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
   EXPECT_EQ(first_rank, 2);
 }
 
+// A client that closes its connection while its request waits in the queue
+// gives up its place (HAProxy's abortonclose): the request never reaches a
+// backend, and the queue is free for the next at once.
+TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "4s"});
+  const uint16_t port = free_port();
+  const uint16_t admin_port = free_port();
+  Process heft = start_queued(dir, port, a.port, 2, 10, "20s", admin_port);
+  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
+  const auto waiting = [&] { return sample_value(admin_call(admin_port, "GET", "/metrics").body, series); };
+  std::atomic<bool> first_done{false};
+  std::thread first([&] {
+    HttpClient client(port);
+    EXPECT_EQ(client.get("/first").status, 200);
+    first_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  {
+    HttpClient leaving(port);
+    ASSERT_TRUE(leaving.send_raw("GET /leaving HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    bool queued = false;
+    for (int k = 0; k < 40 && !queued; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      queued = waiting() == 1;
+    ASSERT_TRUE(queued);
+  }  // closed
+  bool left = false;
+  for (int k = 0; k < 50 && !left; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50))) left = waiting() == 0;
+  EXPECT_TRUE(left) << "the request of a client gone still waits";
+  EXPECT_FALSE(first_done) << "the queue emptied only when the place freed";
+  first.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  HttpClient stats(a.port);
+  Response r = stats.get("/_control/stats");
+  // The first request and this one (the count includes itself): not the abandoned one.
+  EXPECT_EQ(nlohmann::json::parse(r.body)["requests"], 2) << "the abandoned request reached the backend";
+}
+
 }  // namespace
 }  // namespace heft::test
