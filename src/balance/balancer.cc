@@ -1,6 +1,7 @@
 #include "heft/balance/balancer.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "balance/weighted_round_robin.h"
 #include "heft/balance/hash.h"
@@ -18,6 +19,8 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
   name_slots_.assign(slots, 0);
   live_.reserve(backends_.size());
   live_ptrs_.reserve(backends_.size());
+  // previous->retired_ by name, built when a backend is not in `previous`.
+  std::unordered_map<std::string_view, size_t> retired_by_name;
   for (uint32_t i = 0; i < backends_.size(); ++i) {
     const BackendSpec& b = backends_[i];
     uint64_t id = hash_key(b.name);
@@ -53,7 +56,23 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
         }
       }
     } else {
-      live_.push_back(std::make_shared<BackendLive>());
+      // Removed by an earlier change and added back: requests that began
+      // before the removal may still be in flight, counted on the object an
+      // older Balancer holds. A fresh count would let max_conns more in.
+      std::shared_ptr<BackendLive> revived;
+      if (previous && !previous->retired_.empty()) {
+        if (retired_by_name.empty())
+          for (size_t r = 0; r < previous->retired_.size(); ++r)
+            retired_by_name.emplace(previous->retired_[r].name, r);
+        if (auto it = retired_by_name.find(b.name); it != retired_by_name.end())
+          revived = previous->retired_[it->second].live.lock();
+      }
+      if (revived) {
+        revived->available.store(true);  // as an added backend: available until told otherwise
+        live_.push_back(std::move(revived));
+      } else {
+        live_.push_back(std::make_shared<BackendLive>());
+      }
     }
     live_ptrs_.push_back(live_.back().get());
     if (b.max_conns > 0) limited_ = true;
@@ -62,6 +81,15 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
     if (b.weight == 0 || (b.down && options_.kind != PolicyKind::hash)) continue;
     (b.backup ? backups : primaries)
         .push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id, b.down});
+  }
+  if (previous) {
+    // What this Balancer does not list and an older one may still hold: the
+    // backends `previous` had and this one lacks, and its own retired ones
+    // still held somewhere.
+    for (const Retired& r : previous->retired_)
+      if (!r.live.expired() && !find(r.name)) retired_.push_back(r);
+    for (uint32_t j = 0; j < previous->backends_.size(); ++j)
+      if (!find(previous->backends_[j].name)) retired_.push_back({previous->backends_[j].name, previous->live_[j]});
   }
   // Before the policies read the flags: one that flips meanwhile is told
   // again by the next set_available() or sync_availability() (harmless).

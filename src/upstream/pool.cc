@@ -125,6 +125,11 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   next_return_.store(next_return);
   balancer_ = std::make_unique<balance::Balancer>(config_.policy, specs_of(config_, factors_),
                                                   previous ? previous->balancer_.get() : nullptr);
+  if (previous) {
+    for (uint32_t j = 0; j < previous->states_.size(); ++j)
+      if (!balancer_->find(previous->config_.backends[j].name))
+        previous->states_[j]->removed.store(true, std::memory_order_relaxed);
+  }
   // No wake-up here: Pool::update() wakes every waiter once the snapshot is
   // published, and a tick's republish() wakes for the backends it returns.
   for (uint32_t i = 0; i < states_.size(); ++i) refresh_availability(i, false);
@@ -152,6 +157,9 @@ const char* PoolSnapshot::state_name(uint32_t i) const {
 
 void PoolSnapshot::refresh_availability(uint32_t i, bool wake) const {
   BackendState& s = *states_[i];
+  // No longer in the pool: the flag may be a returned backend's now.
+  if (s.removed.load(std::memory_order_relaxed)) [[unlikely]]
+    return;
   bool out;
   {
     std::lock_guard lock(s.mu);

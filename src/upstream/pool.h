@@ -181,6 +181,11 @@ struct BackendState {
   std::atomic<bool> trial{false};
   // Active health (set by health checks; true when none run).
   std::atomic<bool> healthy{true};
+  // A rebuild dropped the backend from the pool. Snapshots that still list it
+  // (requests in flight) then leave the policy's availability flag alone: a
+  // backend added back under its name shares that flag (its in-flight count
+  // is carried, Balancer) with a state of its own, which decides it.
+  std::atomic<bool> removed{false};
   // Counters for /metrics and /reverse_proxy/upstreams (the per-response
   // ones are in `counters`).
   std::atomic<uint64_t> failures_total{0};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +135,53 @@ TEST(MaxConns, HashedKeysStayOnTheirBackendWhileItHasRoom) {
     b.end_request(home);
     EXPECT_EQ(*b.acquire(key), home);
   }
+}
+
+// A change removes A while a request is in flight there (the request holds
+// the older Balancer), and the next change adds A back: the request still
+// counts, so A is full until it ends. A fresh count let max_conns more in
+// (measured at a real origin: 2 in flight with max_conns 1).
+TEST(MaxConns, ABackendAddedBackCountsTheRequestsStillInFlightThere) {
+  const auto a_and_b = specs({1, 1}, {1, 0});
+  const std::vector<BackendSpec> b_alone = {a_and_b[1]};
+  for (PolicyKind kind : kEveryPolicy) {
+    auto with_a = std::make_unique<Balancer>(PolicyOptions{kind}, a_and_b);
+    // `first` and the others alike: A is the only place left once B is full.
+    std::optional<uint32_t> at_a;
+    for (int k = 0; k < 64 && at_a != 0u; ++k) at_a = with_a->acquire({.key_hash = uint64_t(k), .random = uint64_t(k)});
+    ASSERT_EQ(at_a, std::optional<uint32_t>(0)) << policy_name(kind);
+    auto without_a = std::make_unique<Balancer>(PolicyOptions{kind}, b_alone, with_a.get());
+    auto back = std::make_unique<Balancer>(PolicyOptions{kind}, a_and_b, without_a.get());
+    EXPECT_EQ(back->live(0).active.load(), 1u) << policy_name(kind);
+    EXPECT_TRUE(back->live(0).available.load()) << policy_name(kind);
+    for (int k = 0; k < 6; ++k) {
+      bool full = false;
+      EXPECT_EQ(back->acquire({.key_hash = uint64_t(k), .random = uint64_t(k)}, &full), std::optional<uint32_t>(1))
+          << policy_name(kind);
+    }
+    // The request ends through the Balancer it began with: A has room again.
+    with_a->end_request(0);
+    EXPECT_EQ(back->live(0).active.load(), 0u) << policy_name(kind);
+    bool to_a = false;
+    for (int k = 0; k < 20 && !to_a; ++k) to_a = back->acquire({.key_hash = uint64_t(k), .random = uint64_t(k)}) == 0u;
+    EXPECT_TRUE(to_a) << policy_name(kind);
+  }
+}
+
+// Only while an older Balancer holds the object: once every Balancer that
+// listed A is gone, A added back starts afresh, and nothing is kept for it.
+TEST(MaxConns, ARemovedBackendIsForgottenOnceNoBalancerHoldsIt) {
+  const auto a_and_b = specs({1, 1}, {1, 0});
+  const std::vector<BackendSpec> b_alone = {a_and_b[1]};
+  auto with_a = std::make_unique<Balancer>(PolicyOptions{PolicyKind::first}, a_and_b);
+  ASSERT_EQ(with_a->acquire({}), std::optional<uint32_t>(0));
+  auto without_a = std::make_unique<Balancer>(PolicyOptions{PolicyKind::first}, b_alone, with_a.get());
+  with_a.reset();
+  auto still_without = std::make_unique<Balancer>(PolicyOptions{PolicyKind::first}, b_alone, without_a.get());
+  without_a.reset();
+  Balancer back({PolicyKind::first}, a_and_b, still_without.get());
+  EXPECT_EQ(back.live(0).active.load(), 0u);
+  EXPECT_EQ(back.acquire({}), std::optional<uint32_t>(0));
 }
 
 TEST(MaxConns, TheLimitHoldsAcrossThreads) {

@@ -125,6 +125,65 @@ TEST(MaxConns, SetLiveThroughTheAdminApi) {
   EXPECT_EQ(got["503"], 1);
 }
 
+// The in-flight count of each backend in /reverse_proxy/upstreams, by address.
+std::map<std::string, int> num_requests(uint16_t admin_port) {
+  std::map<std::string, int> out;
+  for (const auto& u : nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body))
+    out[u["address"].get<std::string>()] = u["num_requests"].get<int>();
+  return out;
+}
+
+// A backend removed through the admin API while a request is in flight there
+// and put back before it ends (a blue-green flip and back): the request still
+// counts against its max_conns. It counted for nothing, so heft sent the
+// backend a second request beside it with max_conns 1.
+TEST(MaxConns, ABackendPutBackCountsTheRequestStillInFlightThere) {
+  const std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a", {"--delay", "3s"});
+  Backend b = start_backend(dir, "b");
+  const uint16_t port = free_port();
+  const uint16_t admin_port = free_port();
+  // `first`: A whenever it has room.
+  Process heft = start_heft(dir,
+                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
+                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
+                                        "\t\tlb_policy first\n\t}}\n}}\n",
+                                        admin_port, port, a.port, b.port),
+                            port);
+  const std::string a_addr = fmt::format("127.0.0.1:{}", a.port);
+  const std::string b_addr = fmt::format("127.0.0.1:{}", b.port);
+  Response first;
+  std::thread in_flight([&] {
+    HttpClient client(port);
+    first = client.get("/");
+  });
+  for (int k = 0; k < 500 && num_requests(admin_port)[a_addr] == 0; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(num_requests(admin_port)[a_addr], 1);
+  const std::string path = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams/0";
+  const Response a_json = admin_call(admin_port, "GET", path);
+  ASSERT_EQ(a_json.status, 200) << a_json.body;
+  const Response removed = admin_call(admin_port, "DELETE", path);
+  ASSERT_EQ(removed.status, 200) << removed.body;
+  const Response put_back = admin_call(admin_port, "PUT", path, a_json.body);
+  ASSERT_EQ(put_back.status, 200) << put_back.body;
+  // Put back while its request runs (3 s): A is still full.
+  auto counts = num_requests(admin_port);
+  EXPECT_EQ(counts[a_addr], 1);
+  EXPECT_EQ(counts[b_addr], 0);
+  HttpClient next(port);
+  Response second = next.get("/");
+  EXPECT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.header("x-backend"), "b");
+  in_flight.join();
+  EXPECT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(first.header("x-backend"), "a");
+  // Both ended: nothing left counted.
+  counts = num_requests(admin_port);
+  EXPECT_EQ(counts[a_addr], 0);
+  EXPECT_EQ(counts[b_addr], 0);
+}
+
 // `clients` requests, one connection each, started `gap` apart (so they
 // arrive in order); each answer with the time it took, in start order.
 struct Timed {

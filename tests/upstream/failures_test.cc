@@ -209,6 +209,32 @@ TEST(PassiveFailures, ReturnThroughAnOlderSnapshotReachesTheCurrentPolicy) {
   EXPECT_GE(picked[1], 9);
 }
 
+// A backend removed and added back while a request that began before the
+// removal is still in flight shares that request's count with it (max_conns,
+// Balancer), and so the policy's availability flag. The request's failure,
+// reported through its older snapshot, takes the old incarnation out, not
+// the one added back: that one has failed nothing, and nothing would have
+// returned it (its own state was never out).
+TEST(PassiveFailures, AFailureThroughASnapshotOfARemovedBackendLeavesTheOneAddedBackIn) {
+  Pool pool(pool_of(2, 1, 1000ms));
+  auto older = pool.snapshot();
+  ASSERT_EQ(older->acquire({}, t0, nullptr), std::optional<uint32_t>(0));  // a request at A
+  PoolConfig b_alone = pool_of(2, 1, 1000ms);
+  b_alone.backends.erase(b_alone.backends.begin());
+  pool.update(b_alone);
+  pool.update(pool_of(2, 1, 1000ms));
+  auto current = pool.snapshot();
+  EXPECT_EQ(current->live(0).active.load(), 1u);
+  older->report_failure(0, t0);
+  older->balancer().end_request(0);
+  EXPECT_TRUE(current->available(0));
+  pool.tick(t0 + 250ms);
+  EXPECT_TRUE(current->available(0));
+  int to_a = 0;
+  for (int k = 0; k < 10; ++k) to_a += current->pick({}, t0 + 300ms) == 0u;
+  EXPECT_EQ(to_a, 5);
+}
+
 // An idle pool: nothing picks after the failure, but the backend is reported
 // available once fail_timeout has passed (the admin API's state, `healthy`,
 // heft_upstream_healthy), as the proxy ticks every pool.

@@ -7,6 +7,11 @@
 // A change builds a new Balancer from the old one (`previous`): backends that
 // stayed (same name) keep their live state (active counts, availability) and
 // their smooth-WRR current and effective weights, so nothing resets.
+// A backend added back under the name of one an earlier change removed,
+// while an older Balancer that lists it is still alive (requests that began
+// before the removal hold it), takes that live object again: its active
+// count still counts those requests, so max_conns holds across the removal
+// (availability starts over, true, as for any added backend).
 //
 // Thread safety: after construction every method may be called from any number
 // of threads at once.
@@ -106,6 +111,14 @@ class Balancer {
   std::vector<uint32_t> name_slots_;  // open-addressing table: backend index + 1, 0 = empty
   std::vector<std::shared_ptr<BackendLive>> live_;
   std::vector<BackendLive*> live_ptrs_;
+  // Backends of earlier Balancers this one does not list, whose live objects
+  // older Balancers may still hold (see the top): what a backend added back
+  // takes again. Entries whose objects are gone are dropped at each rebuild.
+  struct Retired {
+    std::string name;
+    std::weak_ptr<BackendLive> live;
+  };
+  std::vector<Retired> retired_;
   // The availability this balancer's policies were last told of, by index.
   std::unique_ptr<std::atomic<bool>[]> told_available_;
   std::unique_ptr<Policy> primary_;
