@@ -15,7 +15,15 @@ std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::func
     return nullptr;
   }
   if (!front) joined_.fetch_add(1, std::memory_order_relaxed);  // (a rejoin was counted when it first came)
-  if (first) *first = front || pending_ == 0;
+  if (first) {
+    *first = front || pending_ == 0;
+    // Only woken requests ahead, and a place freed that none of them was
+    // woken for: this request is the one to look for it.
+    if (!*first && spare_ > 0 && waiting_.empty()) {
+      --spare_;
+      *first = true;
+    }
+  }
   place->at_ = waiting_.insert(front ? waiting_.begin() : waiting_.end(), place.get());
   place->state_ = Place::State::queued;
   size_.store(++pending_, std::memory_order_relaxed);
@@ -33,6 +41,11 @@ void PlaceQueue::wake(std::size_t count) {
       // A copy: the waiter may leave and destroy its Place once unlocked.
       wakes.push_back(first->wake_);
     }
+    // Places left over with nobody in line but woken requests still to
+    // pick, each for a place of its own: nobody's yet. Kept for the next to
+    // join (see join()), or it would wait behind them for another request
+    // to end with a place free (to its queue_timeout if none did).
+    if (count != SIZE_MAX && wakes.size() < count && pending_ > 0) spare_ += count - wakes.size();
   }
   for (auto& wake : wakes) wake();
 }
@@ -44,6 +57,7 @@ bool PlaceQueue::leave(Place& place) {
   if (was_queued) waiting_.erase(place.at_);
   place.state_ = Place::State::gone;
   size_.store(--pending_, std::memory_order_relaxed);
+  if (pending_ == 0) spare_ = 0;  // a newcomer is first now anyway
   return was_queued;
 }
 

@@ -49,15 +49,21 @@ class PlaceQueue {
   // does not apply to it). Null when `limit` requests are in line already.
   // `first` (may be null): nobody waits ahead of it, woken or not, so no
   // wake-up may be on its way for a place freed just before: the caller
-  // should look for one itself.
+  // should look for one itself. Also set for the first to join behind woken
+  // requests only, after a wake-up found nobody in line (a place freed
+  // while every waiting request had been woken already: theirs are taken
+  // care of, this one is nobody's).
   std::unique_ptr<Place> join(std::size_t limit, std::function<void()> wake, bool front = false,
                               bool* first = nullptr);
-  // Wakes the request waiting longest, if any: a place may have freed.
+  // Wakes the request waiting longest, if any: a place may have freed. With
+  // nobody in line but woken requests still to pick, the place is kept for
+  // the next to join (`first`).
   void wake_one() { wake(1); }
   // Wakes every waiting request: the pool changed (limits, backends).
   void wake_all() { wake(SIZE_MAX); }
   // Wakes the `count` requests waiting longest (fewer if fewer wait): that
-  // many places may have freed at once (a backend came back).
+  // many places may have freed at once (a backend came back). Places left
+  // over are kept as wake_one() keeps its one.
   void wake(std::size_t count);
   // Leaves the queue (a place found, or given up); false when the request
   // had been woken, or had left already. A woken request that gives up
@@ -85,6 +91,11 @@ class PlaceQueue {
   std::mutex mu_;
   std::list<Place*> waiting_;  // in line, not yet woken
   std::size_t pending_ = 0;    // in line or woken, not left
+  // Wake-ups that found nobody in line while woken requests were pending:
+  // places freed for no one. The next to join at the back with an empty
+  // line takes one (as `first`); forgotten when nobody is pending (every
+  // newcomer looks for a place itself then).
+  std::size_t spare_ = 0;
   std::atomic<std::size_t> size_{0};
   std::atomic<uint64_t> joined_{0}, full_{0}, timed_out_{0};
 };

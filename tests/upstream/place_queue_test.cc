@@ -87,6 +87,69 @@ TEST(PlaceQueue, FirstInLineOnlyWhenNobodyWaitsAheadWokenOrNot) {
   EXPECT_TRUE(first);  // a woken request rejoining at the front
 }
 
+// Two places free one after the other while one request waits: the first
+// wakes it, the second finds nobody in line (the woken request has not
+// picked yet). A request that joins then must look for that place itself:
+// it used to wait behind the woken one for a third request to end, with a
+// place free all along (and got the 503 at queue_timeout if none ended).
+TEST(PlaceQueue, AWakeUpThatFindsOnlyWokenRequestsGoesToTheNextToJoin) {
+  PlaceQueue q;
+  bool first = false;
+  auto w = q.join(10, [] {}, false, &first);
+  EXPECT_TRUE(first);
+  q.wake_one();  // a place for w
+  q.wake_one();  // another: nobody in line
+  auto n = q.join(10, [] {}, false, &first);
+  EXPECT_TRUE(first);
+  auto m = q.join(10, [] {}, false, &first);
+  EXPECT_FALSE(first);  // one place, one newcomer
+  // Once nobody is pending, an old spare is forgotten (newcomers look anyway).
+  w.reset();
+  n.reset();
+  m.reset();
+  auto x = q.join(10, [] {}, false, &first);
+  q.wake_one();
+  q.wake_one();  // spare, while x is woken
+  x.reset();
+  auto y = q.join(10, [] {}, false, &first);
+  EXPECT_TRUE(first);  // nobody ahead
+  auto z = q.join(10, [] {}, false, &first);
+  EXPECT_FALSE(first);  // behind y; the spare went with x
+}
+
+// The same through a pool: A holds two requests; both end (each end wakes
+// one, as the proxy's), the one waiting was woken by the first, and a
+// request joining before it picks finds the second place.
+TEST(PlaceQueue, ARequestJoiningBehindAWokenOneFindsTheOtherFreedPlace) {
+  PoolConfig config;
+  config.name = "p";
+  BackendConfig b;
+  b.name = b.address = "A";
+  b.max_conns = 2;
+  config.backends.push_back(b);
+  Pool pool(config);
+  auto snap = pool.snapshot();
+  const auto now = TimePoint(std::chrono::hours(1));
+  PlaceQueue& q = *snap->places();
+  ASSERT_TRUE(snap->acquire({}, now, nullptr));
+  ASSERT_TRUE(snap->acquire({}, now, nullptr));
+  bool full = false;
+  EXPECT_FALSE(snap->acquire({}, now, &full));
+  EXPECT_TRUE(full);
+  int w_woken = 0;
+  bool first = false;
+  auto w = q.join(10, [&] { ++w_woken; }, false, &first);
+  for (int k = 0; k < 2; ++k) {
+    snap->balancer().end_request(0);
+    if (q.size() > 0) q.wake_one();
+  }
+  EXPECT_EQ(w_woken, 1);
+  auto n = q.join(10, [] {}, false, &first);
+  ASSERT_TRUE(first);  // so it looks:
+  EXPECT_TRUE(snap->acquire({}, now, nullptr));
+  EXPECT_TRUE(snap->acquire({}, now, nullptr));  // and w gets its own
+}
+
 TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
   PoolConfig config;
   config.name = "p";
