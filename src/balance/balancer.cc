@@ -21,6 +21,7 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
   live_ptrs_.reserve(backends_.size());
   // previous->retired_ by name, built when a backend is not in `previous`.
   std::unordered_map<std::string_view, size_t> retired_by_name;
+  size_t kept = 0;  // backends of `previous` found here (names are unique)
   for (uint32_t i = 0; i < backends_.size(); ++i) {
     const BackendSpec& b = backends_[i];
     uint64_t id = hash_key(b.name);
@@ -37,6 +38,7 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
       else old = previous->find(b.name);
     }
     if (old) {
+      ++kept;
       live_.push_back(previous->live_[*old]);
       if (const auto* e = old_state.find(*old)) {
         const BackendSpec& was = previous->backends_[*old];
@@ -88,8 +90,9 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
     // still held somewhere.
     for (const Retired& r : previous->retired_)
       if (!r.live.expired() && !find(r.name)) retired_.push_back(r);
-    for (uint32_t j = 0; j < previous->backends_.size(); ++j)
-      if (!find(previous->backends_[j].name)) retired_.push_back({previous->backends_[j].name, previous->live_[j]});
+    if (kept < previous->backends_.size())  // (a weight change removes none: no scan)
+      for (uint32_t j = 0; j < previous->backends_.size(); ++j)
+        if (!find(previous->backends_[j].name)) retired_.push_back({previous->backends_[j].name, previous->live_[j]});
   }
   // Before the policies read the flags: one that flips meanwhile is told
   // again by the next set_available() or sync_availability() (harmless).

@@ -78,12 +78,14 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   states_.reserve(config_.backends.size());
   factors_.reserve(config_.backends.size());
   int64_t next_return = INT64_MAX;
+  size_t kept = 0;  // backends of `previous` found here
   for (uint32_t i = 0; i < config_.backends.size(); ++i) {
     const BackendConfig& b = config_.backends[i];
     std::shared_ptr<BackendState> state;
     bool was_down = false;
     if (previous) {
       if (auto old = previous->balancer_->find(b.name)) {
+        ++kept;
         state = previous->states_[*old];
         was_down = previous->config_.backends[*old].down;
       }
@@ -125,7 +127,7 @@ PoolSnapshot::PoolSnapshot(const PoolConfig& config, const PoolSnapshot* previou
   next_return_.store(next_return);
   balancer_ = std::make_unique<balance::Balancer>(config_.policy, specs_of(config_, factors_),
                                                   previous ? previous->balancer_.get() : nullptr);
-  if (previous) {
+  if (previous && kept < previous->states_.size()) {
     for (uint32_t j = 0; j < previous->states_.size(); ++j)
       if (!balancer_->find(previous->config_.backends[j].name))
         previous->states_[j]->removed.store(true, std::memory_order_relaxed);
