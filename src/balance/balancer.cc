@@ -151,9 +151,14 @@ std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* 
   auto try_count = [&](uint32_t index) {
     const uint32_t limit = backends_[index].max_conns;
     std::atomic<uint32_t>& active = live_[index]->active;
-    uint32_t a = active.load(std::memory_order_relaxed);
+    // Sequentially consistent, as end_request(): a request that joins a
+    // pool's queue publishes its place and then picks here, a request that
+    // ends lowers the count and then looks at the queue; with weaker orders
+    // each could miss the other's write and the wake-up be lost (free on
+    // x86, where the CAS is a full barrier and loads are plain moves).
+    uint32_t a = active.load(std::memory_order_seq_cst);
     while (limit == 0 || a < limit) {
-      if (active.compare_exchange_weak(a, a + 1, std::memory_order_relaxed)) {
+      if (active.compare_exchange_weak(a, a + 1, std::memory_order_seq_cst)) {
         tell_active_changed(index);
         return true;
       }
@@ -224,7 +229,8 @@ void Balancer::end_request(uint32_t index) {
   if (index >= live_.size()) return;
   std::atomic<uint32_t>& active = live_[index]->active;
   uint32_t a = active.load(std::memory_order_relaxed);
-  while (a != 0 && !active.compare_exchange_weak(a, a - 1, std::memory_order_relaxed)) {
+  // seq_cst: see acquire_limited() (the caller looks at the queue next).
+  while (a != 0 && !active.compare_exchange_weak(a, a - 1, std::memory_order_seq_cst)) {
   }
   if (a == 0) return;  // already 0: nothing changed
   tell_active_changed(index);

@@ -26,7 +26,7 @@ std::unique_ptr<PlaceQueue::Place> PlaceQueue::join(std::size_t limit, std::func
   }
   place->at_ = waiting_.insert(front ? waiting_.begin() : waiting_.end(), place.get());
   place->state_ = Place::State::queued;
-  size_.store(++pending_, std::memory_order_relaxed);
+  size_.store(++pending_, std::memory_order_seq_cst);
   return place;
 }
 
@@ -56,7 +56,7 @@ bool PlaceQueue::leave(Place& place) {
   const bool was_queued = place.state_ == Place::State::queued;
   if (was_queued) waiting_.erase(place.at_);
   place.state_ = Place::State::gone;
-  size_.store(--pending_, std::memory_order_relaxed);
+  size_.store(--pending_, std::memory_order_seq_cst);
   if (pending_ == 0) spare_ = 0;  // a newcomer is first now anyway
   return was_queued;
 }

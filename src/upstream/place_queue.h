@@ -73,7 +73,10 @@ class PlaceQueue {
 
   // Requests waiting now, the woken ones that have not left included (a
   // hint: it may change at once).
-  std::size_t size() const { return size_.load(std::memory_order_relaxed); }
+  // (seq_cst, as the counts Balancer::acquire() and end_request() change:
+  // a request ending reads this after its count, one joining writes it
+  // before it picks.)
+  std::size_t size() const { return size_.load(std::memory_order_seq_cst); }
 
   // Counted since the pool began (nginx Plus's queue `overflows`, HAProxy's
   // per-backend queue counts): requests that joined, that found it full, and
