@@ -220,6 +220,29 @@ Process start_queued(const std::string& dir, uint16_t port, uint16_t backend, in
 
 const std::string kQueueRefused = "503 503 every backend is at its max_conns and the queue is full or timed out\n";
 
+// A series of the pool's queue metrics (heft serving `port`, its admin API at
+// `admin_port`): `name` with `extra` labels after server and site.
+double queue_metric(uint16_t admin_port, uint16_t port, const std::string& name, const std::string& extra = "") {
+  return sample_value(admin_call(admin_port, "GET", "/metrics").body,
+                      fmt::format("{}{{server=\":{}\",site=\":{}\"{}}}", name, port, port, extra));
+}
+double queue_waiting(uint16_t admin_port, uint16_t port) {
+  return queue_metric(admin_port, port, "heft_queue_waiting_requests");
+}
+// heft_queue_waited_total, and heft_queue_refused_total for a full queue and for the timeout.
+void expect_queue_counts(uint16_t admin_port, uint16_t port, double waited, double full, double timeout) {
+  EXPECT_EQ(queue_metric(admin_port, port, "heft_queue_waited_total"), waited);
+  EXPECT_EQ(queue_metric(admin_port, port, "heft_queue_refused_total", ",reason=\"full\""), full);
+  EXPECT_EQ(queue_metric(admin_port, port, "heft_queue_refused_total", ",reason=\"timeout\""), timeout);
+}
+
+// Polls `done` every 50 ms for at most 5 s.
+bool within_5s(const std::function<bool()>& done) {
+  for (int k = 0; k < 100; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+    if (done()) return true;
+  return false;
+}
+
 // nginx Plus's queue: with every backend full, requests wait for a place in
 // arrival order, as many as the queue holds; one more is refused at once.
 TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
@@ -239,11 +262,7 @@ TEST(MaxConns, QueuedRequestsWaitForAPlaceInOrder) {
   EXPECT_GT(got[2].seconds, 1.5);
   EXPECT_LT(0.1 + got[1].seconds, 0.2 + got[2].seconds);
   EXPECT_LT(got[3].seconds, 1.2);  // refused without waiting (a wait would be ~1.9 s)
-  const std::string metrics = admin_call(admin_port, "GET", "/metrics").body;
-  const std::string labels = fmt::format("server=\":{}\",site=\":{}\"", port, port);
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_waited_total{{{}}}", labels)), 2) << metrics;
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"full\"}}", labels)), 1);
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"timeout\"}}", labels)), 0);
+  expect_queue_counts(admin_port, port, 2, 1, 0);
 }
 
 // A client that sends its next request the moment its last one ends does
@@ -275,12 +294,11 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   const uint16_t port = free_port();
   const uint16_t admin_port = free_port();
   Process heft = start_queued(dir, port, a.port, 1, 10, "1s", admin_port);
-  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
-  EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 0);
+  EXPECT_EQ(queue_waiting(admin_port, port), 0);
   std::vector<Timed> got;
   std::thread load([&] { got = staggered(port, 2, std::chrono::milliseconds(200)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  EXPECT_EQ(sample_value(admin_call(admin_port, "GET", "/metrics").body, series), 1);  // the second one waits
+  EXPECT_EQ(queue_waiting(admin_port, port), 1);  // the second one waits
   // The upstreams view and `heft upstreams` show it too.
   auto list = nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body);
   EXPECT_EQ(list[0]["queue"], 10);
@@ -296,11 +314,7 @@ TEST(MaxConns, AQueuedRequestGivesUpAfterQueueTimeout) {
   EXPECT_GT(got[1].seconds, 0.9);
   EXPECT_LT(got[1].seconds, 2.5);
   EXPECT_NE(heft.log().find("no backend had room within queue_timeout"), std::string::npos);
-  const std::string metrics = admin_call(admin_port, "GET", "/metrics").body;
-  const std::string labels = fmt::format("server=\":{}\",site=\":{}\"", port, port);
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_waited_total{{{}}}", labels)), 1) << metrics;
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"full\"}}", labels)), 0);
-  EXPECT_EQ(sample_value(metrics, fmt::format("heft_queue_refused_total{{{},reason=\"timeout\"}}", labels)), 1);
+  expect_queue_counts(admin_port, port, 1, 0, 1);
 }
 
 // HAProxy hands a server that comes up its share of the queue at once: a
@@ -320,12 +334,6 @@ TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
                                         "\t\tqueue 5\n\t\tqueue_timeout 20s\n\t}}\n}}\n",
                                         admin_port, port, a.port, b.port),
                             port);
-  // Polls `done` every 50 ms for at most 5 s.
-  const auto within_5s = [](const std::function<bool()>& done) {
-    for (int k = 0; k < 100; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
-      if (done()) return true;
-    return false;
-  };
   const auto upstreams = [&] { return nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body); };
   ASSERT_TRUE(within_5s([&] { return upstreams()[1]["state"] == "unhealthy"; })) << upstreams().dump();
 
@@ -345,8 +353,7 @@ TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
     second_rank = ++finished;
     second_by = r.status == 200 ? r.header("x-backend") : fmt::format("{} {}", r.status, r.body);
   });
-  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
-  const bool queued = within_5s([&] { return sample_value(admin_call(admin_port, "GET", "/metrics").body, series) == 1; });
+  const bool queued = within_5s([&] { return queue_waiting(admin_port, port) == 1; });
   EXPECT_TRUE(queued) << "the second request should wait in the queue";
   EXPECT_EQ(control(b.port, "/_control/health?status=200"), 200);
   second.join();
@@ -367,8 +374,6 @@ TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
   const uint16_t port = free_port();
   const uint16_t admin_port = free_port();
   Process heft = start_queued(dir, port, a.port, 2, 10, "20s", admin_port);
-  const std::string series = fmt::format("heft_queue_waiting_requests{{server=\":{}\",site=\":{}\"}}", port, port);
-  const auto waiting = [&] { return sample_value(admin_call(admin_port, "GET", "/metrics").body, series); };
   std::atomic<bool> first_done{false};
   std::thread first([&] {
     HttpClient client(port);
@@ -379,14 +384,10 @@ TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
   {
     HttpClient leaving(port);
     ASSERT_TRUE(leaving.send_raw("GET /leaving HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-    bool queued = false;
-    for (int k = 0; k < 40 && !queued; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
-      queued = waiting() == 1;
-    ASSERT_TRUE(queued);
+    ASSERT_TRUE(within_5s([&] { return queue_waiting(admin_port, port) == 1; }));
   }  // closed
-  bool left = false;
-  for (int k = 0; k < 50 && !left; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(50))) left = waiting() == 0;
-  EXPECT_TRUE(left) << "the request of a client gone still waits";
+  EXPECT_TRUE(within_5s([&] { return queue_waiting(admin_port, port) == 0; }))
+      << "the request of a client gone still waits";
   EXPECT_FALSE(first_done) << "the queue emptied only when the place freed";
   first.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

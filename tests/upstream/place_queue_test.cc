@@ -16,6 +16,17 @@
 namespace heft::upstream {
 namespace {
 
+// A pool "p" of one backend "A" with `max_conns`.
+PoolConfig one_backend(uint32_t max_conns) {
+  PoolConfig config;
+  config.name = "p";
+  BackendConfig b;
+  b.name = b.address = "A";
+  b.max_conns = max_conns;
+  config.backends.push_back(b);
+  return config;
+}
+
 TEST(PlaceQueue, WakesInArrivalOrderAndHoldsAtMostTheLimit) {
   PlaceQueue q;
   std::string woken;
@@ -121,13 +132,7 @@ TEST(PlaceQueue, AWakeUpThatFindsOnlyWokenRequestsGoesToTheNextToJoin) {
 // one, as the proxy's), the one waiting was woken by the first, and a
 // request joining before it picks finds the second place.
 TEST(PlaceQueue, ARequestJoiningBehindAWokenOneFindsTheOtherFreedPlace) {
-  PoolConfig config;
-  config.name = "p";
-  BackendConfig b;
-  b.name = b.address = "A";
-  b.max_conns = 2;
-  config.backends.push_back(b);
-  Pool pool(config);
+  Pool pool(one_backend(2));
   auto snap = pool.snapshot();
   const auto now = TimePoint(std::chrono::hours(1));
   PlaceQueue& q = *snap->places();
@@ -151,12 +156,7 @@ TEST(PlaceQueue, ARequestJoiningBehindAWokenOneFindsTheOtherFreedPlace) {
 }
 
 TEST(PlaceQueue, OnePerPoolAcrossSnapshotsAndAChangeWakesEveryWaiter) {
-  PoolConfig config;
-  config.name = "p";
-  BackendConfig b;
-  b.name = b.address = "A";
-  b.max_conns = 1;
-  config.backends.push_back(b);
+  PoolConfig config = one_backend(1);
   Pool pool(config);
   auto before = pool.snapshot();
   int wakes = 0;
