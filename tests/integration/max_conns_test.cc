@@ -208,13 +208,14 @@ std::vector<Timed> staggered(uint16_t port, int clients, std::chrono::millisecon
 }
 
 // heft in front of one backend with max_conns 1 and a queue of `queue` for `timeout`.
+// `pool_lines`: more lines for the pool's block.
 Process start_queued(const std::string& dir, uint16_t port, uint16_t backend, int workers, int queue,
-                     const char* timeout, uint16_t admin_port = 0) {
+                     const char* timeout, uint16_t admin_port = 0, const std::string& pool_lines = "") {
   const std::string admin = admin_port ? fmt::format("\tadmin 127.0.0.1:{}\n", admin_port) : "";
   return start_heft(dir,
                     fmt::format("{{\n\tworkers {}\n{}}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} max_conns 1\n"
-                                "\t\tqueue {}\n\t\tqueue_timeout {}\n\t}}\n}}\n",
-                                workers, admin, port, backend, queue, timeout),
+                                "\t\tqueue {}\n\t\tqueue_timeout {}\n{}\t}}\n}}\n",
+                                workers, admin, port, backend, queue, timeout, pool_lines),
                     port);
 }
 
@@ -365,15 +366,19 @@ TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
   EXPECT_EQ(first_rank, 2);
 }
 
-// A client that closes its connection while its request waits in the queue
-// gives up its place (HAProxy's abortonclose): the request never reaches a
-// backend, and the queue is free for the next at once.
-TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
+// One request holds the only place for `hold`; a second waits in the queue
+// and its client closes. Whether the queue emptied before the first request
+// ended, and how many requests the backend got (its stats request included).
+struct LeftQueue {
+  bool emptied_early = false;
+  int backend_requests = 0;
+};
+LeftQueue leave_while_queued(const std::string& pool_lines, const char* hold) {
   const std::string dir = make_temp_dir();
-  Backend a = start_backend(dir, "a", {"--delay", "4s"});
+  Backend a = start_backend(dir, "a", {"--delay", hold});
   const uint16_t port = free_port();
   const uint16_t admin_port = free_port();
-  Process heft = start_queued(dir, port, a.port, 2, 10, "20s", admin_port);
+  Process heft = start_queued(dir, port, a.port, 2, 10, "20s", admin_port, pool_lines);
   std::atomic<bool> first_done{false};
   std::thread first([&] {
     HttpClient client(port);
@@ -383,18 +388,32 @@ TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   {
     HttpClient leaving(port);
-    ASSERT_TRUE(leaving.send_raw("GET /leaving HTTP/1.1\r\nHost: localhost\r\n\r\n"));
-    ASSERT_TRUE(within_5s([&] { return queue_waiting(admin_port, port) == 1; }));
+    EXPECT_TRUE(leaving.send_raw("GET /leaving HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    EXPECT_TRUE(within_5s([&] { return queue_waiting(admin_port, port) == 1; }));
   }  // closed
-  EXPECT_TRUE(within_5s([&] { return queue_waiting(admin_port, port) == 0; }))
-      << "the request of a client gone still waits";
-  EXPECT_FALSE(first_done) << "the queue emptied only when the place freed";
+  LeftQueue out;
+  out.emptied_early = within_5s([&] { return queue_waiting(admin_port, port) == 0; }) && !first_done;
   first.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   HttpClient stats(a.port);
-  Response r = stats.get("/_control/stats");
-  // The first request and this one (the count includes itself): not the abandoned one.
-  EXPECT_EQ(nlohmann::json::parse(r.body)["requests"], 2) << "the abandoned request reached the backend";
+  out.backend_requests = nlohmann::json::parse(stats.get("/_control/stats").body)["requests"].get<int>();
+  return out;
+}
+
+// A client that closes its connection while its request waits in the queue
+// gives up its place (HAProxy's abortonclose): the request never reaches a
+// backend, and the queue is free for the next at once.
+TEST(MaxConns, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
+  LeftQueue got = leave_while_queued("", "4s");
+  EXPECT_TRUE(got.emptied_early) << "the request of a client gone still waited";
+  EXPECT_EQ(got.backend_requests, 2) << "the abandoned request reached the backend";  // the first + stats
+}
+
+// With `ignore_client_abort on` it keeps its place and goes to the backend.
+TEST(MaxConns, IgnoreClientAbortKeepsAQueuedRequestWhoseClientLeft) {
+  LeftQueue got = leave_while_queued("\t\tignore_client_abort on\n", "2s");
+  EXPECT_FALSE(got.emptied_early);
+  EXPECT_EQ(got.backend_requests, 3);  // the first, the abandoned one, stats
 }
 
 }  // namespace
