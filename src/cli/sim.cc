@@ -160,7 +160,7 @@ std::vector<sim::ServerSpec> servers_from_flags(const SimFlags& f) {
 // (named by address, in order) with their weights (`down`: 0) and max_conns,
 // its policy (unless --policies), hash strategy and queue; their sizes and
 // service times from --servers and its companions, one size per backend.
-// Backups are left out (the simulator has none; said on stderr).
+// Backups are backups there too (the same Balancer picks).
 sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   if (!f.given("--servers"))
     throw std::invalid_argument(
@@ -183,12 +183,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   const size_t index = f.given("--site") ? f.site : 0;
   const config::PoolConfig& pool = sites[index].proxy;
   std::vector<const config::UpstreamConfig*> members;
-  for (const config::UpstreamConfig& u : pool.upstreams) {
-    if (u.backup)
-      fmt::print(stderr, "heft sim: backup {} left out (the simulator has no backups)\n", u.dial);
-    else
-      members.push_back(&u);
-  }
+  for (const config::UpstreamConfig& u : pool.upstreams) members.push_back(&u);
   std::vector<sim::ServerSpec> servers = servers_from_flags(f);
   if (servers.size() != members.size())
     throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})", servers.size(),
@@ -202,6 +197,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
     servers[i].name = members[i]->dial;
     servers[i].weight = members[i]->down ? 0 : members[i]->weight;
     servers[i].max_conns = members[i]->max_conns;
+    servers[i].backup = members[i]->backup;
     any_max_conns |= members[i]->max_conns > 0;
   }
   s.servers = std::move(servers);
@@ -381,8 +377,8 @@ void setup(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--server", f->server,
                   "A server: name=big,size=12,service=20ms,dist=lognormal,sigma=0.5,weight=3,queue=100,timeout=1s,"
-                  "units=3,max_conns=16 (repeatable; sigma= with dist=lognormal only; max_conns= caps its queued + "
-                  "in-service requests, 0 = no limit)");
+                  "units=3,max_conns=16,backup=true (repeatable; sigma= with dist=lognormal only; max_conns= caps its "
+                  "queued + in-service requests, 0 = no limit; a backup takes requests only when no primary can)");
   f->command = cmd;
   cmd->add_option("--rate", f->rate, "Poisson arrivals per second");
   cmd->add_option("--duration", f->duration, "Arrivals stop after this, e.g. 600s (default: a trace's span, else 60s)");

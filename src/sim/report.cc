@@ -72,9 +72,10 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} worker{} x {} {}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+      out += fmt::format("{} {} ({} worker{} x {} {}{}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
                          format_latency(s.service_s), service_dist_name(s.dist),
-                         s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "");
+                         s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "",
+                         s.backup ? ", backup" : "");
     }
     out += '\n';
     if (queued(sc))
@@ -173,6 +174,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       if (s.queue_limit) j["queue_limit"] = *s.queue_limit;
       if (s.timeout_s > 0) j["timeout_s"] = seconds(s.timeout_s);
       if (s.max_conns > 0) j["max_conns"] = s.max_conns;
+      if (s.backup) j["backup"] = true;
       js["servers"].push_back(j);
     }
     js["events"] = nlohmann::ordered_json::array();

@@ -185,6 +185,10 @@ ServerSpec parse_server(std::string_view text) {
       s.timeout_s = parse_duration(value, "--server timeout");
     } else if (key == "max_conns") {
       s.max_conns = static_cast<uint32_t>(parse_count(value, "--server max_conns", 0, kMaxConns));
+    } else if (key == "backup") {
+      if (value == "true" || value == "1") s.backup = true;
+      else if (value == "false" || value == "0") s.backup = false;
+      else fail(fmt::format("--server backup: '{}' is not true or false", value));
     } else if (key == "units") {
       s.units = parse_number(value, "--server units");
       units_given = true;
@@ -429,6 +433,9 @@ ServerSpec server_from_json(const json& sv, const std::string& path) {
       server.timeout_s = json_duration(x, at);
     } else if (k == "max_conns") {
       server.max_conns = static_cast<uint32_t>(json_integer(x, at, 0, kMaxConns));
+    } else if (k == "backup") {
+      if (!x.is_boolean()) json_fail(at, "must be true or false", x);
+      server.backup = x.get<bool>();
     } else {
       fail(fmt::format("scenario: {}: unknown key", at));
     }

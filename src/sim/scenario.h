@@ -68,6 +68,7 @@ struct ServerSpec {
   std::optional<uint64_t> queue_limit;  // waiting requests beyond this are refused
   double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
   uint32_t max_conns = 0;             // > 0: at most this many assigned at once (queued + in service)
+  bool backup = false;                // takes requests only when no primary can (the Heftfile's `backup`)
   double units = 1;                   // its size in "x" (3x = 3): the default weight
 };
 

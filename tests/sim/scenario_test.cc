@@ -135,6 +135,23 @@ TEST(ScenarioFlagsTest, MaxConnsIsParsedAndBounded) {
             std::string::npos);
 }
 
+// A backup server (the Heftfile's `backup`): true or false, nothing else.
+TEST(ScenarioFlagsTest, BackupIsTrueOrFalse) {
+  EXPECT_TRUE(parse_server("name=a,backup=true").backup);
+  EXPECT_TRUE(parse_server("name=a,backup=1").backup);
+  EXPECT_FALSE(parse_server("name=a,backup=false").backup);
+  EXPECT_FALSE(parse_server("name=a").backup);
+  EXPECT_NE(error_of([] { parse_server("name=a,backup=yes"); }).find("--server backup: 'yes' is not true or false"),
+            std::string::npos);
+  for (const std::string member : {R"("backup": 1)", R"("backup": "true")", R"("backup": null)"})
+    EXPECT_NE(scenario_error("", member).find("scenario: servers[0].backup: must be true or false"), std::string::npos)
+        << member << " -> '" << scenario_error("", member) << "'";
+  Scenario s = scenario_from_json(
+      nlohmann::json::parse(R"({"servers": [{"name": "a"}, {"name": "b", "backup": true}]})"), nullptr);
+  EXPECT_FALSE(s.servers[0].backup);
+  EXPECT_TRUE(s.servers[1].backup);
+}
+
 TEST(ScenarioJsonTest, MaxConnsIsCheckedAndNamed) {
   for (const std::string member : {R"("max_conns": -1)", R"("max_conns": 1.5)", R"("max_conns": "8")",
                                    R"("max_conns": 1000001)", R"("max_conns": null)"}) {

@@ -632,6 +632,33 @@ TEST(SimPoolQueueTest, ARecoveryWakesTheWaitersAndEachEndWakesOne) {
   EXPECT_NEAR(p.latency.mean_s, (10 + 10.5 + 17) / 3, 1e-3);
 }
 
+// Backups, as the proxy's: only when no primary can take a request (every
+// one full or failed). `a` (max_conns 1) and backup `b`, 10 s each: requests
+// at 0 s and 1 s; the second finds `a` full and goes to `b`. With `a` failed
+// at 2 s, the request at 3 s goes to `b` too; without backups it is unrouted.
+TEST(SimPoolQueueTest, BackupsTakeWhatNoPrimaryCan) {
+  Scenario s = two_capped_trace({0, 1, 3}, 10, 1);
+  s.queue = 0;
+  s.duration_s = 4;
+  s.servers[1].max_conns = 0;
+  s.servers[1].backup = true;
+  s.events = {parse_event("2s:a:fail")};
+  const PolicyResult p = simulate(s).policies[0];
+  EXPECT_EQ(p.servers[0].requests, 1u);
+  EXPECT_EQ(p.servers[1].requests, 2u);
+  EXPECT_EQ(p.unrouted, 0u);
+  s.servers[1].backup = false;
+  s.servers[1].weight = 0;  // a primary that takes nothing, for contrast
+  const PolicyResult q = simulate(s).policies[0];
+  EXPECT_EQ(q.servers[1].requests, 0u);
+  EXPECT_EQ(q.unrouted, 2u);
+  const std::string table = format_table({simulate(s)});
+  EXPECT_EQ(table.find(", backup"), std::string::npos);
+  s.servers[1].backup = true;
+  EXPECT_NE(format_table({simulate(s)}).find("b (1 worker x 10.00 s fixed, backup)"), std::string::npos)
+      << format_table({simulate(s)});
+}
+
 // The pool queue's length over time, per bucket: the same run in buckets of
 // 1 s has one request waiting from 1.5 s to 2 s and one from 3 s on.
 TEST(SimPoolQueueTest, TheQueueSeriesIsTheMeanWaitingPerBucket) {
