@@ -32,6 +32,8 @@ struct PickOptions {
   std::string names;
   std::string active;
   CLI::Option* active_option = nullptr;
+  std::string max_conns;  // per backend: the picks are acquire()s that stay in flight
+  CLI::Option* max_conns_option = nullptr;
   std::string keys;
   CLI::Option* keys_option = nullptr;  // given or not: --keys '' is one empty key
   std::string keys_file;               // one key per line: more keys than an argument holds
@@ -127,17 +129,29 @@ int run_pick(const PickOptions& o) {
   } else {
     for (size_t i = 0; i < weights.size(); ++i) names.push_back(default_name(i));
   }
+  // --max-conns: each pick is the proxy's acquire() (the pick and its count in
+  // one step) and stays in flight, so the picks show backends filling up and
+  // being passed over once full, as a burst of requests none of which ends.
+  const bool limited = o.max_conns_option->count() > 0;
+  std::vector<uint32_t> max_conns;
+  if (limited) {
+    max_conns = parse_numbers(o.max_conns, "max-conns", 1'000'000);
+    if (max_conns.size() != weights.size())
+      throw BadArguments(fmt::format("--max-conns has {} limits for {} weights", max_conns.size(), weights.size()));
+  }
   std::vector<BackendSpec> specs;
-  for (size_t i = 0; i < weights.size(); ++i) specs.push_back({.name = names[i], .weight = weights[i]});
+  for (size_t i = 0; i < weights.size(); ++i)
+    specs.push_back({.name = names[i], .weight = weights[i], .max_conns = limited ? max_conns[i] : 0});
   Balancer balancer({*kind, *strategy}, specs);
 
   std::vector<uint32_t> active;
-  // Only least_conn and p2c read active counts; for the others --active printed
-  // a table of load ratios the pick never looked at.
-  const bool reads_active = *kind == PolicyKind::least_conn || *kind == PolicyKind::p2c;
+  // Only least_conn and p2c read active counts (and any policy's max_conns);
+  // for the others --active printed a table of load ratios the pick never looked at.
+  const bool reads_active = *kind == PolicyKind::least_conn || *kind == PolicyKind::p2c || limited;
   if (o.active_option->count() > 0 && !reads_active)
-    throw BadArguments(fmt::format("--active: policy {} does not read active counts (least_conn and p2c do)",
-                                   policy_name(*kind)));
+    throw BadArguments(fmt::format(
+        "--active: policy {} does not read active counts (least_conn and p2c do, and every policy with --max-conns)",
+        policy_name(*kind)));
   if (o.active_option->count() > 0) {
     active = parse_numbers(o.active, "active", UINT32_MAX);
     if (active.size() != weights.size())
@@ -191,8 +205,9 @@ int run_pick(const PickOptions& o) {
       ctx.key_hash = keyed ? hash_key(keys[step % keys.size()]) : rng();
     }
     std::vector<int64_t> before = o.trace && has_current ? current_weights() : std::vector<int64_t>{};
-    auto choice = balancer.pick(ctx);
-    std::string chosen = choice ? names[*choice] : "-";
+    bool full = false;
+    auto choice = limited ? balancer.acquire(ctx, &full) : balancer.pick(ctx);
+    std::string chosen = choice ? names[*choice] : full ? "(full)" : "-";
     sequence.push_back(chosen);
     if (o.trace) {
       nlohmann::json row = {{"pick", step + 1}, {"chosen", chosen}};
@@ -216,6 +231,12 @@ int run_pick(const PickOptions& o) {
     out["active"] = active;
     out["load_ratio"] = ratios;
     out["choice"] = sequence.front();
+  }
+  std::vector<uint32_t> in_flight;
+  if (limited) {
+    for (size_t i = 0; i < names.size(); ++i) in_flight.push_back(balancer.live(i).active.load());
+    out["max_conns"] = max_conns;
+    out["in_flight"] = in_flight;
   }
   if (o.trace) out["trace"] = trace;
   if (o.json) {
@@ -277,6 +298,14 @@ int run_pick(const PickOptions& o) {
   std::string summary;
   for (const auto& n : names) summary += fmt::format("{}{}={}", summary.empty() ? "" : " ", n, counts[n]);
   fmt::print("counts: {}\n", summary);
+  if (limited) {
+    // "(full)": every backend that could take the pick was at its max_conns (the proxy's 503, or its queue).
+    std::string flight;
+    for (size_t i = 0; i < names.size(); ++i)
+      flight += fmt::format("{}{}={}{}", i ? " " : "", names[i], in_flight[i],
+                            max_conns[i] ? fmt::format("/{}", max_conns[i]) : "");
+    fmt::print("in flight: {}\n", flight);
+  }
   return 0;
 }
 
@@ -293,8 +322,11 @@ void setup(CLI::App& root) {
                   "comma-separated distinct names (default A,B,C...; blanks around each trimmed)");
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
-  options->active_option =
-      cmd->add_option("--active", options->active, "active requests per backend (least_conn and p2c only)");
+  options->active_option = cmd->add_option(
+      "--active", options->active, "active requests per backend (least_conn and p2c only, or with --max-conns)");
+  options->max_conns_option = cmd->add_option(
+      "--max-conns", options->max_conns,
+      "max_conns per backend (0 = none): each pick then stays in flight, and full backends are passed over");
   options->keys_option = cmd->add_option(
       "--keys", options->keys, "comma-separated keys to hash (hash policy only; an empty key is placed by weight)");
   options->keys_file_option = cmd->add_option(

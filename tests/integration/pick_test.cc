@@ -259,6 +259,26 @@ TEST(HeftPick, ActiveIsOnlyForPoliciesThatReadIt) {
   EXPECT_EQ(heft("pick --policy least_conn --weights 2,5 --active 10,15").exit_code, 0);
 }
 
+// --max-conns: each pick is the proxy's acquire() and stays in flight, so a
+// full backend's turn goes to the next and, all full, the pick is "(full)";
+// --active then sets the starting counts for any policy.
+TEST(HeftPick, MaxConnsShowsFullBackendsPassedOver) {
+  PickRun r = heft("pick --weights 5,3,2 --max-conns 2,1,1 --count 6");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("sequence: A B C A (full) (full)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in flight: A=2/2 B=1/1 C=1/1\n"), std::string::npos) << r.out;
+  PickRun j = heft("pick --policy first --weights 1,1 --max-conns 1,0 --active 0,5 --count 3 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.out;
+  auto out = nlohmann::json::parse(j.out);
+  EXPECT_EQ(out["sequence"], nlohmann::json({"A", "B", "B"}));
+  EXPECT_EQ(out["in_flight"], nlohmann::json({1, 7}));
+  EXPECT_EQ(out["max_conns"], nlohmann::json({1, 0}));
+  PickRun wrong = heft("pick --weights 5,3,2 --max-conns 2,1");
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.out.find("--max-conns has 2 limits for 3 weights"), std::string::npos) << wrong.out;
+  EXPECT_EQ(heft("pick --weights 5,3 --max-conns 2,x").exit_code, 2);
+}
+
 // --keys-file: one key per line (an empty line is an empty key), for more keys
 // than one argument can carry; the same picks as --keys.
 TEST(HeftPick, KeysFile) {
