@@ -16,8 +16,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/admin_client.h"
 #include "cli/command.h"
 #include "config/heftfile.h"
+#include "config/json.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -49,6 +51,8 @@ struct SimFlags {
   bool csv = false;
   std::string svg;
   std::string config_file;  // --config: a Heftfile or JSON configuration
+  bool running = false;     // --running: the running heft's configuration, through its admin API
+  AdminClientOptions admin;  // --address, --token for --running
   size_t site = 0;          // --site: which of its sites' pool
   // Whether a flag was given: an empty value ("--policies ''") is an error
   // for its parser, not a silent "not given".
@@ -156,30 +160,50 @@ std::vector<sim::ServerSpec> servers_from_flags(const SimFlags& f) {
   return servers;
 }
 
-// The pool of site --site in --config, as the proxy would run it: its backends
+// The pool of site --site in --config (or the running heft's, --running), as
+// the proxy would run it: its backends
 // (named by address, in order) with their weights (`down`: 0) and max_conns,
 // its policy (unless --policies), hash strategy and queue; their sizes and
 // service times from --servers and its companions, one size per backend.
 // Backups are backups there too (the same Balancer picks).
 sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
+  const char* flag = f.running ? "--running" : "--config";
   if (!f.given("--servers"))
-    throw std::invalid_argument(
-        "--config needs --servers: the size of each backend in units, in the pool's order (e.g. --servers 3x,1x,1x)");
+    throw std::invalid_argument(fmt::format(
+        "{} needs --servers: the size of each backend in units, in the pool's order (e.g. --servers 3x,1x,1x)", flag));
   if (f.given("--server"))
-    throw std::invalid_argument("--server does not go with --config: the backends are the pool's (size them with --servers)");
-  config::Result<config::Config> loaded = config::load_config_file(f.config_file);
+    throw std::invalid_argument(
+        fmt::format("--server does not go with {}: the backends are the pool's (size them with --servers)", flag));
+  config::Result<config::Config> loaded;
+  std::string source = f.config_file;  // named in errors and the scenario's name
+  if (f.running) {
+    // What the running heft serves now, admin API changes included (GET /config/).
+    AdminClientOptions admin = f.admin;
+    settle_admin_options(admin);
+    const AdminReply reply = admin_request(admin, "GET", "/config/");
+    if (reply.status != 200) throw std::invalid_argument("--running: " + reply.error_message());
+    source = "heft at " + admin.address;
+    std::string error;
+    const nlohmann::json document = config::parse_json_text(reply.body, error);
+    if (!error.empty()) throw std::invalid_argument(fmt::format("--running: {}: {}", source, error));
+    loaded = config::from_json(document);
+  } else {
+    loaded = config::load_config_file(f.config_file);
+  }
   if (!loaded.ok()) {
     std::string errors;
     for (const config::Diagnostic& d : loaded.errors) errors += "\n" + d.to_string();
-    throw std::invalid_argument(fmt::format("--config '{}' is not valid:{}", f.config_file, errors));
+    throw std::invalid_argument(fmt::format("{} is not valid:{}",
+                                            f.running ? "--running: " + source : "--config '" + f.config_file + "'",
+                                            errors));
   }
   const std::vector<config::SiteConfig>& sites = loaded->sites;
   if (f.given("--site") ? f.site >= sites.size() : sites.size() != 1)
     throw std::invalid_argument(
-        f.given("--site") ? fmt::format("--site {}: '{}' has {} site{} (0..{})", f.site, f.config_file, sites.size(),
+        f.given("--site") ? fmt::format("--site {}: '{}' has {} site{} (0..{})", f.site, source, sites.size(),
                                         sites.size() == 1 ? "" : "s", sites.size() - 1)
                           : fmt::format("'{}' has {} sites: choose one with --site N (0..{}, in the file's order)",
-                                        f.config_file, sites.size(), sites.size() - 1));
+                                        source, sites.size(), sites.size() - 1));
   const size_t index = f.given("--site") ? f.site : 0;
   const config::PoolConfig& pool = sites[index].proxy;
   std::vector<const config::UpstreamConfig*> members;
@@ -191,7 +215,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
                                             members.size() == 1 ? "" : "s", index,
                                             members.size() == 1 ? members[0]->dial : "in the pool's order"));
   sim::Scenario s;
-  s.name = fmt::format("{} site {}", f.config_file, index);
+  s.name = fmt::format("{} site {}", source, index);
   bool any_max_conns = false;
   for (size_t i = 0; i < servers.size(); ++i) {
     servers[i].name = members[i]->dial;
@@ -263,11 +287,15 @@ void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& 
 std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
   std::vector<sim::Scenario> out;
   FileMembers file;
-  int sources = f.given("--example") + f.given("--scenario") + f.given("--config") +
-                ((f.given("--servers") || f.given("--server")) && !f.given("--config"));
+  const bool from_config = f.given("--config") || f.running;
+  int sources = f.given("--example") + f.given("--scenario") + f.given("--config") + f.running +
+                ((f.given("--servers") || f.given("--server")) && !from_config);
   if (sources != 1)
-    throw std::invalid_argument("give exactly one of --example, --scenario, --config (with --servers), or --servers/--server");
-  if (f.given("--site") && !f.given("--config")) throw std::invalid_argument("--site needs --config");
+    throw std::invalid_argument(
+        "give exactly one of --example, --scenario, --config or --running (with --servers), or --servers/--server");
+  if (f.given("--site") && !from_config) throw std::invalid_argument("--site needs --config or --running");
+  if ((f.given("--address") || f.given("--token")) && !f.running)
+    throw std::invalid_argument(fmt::format("{} needs --running", f.given("--address") ? "--address" : "--token"));
   // They shape the servers --servers makes; anywhere else they did nothing.
   for (const char* flag : {"--service", "--dist", "--sigma", "--unit-workers"}) {
     if (f.given(flag) && !f.given("--servers"))
@@ -275,7 +303,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
           "{} needs --servers (a --server takes service=, dist=, sigma= and size=; a scenario file, its members)",
           flag));
   }
-  if (f.given("--config")) {
+  if (from_config) {
     out.push_back(scenario_from_config(f, file));
   } else if (f.given("--example")) {
     if (f.example != "seed") throw std::invalid_argument("--example: the only example is 'seed'");
@@ -367,7 +395,12 @@ void setup(CLI::App& root) {
   cmd->add_option("--config", f->config_file,
                   "Simulate a site's pool from a Heftfile or JSON configuration: its backends, weights, max_conns, "
                   "policy and queue (sizes from --servers, one per backend)");
-  cmd->add_option("--site", f->site, "With --config: the site, 0.. in the file's order (needed when it has several)");
+  cmd->add_flag("--running", f->running,
+                "Simulate a site's pool as the running heft serves it now (GET /config/ of its admin API at --address, "
+                "default 127.0.0.1:2019, with --token): live weight changes included");
+  add_admin_options(cmd, f->admin, false);
+  cmd->add_option("--site", f->site,
+                  "With --config or --running: the site, 0.. in the file's order (needed when it has several)");
   cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
   cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();

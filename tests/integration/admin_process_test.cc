@@ -196,6 +196,35 @@ TEST_F(AdminProcessTest, KillNineAfterA200ThenResumeKeepsTheChange) {
   EXPECT_EQ(measure(100)["a"], 100);
 }
 
+// `heft sim --running` simulates the pool the running heft serves now: a
+// weight changed through the admin API is the weight simulated.
+TEST_F(AdminProcessTest, SimRunningTakesThePoolAsServedNow) {
+  write_file(dir + "/Heftfile", heftfile(1, 1));
+  Process p = run("heft.log");
+  std::string out;
+  const std::string b = fmt::format("127.0.0.1:{}", backends[1].port);
+  ASSERT_EQ(heft(dir, {"weight", "0", b, "3", "--address", address()}, out), 0) << out;
+  const std::vector<std::string> sim{"sim", "--running", "--address", address(), "--servers", "1x,1x",
+                                     "--rate", "50", "--duration", "2s"};
+  std::vector<std::string> json_args = sim;
+  json_args.push_back("--json");
+  ASSERT_EQ(heft(dir, json_args, out), 0) << out;
+  const auto scenario = json::parse(out)["scenarios"][0];
+  EXPECT_EQ(scenario["name"], "heft at " + address() + " site 0");
+  EXPECT_EQ(scenario["servers"][0]["weight"], 1);
+  EXPECT_EQ(scenario["servers"][1]["name"], b);
+  EXPECT_EQ(scenario["servers"][1]["weight"], 3);
+  EXPECT_EQ(scenario["policies"][0]["policy"], "weighted_round_robin");
+  std::vector<std::string> wrong = sim;
+  wrong[5] = "1x";
+  EXPECT_EQ(heft(dir, wrong, out), 2);
+  EXPECT_NE(out.find("--servers: 1 size for the 2 backends of site 0"), std::string::npos) << out;
+  EXPECT_EQ(heft(dir, {"sim", "--address", address(), "--servers", "1x"}, out), 2);
+  EXPECT_NE(out.find("--address needs --running"), std::string::npos) << out;
+  EXPECT_EQ(heft(dir, {"sim", "--running", "--address", "127.0.0.1:1", "--servers", "1x"}, out), 2);
+  EXPECT_NE(out.find("--running: cannot reach the admin API at 127.0.0.1:1"), std::string::npos) << out;
+}
+
 TEST_F(AdminProcessTest, ControlCommands) {
   write_file(dir + "/Heftfile", heftfile(1, 1));
   Process p = run("heft.log");
