@@ -192,6 +192,12 @@ std::optional<uint32_t> Balancer::acquire_limited(const PickContext& ctx, bool* 
   return std::nullopt;
 }
 
+std::optional<uint32_t> Balancer::room(uint32_t index) const {
+  const uint32_t limit = backends_[index].max_conns;
+  if (limit == 0) return std::nullopt;
+  return limit - std::min(limit, live_[index]->active.load(std::memory_order_relaxed));
+}
+
 bool Balancer::set_available(uint32_t index, bool available) {
   if (index >= live_.size()) return false;
   live_[index]->available.store(available);

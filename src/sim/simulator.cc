@@ -497,9 +497,8 @@ class Run {
         balancer_->set_available(i, true);
         // The proxy's pool wakes as many waiters as a backend that comes
         // back has free places (every waiter when it has no max_conns).
-        const uint32_t limit = s.spec->max_conns;
-        const uint32_t active = balancer_->live(i).active.load(std::memory_order_relaxed);
-        wake(limit == 0 ? pool_.size() : limit - std::min(limit, active));
+        const std::optional<uint32_t> room = balancer_->room(i);
+        wake(room ? *room : pool_.size());
         break;
       }
       case Event::Kind::weight:

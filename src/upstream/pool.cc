@@ -172,9 +172,8 @@ void PoolSnapshot::refresh_availability(uint32_t i, bool wake) const {
 
 void PoolSnapshot::wake_for_return(uint32_t i) const {
   if (places_->size() == 0 || i >= size()) return;  // the usual case: nobody waits
-  const uint32_t limit = config_.backends[i].max_conns;
-  const uint32_t active = balancer_->live(i).active.load(std::memory_order_relaxed);
-  places_->wake(limit == 0 ? SIZE_MAX : limit - std::min(limit, active));
+  const std::optional<uint32_t> room = balancer_->room(i);
+  places_->wake(room ? *room : SIZE_MAX);  // (SIZE_MAX: every waiter, none kept as spare)
 }
 
 void PoolSnapshot::return_expired(TimePoint now) const {

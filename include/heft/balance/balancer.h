@@ -73,6 +73,9 @@ class Balancer {
 
   // True when some backend has a max_conns limit.
   bool limited() const { return limited_; }
+  // Places left under backend `index`'s max_conns: its limit less the
+  // requests in flight there (0 when full); nullopt when it has no limit.
+  std::optional<uint32_t> room(uint32_t index) const;
 
   // Marks a backend available or not (health checks, passive failure).
   // True when this told the policy that the backend became available (it
