@@ -1399,6 +1399,9 @@ Task<bool> Session::handle(RequestParser& parser) {
     result = co_await attempt(*route, site, *snapshot, i, tried, parser, !more_allowed, plan.upgrade);
     if (!tunnel_) active.reset();
     const auto attempt_end = Clock::now();
+    // The backend's latency: to its response head (none: the whole attempt).
+    const bool got_head = response_head_at_ != Clock::time_point{};
+    const auto to_head = (got_head ? response_head_at_ : attempt_end) - attempt_start;
     {
       // Per-backend counters and adaptive weights: status as the client would see it.
       int status = result.outcome == Outcome::timeout ? 504
@@ -1409,9 +1412,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       bool ok = result.outcome == Outcome::done && !result.failed;
       if (result.outcome != Outcome::client_gone && result.outcome != Outcome::bad_request_body &&
           result.outcome != Outcome::local_error)
-        snapshot->record_response(
-            i, (response_head_at_ != Clock::time_point{} ? response_head_at_ : attempt_end) - attempt_start, status,
-            ok, w.index);
+        snapshot->record_response(i, to_head, status, ok, w.index);
     }
     upstream = nullptr;
     const std::string& name = snapshot->backend(i).name;
@@ -1419,10 +1420,7 @@ Task<bool> Session::handle(RequestParser& parser) {
       // Metrics and the access log: the backend's answer, or why the attempt failed.
       const double seconds = std::chrono::duration<double>(attempt_end - attempt_start).count();
       record_.upstream_response_time = seconds;
-      record_.upstream_header_time =
-          response_head_at_ != Clock::time_point{}
-              ? std::chrono::duration<double>(response_head_at_ - attempt_start).count()
-              : -1;
+      record_.upstream_header_time = got_head ? std::chrono::duration<double>(to_head).count() : -1;
       const std::string& server = route->server_label;
       const std::string& site_label = route->site_label;
       switch (result.outcome) {
