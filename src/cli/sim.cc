@@ -114,9 +114,7 @@ void check_hash_strategy_applies(const SimFlags& f, const FileMembers& file, con
 // proxy warns of such a queue; sim refuses settings its run would not read).
 // Likewise a queue timeout (--queue-timeout or "queue_timeout") without a queue.
 void check_queue_applies(const SimFlags& f, const FileMembers& file, const sim::Scenario& s) {
-  const bool any_max_conns = std::any_of(s.servers.begin(), s.servers.end(),
-                                         [](const sim::ServerSpec& server) { return server.max_conns > 0; });
-  if (s.queue > 0 && !any_max_conns)
+  if (s.queue > 0 && !s.limited())
     throw std::invalid_argument(
         fmt::format("{} has no effect: no server has max_conns (a request waits in the pool queue only when every "
                     "server is at its max_conns; give a server max_conns=N)",
@@ -161,11 +159,10 @@ std::vector<sim::ServerSpec> servers_from_flags(const SimFlags& f) {
 }
 
 // The pool of site --site in --config (or the running heft's, --running), as
-// the proxy would run it: its backends
-// (named by address, in order) with their weights (`down`: 0) and max_conns,
-// its policy (unless --policies), hash strategy and queue; their sizes and
-// service times from --servers and its companions, one size per backend.
-// Backups are backups there too (the same Balancer picks).
+// the proxy would run it: its backends (named by address, in order) with
+// their weights (`down`: 0), max_conns and backup flags, its policy (unless
+// --policies), hash strategy and queue; their sizes and service times from
+// --servers and its companions, one size per backend.
 sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   const char* flag = f.running ? "--running" : "--config";
   if (!f.given("--servers"))
@@ -206,29 +203,25 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
                                         source, sites.size(), sites.size() - 1));
   const size_t index = f.given("--site") ? f.site : 0;
   const config::PoolConfig& pool = sites[index].proxy;
-  std::vector<const config::UpstreamConfig*> members;
-  for (const config::UpstreamConfig& u : pool.upstreams) members.push_back(&u);
-  std::vector<sim::ServerSpec> servers = servers_from_flags(f);
-  if (servers.size() != members.size())
-    throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})", servers.size(),
-                                            servers.size() == 1 ? "" : "s", members.size(),
-                                            members.size() == 1 ? "" : "s", index,
-                                            members.size() == 1 ? members[0]->dial : "in the pool's order"));
+  const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;
   s.name = fmt::format("{} site {}", source, index);
-  bool any_max_conns = false;
-  for (size_t i = 0; i < servers.size(); ++i) {
-    servers[i].name = members[i]->dial;
-    servers[i].weight = members[i]->down ? 0 : members[i]->weight;
-    servers[i].max_conns = members[i]->max_conns;
-    servers[i].backup = members[i]->backup;
-    any_max_conns |= members[i]->max_conns > 0;
+  s.servers = servers_from_flags(f);
+  if (s.servers.size() != backends.size())
+    throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})",
+                                            s.servers.size(), s.servers.size() == 1 ? "" : "s", backends.size(),
+                                            backends.size() == 1 ? "" : "s", index,
+                                            backends.size() == 1 ? backends[0].dial : "in the pool's order"));
+  for (size_t i = 0; i < s.servers.size(); ++i) {
+    s.servers[i].name = backends[i].dial;
+    s.servers[i].weight = backends[i].down ? 0 : backends[i].weight;
+    s.servers[i].max_conns = backends[i].max_conns;
+    s.servers[i].backup = backends[i].backup;
   }
-  s.servers = std::move(servers);
   s.policies = {pool.policy};
   s.hash_strategy = pool.hash_strategy;
   // A queue no request can enter (no max_conns) the proxy only warns of: nothing to model.
-  if (pool.queue > 0 && any_max_conns) {
+  if (pool.queue > 0 && s.limited()) {
     s.queue = pool.queue;
     s.queue_timeout_s = std::chrono::duration<double>(pool.queue_timeout).count();
   }

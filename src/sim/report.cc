@@ -11,11 +11,6 @@ namespace {
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", fraction * 100); }
 
-// Whether some server has a max_conns limit: only then do the outputs speak of it.
-bool limited(const Scenario& sc) {
-  return std::any_of(sc.servers.begin(), sc.servers.end(), [](const ServerSpec& s) { return s.max_conns > 0; });
-}
-
 // Whether the scenario has a pool queue: only then do the outputs speak of it
 // (without one they stay as they were).
 bool queued(const Scenario& sc) { return sc.queue > 0; }
@@ -131,7 +126,7 @@ std::string format_table(const std::vector<SimResult>& results) {
          "end q = requests waiting when arrivals stopped (the run then drains them).\n";
   bool any_unrouted = false, any_limited = false, any_queued = false;
   for (const SimResult& res : results) {
-    any_limited = any_limited || limited(res.scenario);
+    any_limited = any_limited || res.scenario.limited();
     any_queued = any_queued || queued(res.scenario);
     for (const PolicyResult& p : res.policies) any_unrouted = any_unrouted || p.unrouted > 0;
   }
@@ -189,7 +184,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       jp["timed_out"] = p.timed_out;
       jp["failed"] = p.failed;
       jp["unrouted"] = p.unrouted;
-      if (limited(sc)) jp["unrouted_full"] = p.unrouted_full;
+      if (sc.limited()) jp["unrouted_full"] = p.unrouted_full;  // only then do the outputs speak of it
       if (queued(sc)) {
         nlohmann::ordered_json q;
         q["waited"] = p.queue_waited;

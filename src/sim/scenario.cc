@@ -95,6 +95,10 @@ uint64_t parse_seed(std::string_view text) {
   return parse_count(text, "--seed");
 }
 
+bool Scenario::limited() const {
+  return std::any_of(servers.begin(), servers.end(), [](const ServerSpec& s) { return s.max_conns > 0; });
+}
+
 uint64_t parse_pool_queue(std::string_view text) {
   return parse_count(text, "--queue", 0, kMaxPoolQueue);
 }
@@ -682,8 +686,7 @@ void validate(Scenario& s) {
     fail(fmt::format("{} must be positive and finite", kQueueTimeout));
   if (s.queue_timeout_s && s.queue == 0)
     fail(fmt::format("{} applies only to a pool queue: give --queue N (or the scenario's \"queue\")", kQueueTimeout));
-  if (s.queue > 0 && std::none_of(s.servers.begin(), s.servers.end(),
-                                  [](const ServerSpec& server) { return server.max_conns > 0; }))
+  if (s.queue > 0 && !s.limited())
     fail(fmt::format("{} has no effect: no server has max_conns (a request waits only when every server is at its "
                      "max_conns; give a server max_conns=N)",
                      kQueue));

@@ -104,6 +104,8 @@ struct Scenario {
   uint64_t queue = 0;
   std::optional<double> queue_timeout_s;  // > 0; not given: kDefaultQueueTimeoutS
   double queue_timeout() const { return queue_timeout_s.value_or(kDefaultQueueTimeoutS); }
+  // Whether some server has max_conns (only then can a pool queue hold anyone).
+  bool limited() const;
   std::vector<Event> events;  // sorted by time (stable) by validate()
   double bucket_s = 0;        // utilisation time-series bucket; 0: not given, validate() makes it duration / 60
 };
