@@ -23,6 +23,13 @@ double seconds(double s) { return std::isfinite(s) ? std::round(s * 1e9) / 1e9 :
 // by request made a server busy 7 ms in every 10 ms 0.7000000000000006.
 double fraction(double f) { return std::isfinite(f) ? std::round(f * 1e9) / 1e9 : f; }
 
+// A per-bucket series (utilisation, pool queue), each value as fraction() writes it.
+nlohmann::ordered_json fraction_series(const std::vector<double>& values) {
+  nlohmann::ordered_json series = nlohmann::ordered_json::array();
+  for (double v : values) series.push_back(fraction(v));
+  return series;
+}
+
 nlohmann::ordered_json latency_json(const LatencySummary& l) {
   nlohmann::ordered_json j;
   j["mean_s"] = seconds(l.mean_s);
@@ -192,9 +199,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
         q["peak"] = p.queue_peak;
         q["at_end"] = p.queue_at_end;
         // Mean requests waiting per bucket (bucket_s), as the SVG's pool queue panel.
-        nlohmann::ordered_json series = nlohmann::ordered_json::array();
-        for (double v : p.queue_series) series.push_back(fraction(v));
-        q["series"] = std::move(series);
+        q["series"] = fraction_series(p.queue_series);
         jp["pool_queue"] = std::move(q);
       }
       jp["latency"] = latency_json(p.latency);
@@ -214,9 +219,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
         j["refused"] = s.refused;
         j["timed_out"] = s.timed_out;
         j["failed"] = s.failed;
-        nlohmann::ordered_json series = nlohmann::ordered_json::array();
-        for (double u : s.utilisation_series) series.push_back(fraction(u));
-        j["utilisation_series"] = std::move(series);
+        j["utilisation_series"] = fraction_series(s.utilisation_series);
         jp["servers"].push_back(j);
       }
       js["policies"].push_back(jp);
