@@ -123,6 +123,27 @@ struct Frame {
     out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="tick" text-anchor="middle">{}</text>)" "\n", px,
                        y0 + kPanelH + 16, escape(label));
   }
+  // A time axis 0..duration (seconds) along x.
+  double time_x(double t, double duration) const { return x0 + t / duration * kPanelW; }
+  void time_ticks(std::string& out, double duration) const {
+    const double step = nice_step(duration, 5);
+    for (int i = 0; i <= 20; ++i) {
+      double t = i * step;
+      if (t > duration * (1 + 1e-9)) break;
+      x_tick(out, time_x(t, duration), tick_label(t));
+    }
+  }
+  // A per-bucket series (Scenario::bucket_s) on the time axis, each value at
+  // its bucket's middle, as polyline points; `py` maps a value to y.
+  template <typename Y>
+  std::string bucket_points(const std::vector<double>& series, const Scenario& sc, Y py) const {
+    std::string points;
+    for (size_t b = 0; b < series.size(); ++b) {
+      double t_mid = std::min((b + 0.5) * sc.bucket_s, sc.duration_s);
+      points += fmt::format("{}{:.1f},{:.1f}", b ? " " : "", time_x(t_mid, sc.duration_s), py(series[b]));
+    }
+    return points;
+  }
   void y_tick(std::string& out, double py, const std::string& label) const {
     out += fmt::format(R"(<line x1="{0:.1f}" y1="{2:.1f}" x2="{1:.1f}" y2="{2:.1f}" class="grid"/>)" "\n", x0,
                        x0 + kPanelW, py);
@@ -134,23 +155,12 @@ struct Frame {
 void utilisation_panel(std::string& out, const Frame& f, const SimResult& res, const PolicyResult& p) {
   const Scenario& sc = res.scenario;
   f.axes(out, std::string(balance::policy_name(p.policy)), "time (s)", "utilisation (%)");
-  const double duration = sc.duration_s;
-  auto px = [&](double t) { return f.x0 + t / duration * kPanelW; };
   auto py = [&](double u) { return f.y0 + kPanelH - std::clamp(u, 0.0, 1.0) * kPanelH; };
-  double step = nice_step(duration, 5);
-  for (int i = 0; i <= 20; ++i) {
-    double t = i * step;
-    if (t > duration * (1 + 1e-9)) break;
-    f.x_tick(out, px(t), tick_label(t));
-  }
+  f.time_ticks(out, sc.duration_s);
   for (int u = 0; u <= 100; u += 25) f.y_tick(out, py(u / 100.0), fmt::format("{}", u));
   for (size_t i = 0; i < p.servers.size(); ++i) {
     const ServerResult& s = p.servers[i];
-    std::string points;
-    for (size_t b = 0; b < s.utilisation_series.size(); ++b) {
-      double t_mid = std::min((b + 0.5) * sc.bucket_s, duration);
-      points += fmt::format("{}{:.1f},{:.1f}", b ? " " : "", px(t_mid), py(s.utilisation_series[b]));
-    }
+    const std::string points = f.bucket_points(s.utilisation_series, sc, py);
     out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.6"><title>{} {}: {:.1f}% busy</title></polyline>)" "\n",
                        points, server_colour(i), escape(std::string(balance::policy_name(p.policy))),
                        escape(s.name), s.utilisation * 100);
@@ -221,15 +231,8 @@ void queue_panel(std::string& out, const Frame& f, const SimResult& res) {
     for (double v : p.queue_series) top = std::max(top, v);
   const double ystep = nice_step(std::max(top, 1.0), 4);
   const double ymax = std::ceil(std::max(top, 1.0) / ystep) * ystep;
-  const double duration = sc.duration_s;
-  auto px = [&](double t) { return f.x0 + t / duration * kPanelW; };
   auto py = [&](double v) { return f.y0 + kPanelH - std::clamp(v / ymax, 0.0, 1.0) * kPanelH; };
-  const double step = nice_step(duration, 5);
-  for (int i = 0; i <= 20; ++i) {
-    double t = i * step;
-    if (t > duration * (1 + 1e-9)) break;
-    f.x_tick(out, px(t), tick_label(t));
-  }
+  f.time_ticks(out, sc.duration_s);
   for (int i = 0; i <= 8; ++i) {
     const double v = i * ystep;
     if (v > ymax * (1 + 1e-9)) break;
@@ -238,11 +241,7 @@ void queue_panel(std::string& out, const Frame& f, const SimResult& res) {
   for (size_t pi = 0; pi < res.policies.size(); ++pi) {
     const PolicyResult& p = res.policies[pi];
     if (p.queue_series.empty()) continue;
-    std::string points;
-    for (size_t b = 0; b < p.queue_series.size(); ++b) {
-      double t_mid = std::min((b + 0.5) * sc.bucket_s, duration);
-      points += fmt::format("{}{:.1f},{:.1f}", b ? " " : "", px(t_mid), py(p.queue_series[b]));
-    }
+    const std::string points = f.bucket_points(p.queue_series, sc, py);
     out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.6"><title>{}: {} waited, {} timed out, at most {} at once</title></polyline>)" "\n",
                        points, policy_colour(pi), balance::policy_name(p.policy), p.queue_waited, p.queue_timed_out,
                        p.queue_peak);
