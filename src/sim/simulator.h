@@ -13,8 +13,9 @@
 // or with a pool queue (Scenario::queue) waits in it for a place, as in the
 // proxy: each request's end at any server wakes the one waiting longest, which
 // acquires again with its own pick context; a weight change wakes them all;
-// a newcomer finding anyone waiting queues behind them; a request waiting
-// the queue timeout gives up.
+// a recovering server wakes as many as it has free places; a newcomer
+// finding anyone waiting queues behind them; a request waiting the queue
+// timeout gives up. Backup servers take requests only when no primary can.
 //
 // Common random numbers: request k's arrival gap, service draw, key and the
 // random bits handed to the policy all come from a stream seeded by (seed, k),
