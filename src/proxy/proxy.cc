@@ -3,6 +3,7 @@
 // Each worker runs its own io_context on one thread; the controlling thread
 // binds listeners (so errors surface synchronously) and posts everything else.
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -473,6 +474,16 @@ std::unique_ptr<Acceptor> Proxy::Impl::listen(Worker& worker, const tcp::endpoin
   if (!ec) {
     using reuse_port = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
     acceptor->set_option(reuse_port(true), ec);
+  }
+  if (!ec) {
+    // nginx's `listen ... deferred`, HAProxy's `defer-accept`: the kernel
+    // hands a connection over once its first bytes are there (a silent one
+    // after about a second), so the session's first read finds the request
+    // instead of costing an empty read and a readiness wait. An HTTP client
+    // speaks first; a kernel without the option just accepts at once.
+    using defer_accept = asio::detail::socket_option::integer<IPPROTO_TCP, TCP_DEFER_ACCEPT>;
+    boost::system::error_code ignored;
+    acceptor->set_option(defer_accept(1), ignored);
   }
   if (!ec) acceptor->bind(endpoint, ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);

@@ -534,13 +534,17 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
             std::string::npos)
       << heft.log();
 
+  // Each client sends its request line first: heft's listeners accept a
+  // connection once its first bytes are there (TCP_DEFER_ACCEPT), and these
+  // must hold their descriptors before any request is complete.
   std::vector<std::unique_ptr<HttpClient>> held;
   for (int i = 0; i < 45; ++i) {
     held.push_back(std::make_unique<HttpClient>(port, 300ms));
     ASSERT_TRUE(held.back()->connect());
+    ASSERT_TRUE(held.back()->send_raw("GET / HTTP/1.1\r\n"));
   }
   std::this_thread::sleep_for(200ms);  // accepted, as far as descriptors go
-  for (auto& c : held) ASSERT_TRUE(c->send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (auto& c : held) ASSERT_TRUE(c->send_raw("Host: x\r\n\r\n"));
   std::map<int, int> statuses;  // 0: no answer (never accepted while the others were open)
   for (auto& c : held) statuses[c->read_response().status]++;
   EXPECT_GT(statuses[500], 0) << ::testing::PrintToString(statuses);
@@ -568,6 +572,35 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
   long requests = 0;
   for (const auto& u : list) requests += u.value("requests_total", 0L);
   EXPECT_EQ(requests, seen) << upstreams;
+}
+
+// heft's listeners hand a connection over once its first bytes arrive
+// (nginx's `listen ... deferred`): a client that connected and sent nothing
+// holds no session of heft's (nor a descriptor); once it speaks it is served
+// as any other.
+TEST(ProxySafety, AConnectionIsTakenOnceItsFirstBytesArrive) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  uint16_t admin_port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1", "", fmt::format("workers 1\n\tadmin 127.0.0.1:{}", admin_port)),
+                            port);
+  auto active = [&] { return sample_value(admin_call(admin_port, "GET", "/metrics").body, "heft_connections_active"); };
+
+  std::vector<std::unique_ptr<HttpClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<HttpClient>(port));
+    ASSERT_TRUE(clients.back()->connect());
+  }
+  std::this_thread::sleep_for(300ms);  // well within the kernel's second of waiting for bytes
+  EXPECT_EQ(active(), 0) << "a connection that has sent nothing was accepted";
+
+  for (auto& c : clients) {
+    Response r = c->request("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(r.status, 200);
+  }
+  EXPECT_EQ(active(), 3);  // kept alive after their responses
 }
 
 }  // namespace
