@@ -593,7 +593,7 @@ TEST(ProxySafety, AConnectionIsTakenOnceItsFirstBytesArrive) {
     clients.push_back(std::make_unique<HttpClient>(port));
     ASSERT_TRUE(clients.back()->connect());
   }
-  std::this_thread::sleep_for(300ms);  // well within the kernel's second of waiting for bytes
+  std::this_thread::sleep_for(200ms);  // well within the kernel's second of waiting for bytes
   EXPECT_EQ(active(), 0) << "a connection that has sent nothing was accepted";
 
   for (auto& c : clients) {
