@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,8 @@
 #include "cli/command.h"
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "config/values.h"
+#include "observe/metrics.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -53,7 +56,7 @@ struct SimFlags {
   std::string config_file;  // --config: a Heftfile or JSON configuration
   bool running = false;     // --running: the running heft's configuration, through its admin API
   AdminClientOptions admin;  // --address, --token for --running
-  size_t site = 0;          // --site: which of its sites' pool
+  std::string site;         // --site: which of its sites' pool, an index (checked once the sites are known)
   // Whether a flag was given: an empty value ("--policies ''") is an error
   // for its parser, not a silent "not given".
   CLI::App* command = nullptr;
@@ -158,6 +161,19 @@ std::vector<sim::ServerSpec> servers_from_flags(const SimFlags& f) {
   return servers;
 }
 
+// "0 a.test:8080, 1 c.test:8080, 2 b.test:9090": the sites as --site numbers
+// them, which is heft's numbering (heft weight, /reverse_proxy/upstreams'
+// `site`): grouped by port in order of each port's first appearance, so not
+// the file's order when a port's sites are apart in it. The first 10.
+std::string numbered_sites(const std::vector<config::SiteConfig>& sites) {
+  constexpr size_t kListed = 10;
+  std::string out;
+  for (size_t i = 0; i < sites.size() && i < kListed; ++i)
+    out += fmt::format("{}{} {}", i ? ", " : "", i, observe::site_label(sites[i]));
+  if (sites.size() > kListed) out += ", ...";
+  return out;
+}
+
 // The pool of site --site in --config (or the running heft's, --running), as
 // the proxy would run it: its backends (named by address, in order) with
 // their weights (`down`: 0), max_conns and backup flags, its policy (unless
@@ -195,13 +211,24 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
                                             errors));
   }
   const std::vector<config::SiteConfig>& sites = loaded->sites;
-  if (f.given("--site") ? f.site >= sites.size() : sites.size() != 1)
-    throw std::invalid_argument(
-        f.given("--site") ? fmt::format("--site {}: '{}' has {} site{} (0..{})", f.site, source, sites.size(),
-                                        sites.size() == 1 ? "" : "s", sites.size() - 1)
-                          : fmt::format("'{}' has {} sites: choose one with --site N (0..{}, in the file's order)",
-                                        source, sites.size(), sites.size() - 1));
-  const size_t index = f.given("--site") ? f.site : 0;
+  const std::string numbered = numbered_sites(sites);
+  if (!f.given("--site") && sites.size() != 1)
+    throw std::invalid_argument(fmt::format("'{}' has {} sites: choose one with --site N (0..{}: {})", source,
+                                            sites.size(), sites.size() - 1, numbered));
+  // Read here, not by CLI11 into a size_t: that wrapped "-1" into 18446744073709551615,
+  // which the error then named, and took an empty value for site 0.
+  std::optional<uint64_t> wanted = 0;
+  if (f.given("--site")) {
+    wanted = config::parse_uint(f.site, sites.size() - 1);
+    const bool digits = !f.site.empty() && f.site.find_first_not_of("0123456789") == std::string::npos;
+    if (!wanted)
+      throw std::invalid_argument(fmt::format("{} '{}' has {} site{} (0..{}: {})",
+                                              digits ? "--site " + f.site + ":"
+                                                     : "--site: '" + f.site + "' is not a site index;",
+                                              source, sites.size(), sites.size() == 1 ? "" : "s", sites.size() - 1,
+                                              numbered));
+  }
+  const size_t index = *wanted;
   const config::PoolConfig& pool = sites[index].proxy;
   const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;
@@ -393,7 +420,8 @@ void setup(CLI::App& root) {
                 "default 127.0.0.1:2019, with --token): live weight changes included");
   add_admin_options(cmd, f->admin, false);
   cmd->add_option("--site", f->site,
-                  "With --config or --running: the site, 0.. in the file's order (needed when it has several)");
+                  "With --config or --running: the site's index, 0.., as heft numbers its sites (heft upstreams' "
+                  "SITE; needed when there are several)");
   cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
   cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();

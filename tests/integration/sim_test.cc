@@ -160,7 +160,7 @@ TEST(SimCommandTest, ConfigSimulatesASitesPoolAsConfigured) {
   };
   rejected("sim --config " + heftfile + " --site 0", "--config needs --servers");
   rejected("sim --config " + heftfile + " --servers 1x,1x,1x", "has 2 sites: choose one with --site N (0..1");
-  rejected("sim --config " + heftfile + " --site 2 --servers 1x", "--site 2: '" + heftfile + "' has 2 sites (0..1)");
+  rejected("sim --config " + heftfile + " --site 2 --servers 1x", "--site 2: '" + heftfile + "' has 2 sites (0..1: ");
   rejected("sim --config " + heftfile + " --site 0 --servers 1x,1x", "--servers: 2 sizes for the 4 backends of site 0");
   rejected("sim --site 0 --servers 1x", "--site needs --config");
   const std::string bad = (dir / "Bad").string();
@@ -187,6 +187,37 @@ void expect_rejected(const std::string& args, const std::string& names) {
   EXPECT_EQ(out.exit_code, 2) << args << ": " << out.stdout_text;
   EXPECT_EQ(std::count(out.stdout_text.begin(), out.stdout_text.end(), '\n'), 1) << args << ": " << out.stdout_text;
   EXPECT_NE(out.stdout_text.find(names), std::string::npos) << args << ": " << out.stdout_text;
+}
+
+// --site is heft's index of the site (heft weight's, /reverse_proxy/upstreams'
+// `site`): sites grouped by port, so here c.test is 1 and b.test 2, not the
+// file's order the errors claimed; they now list the sites. It is read as
+// given: CLI11 wrapped "-1" into 18446744073709551615, which the error then
+// named, and took an empty value for site 0.
+TEST(SimCommandTest, ConfigSiteIsTheIndexAsGivenAndErrorsListTheSites) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_sim_site_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string heftfile = (dir / "Heftfile").string();
+  std::ofstream(heftfile) << "a.test:8080 {\n\treverse_proxy 10.0.0.1:80\n}\n"
+                             "b.test:9090 {\n\treverse_proxy 10.0.0.2:80 10.0.0.3:80\n}\n"
+                             "c.test:8080 {\n\treverse_proxy 10.0.0.4:80\n}\n";
+  const std::string sim = "sim --config " + heftfile + " --rate 10 --duration 1s";
+  const std::string sites = "'" + heftfile + "' has 3 sites (0..2: 0 a.test:8080, 1 c.test:8080, 2 b.test:9090)";
+  expect_rejected(sim + " --servers 1x", "'" + heftfile +
+                                             "' has 3 sites: choose one with --site N (0..2: 0 a.test:8080, "
+                                             "1 c.test:8080, 2 b.test:9090)");
+  expect_rejected(sim + " --servers 1x --site -1", "heft: --site: '-1' is not a site index; " + sites);
+  expect_rejected(sim + " --servers 1x --site ''", "heft: --site: '' is not a site index; " + sites);
+  expect_rejected(sim + " --servers 1x --site 3", "heft: --site 3: " + sites);
+  expect_rejected(sim + " --servers 1x --site 18446744073709551615", "heft: --site 18446744073709551615: " + sites);
+  expect_rejected(sim + " --servers 1x --site 99999999999999999999", "heft: --site 99999999999999999999: " + sites);
+  Output out = run_heft(sim + " --site 1 --servers 1x --json");
+  ASSERT_EQ(out.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"][0]["name"], "10.0.0.4:80");
+  out = run_heft(sim + " --site 2 --servers 1x,1x --json");
+  ASSERT_EQ(out.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"][1]["name"], "10.0.0.3:80");
+  std::filesystem::remove_all(dir);
 }
 
 // Errors name the flag, member or file; a number beyond a double in a scenario
