@@ -177,6 +177,13 @@ int run_pick(const PickOptions& o) {
     count = !keys.empty() ? static_cast<int>(keys.size())
                           : (!active.empty() ? 1 : static_cast<int>(std::clamp<uint64_t>(total, 1, 100)));
   }
+  // With --max-conns every pick stays in flight: a backend without a limit
+  // could take all of them, and its 32-bit count wrapped (4294967295 and one
+  // more showed "in flight: A=0", which least_conn then read as idle).
+  for (size_t i = 0; limited && i < active.size(); ++i)
+    if (max_conns[i] == 0 && active[i] > UINT32_MAX - static_cast<uint32_t>(count))
+      throw BadArguments(fmt::format("--active: {} has {} in flight and no max_conns; {} pick{} could count past {}",
+                                     names[i], active[i], count, count == 1 ? "" : "s", UINT32_MAX));
 
   auto current_weights = [&] {
     std::vector<int64_t> cw(names.size(), 0);

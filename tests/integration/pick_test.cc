@@ -279,6 +279,24 @@ TEST(HeftPick, MaxConnsShowsFullBackendsPassedOver) {
   EXPECT_EQ(heft("pick --weights 5,3 --max-conns 2,x").exit_code, 2);
 }
 
+// With --max-conns the picks stay in flight, so a backend without a limit
+// counts every pick it takes on top of --active: 4294967295 and one more
+// wrapped its 32-bit count to "in flight: A=0" (and least_conn then saw it
+// idle). A start that the picks could carry past the counter is an error;
+// one they cannot (a limited backend, or room for --count) still runs.
+TEST(HeftPick, ActiveWithMaxConnsNeverWrapsTheCount) {
+  PickRun r = heft("pick --weights 5,3,2 --max-conns 0,1,1 --active 4294967295,0,0 --count 3");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.out, "heft: --active: A has 4294967295 in flight and no max_conns; 3 picks could count past "
+                   "4294967295\n");
+  PickRun fits = heft("pick --weights 5,3,2 --max-conns 0,1,1 --active 4294967292,0,0 --count 3 --json");
+  ASSERT_EQ(fits.exit_code, 0) << fits.out;
+  EXPECT_EQ(nlohmann::json::parse(fits.out)["in_flight"], nlohmann::json({4294967293u, 1, 1}));
+  PickRun limited = heft("pick --weights 5,3,2 --max-conns 1,1,1 --active 4294967295,0,0 --count 3 --json");
+  ASSERT_EQ(limited.exit_code, 0) << limited.out;
+  EXPECT_EQ(nlohmann::json::parse(limited.out)["in_flight"], nlohmann::json({4294967295u, 1, 1}));
+}
+
 // --keys-file: one key per line (an empty line is an empty key), for more keys
 // than one argument can carry; the same picks as --keys.
 TEST(HeftPick, KeysFile) {
