@@ -176,7 +176,7 @@ std::string numbered_sites(const std::vector<config::SiteConfig>& sites) {
 
 // The pool of site --site in --config (or the running heft's, --running), as
 // the proxy would run it: its backends (named by address, in order) with
-// their weights (`down`: 0), max_conns and backup flags, its policy (unless
+// their weights, max_conns, backup and down flags, its policy (unless
 // --policies), hash strategy and queue; their sizes and service times from
 // --servers and its companions, one size per backend.
 sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
@@ -241,7 +241,8 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
                                             backends.size() == 1 ? backends[0].dial : "in the pool's order"));
   for (size_t i = 0; i < s.servers.size(); ++i) {
     s.servers[i].name = backends[i].dial;
-    s.servers[i].weight = backends[i].down ? 0 : backends[i].weight;
+    s.servers[i].weight = backends[i].weight;
+    s.servers[i].down = backends[i].down;
     s.servers[i].max_conns = backends[i].max_conns;
     s.servers[i].backup = backends[i].backup;
   }

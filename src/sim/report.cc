@@ -74,10 +74,10 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} worker{} x {} {}{}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+      out += fmt::format("{} {} ({} worker{} x {} {}{}{}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
                          format_latency(s.service_s), service_dist_name(s.dist),
                          s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "",
-                         s.backup ? ", backup" : "");
+                         s.backup ? ", backup" : "", s.down ? ", down" : "");
     }
     out += '\n';
     if (queued(sc))
@@ -131,16 +131,18 @@ std::string format_table(const std::vector<SimResult>& results) {
   }
   out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
          "end q = requests waiting when arrivals stopped (the run then drains them).\n";
-  bool any_unrouted = false, any_limited = false, any_queued = false;
+  bool any_unrouted = false, any_limited = false, any_queued = false, any_down = false;
   for (const SimResult& res : results) {
     any_limited = any_limited || res.scenario.limited();
+    for (const ServerSpec& s : res.scenario.servers) any_down = any_down || s.down;
     any_queued = any_queued || queued(res.scenario);
     for (const PolicyResult& p : res.policies) any_unrouted = any_unrouted || p.unrouted > 0;
   }
   if (any_unrouted)
-    out += any_limited ? "unrouted = requests no server could take (every weight 0, every server failed, or every "
-                         "server at its max_conns).\n"
-                       : "unrouted = requests no server could take (every weight 0, or every server failed).\n";
+    out += fmt::format("unrouted = requests no server could take (every weight 0{}{}).\n",
+                       any_down ? " or down" : "",
+                       any_limited ? ", every server failed, or every server at its max_conns"
+                                   : ", or every server failed");
   if (any_queued)
     out += "pool queue = requests that waited for a place while every server was at its max_conns (latency counts\n"
            "from arrival); queue timeout = those that gave up after the queue timeout (with a full queue: unrouted).\n";
@@ -177,6 +179,7 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       if (s.timeout_s > 0) j["timeout_s"] = seconds(s.timeout_s);
       if (s.max_conns > 0) j["max_conns"] = s.max_conns;
       if (s.backup) j["backup"] = true;
+      if (s.down) j["down"] = true;
       js["servers"].push_back(j);
     }
     js["events"] = nlohmann::ordered_json::array();

@@ -69,6 +69,10 @@ struct ServerSpec {
   double timeout_s = 0;               // > 0: a request waiting longer leaves the queue (timed out)
   uint32_t max_conns = 0;             // > 0: at most this many assigned at once (queued + in service)
   bool backup = false;                // takes requests only when no primary can (the Heftfile's `backup`)
+  // Never picked, whatever its weight becomes (the Heftfile's `down`, from
+  // --config): as the proxy's, and not weight 0, which a weight event would
+  // undo and which takes a backend off a hash ring where `down` keeps its place.
+  bool down = false;
   double units = 1;                   // its size in "x" (3x = 3): the default weight
 };
 

@@ -520,6 +520,7 @@ class Run {
       b.weight = weights_[i];
       b.max_conns = servers_[i].spec->max_conns;
       b.backup = servers_[i].spec->backup;
+      b.down = servers_[i].spec->down;
       specs.push_back(std::move(b));
     }
     auto next = std::make_unique<balance::Balancer>(options_, std::move(specs), balancer_.get());

@@ -128,7 +128,9 @@ TEST(SimCommandTest, ConfigSimulatesASitesPoolAsConfigured) {
   EXPECT_EQ(sc["servers"][0]["size"], 12);
   EXPECT_EQ(sc["servers"][1]["weight"], 1);
   EXPECT_EQ(sc["servers"][1]["max_conns"], 4);
-  EXPECT_EQ(sc["servers"][2]["weight"], 0) << "down";
+  EXPECT_EQ(sc["servers"][2]["weight"], 1) << "down, not drained";
+  EXPECT_EQ(sc["servers"][2]["down"], true);
+  EXPECT_FALSE(sc["servers"][1].contains("down"));
   EXPECT_FALSE(sc["servers"][0].contains("backup"));
   EXPECT_EQ(sc["servers"][3]["name"], "10.0.0.9:80");
   EXPECT_EQ(sc["servers"][3]["backup"], true);
@@ -166,6 +168,30 @@ TEST(SimCommandTest, ConfigSimulatesASitesPoolAsConfigured) {
   const std::string bad = (dir / "Bad").string();
   std::ofstream(bad) << ":1 {\n\treverse_proxy a:1 {\n\t\twieght 3\n\t}\n}\n";
   rejected("sim --config " + bad + " --servers 1x", bad + ":3:3: unknown option \"wieght\"");
+  std::filesystem::remove_all(dir);
+}
+
+// A `down` backend is down in the simulation as in the proxy, where a weight
+// given to it (heft weight, a reload's) leaves it down. --config made it
+// weight 0 instead, so --weights or a weight event sent it requests the
+// proxy never would (21 % here), and a hashed pool lost its ring place.
+TEST(SimCommandTest, ConfigDownBackendStaysDownWhateverItsWeight) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_sim_down_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string heftfile = (dir / "Heftfile").string();
+  std::ofstream(heftfile) << ":8080 {\n\treverse_proxy {\n\t\tto 10.0.0.1:80 weight 5\n\t\tto 10.0.0.2:80 weight 3\n"
+                             "\t\tto 10.0.0.3:80 weight 2 down\n\t}\n}\n";
+  const std::string sim = "sim --config " + heftfile + " --servers 1x,1x,1x --rate 100 --duration 2s --json";
+  for (const std::string& change : {std::string(" --event 1s:10.0.0.3:80:weight=5"), std::string(" --weights 5,3,2"),
+                                    std::string(" --event 1s:weights=0,0,5"),
+                                    std::string(" --policies hash,round_robin,least_conn,random,p2c,first")}) {
+    Output out = run_heft(sim + change);
+    ASSERT_EQ(out.exit_code, 0) << change;
+    const auto policies = nlohmann::json::parse(out.stdout_text)["scenarios"][0]["policies"];
+    ASSERT_EQ(policies.size(), change.starts_with(" --policies") ? 6u : 1u) << change;
+    for (const auto& policy : policies)
+      EXPECT_EQ(policy["servers"][2]["requests"], 0) << change << ": " << policy["policy"];
+  }
   std::filesystem::remove_all(dir);
 }
 
