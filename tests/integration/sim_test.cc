@@ -246,6 +246,13 @@ TEST(SimCommandTest, ConfigSiteIsTheIndexAsGivenAndErrorsListTheSites) {
   std::filesystem::remove_all(dir);
 }
 
+// A flag given an empty value is an error, never a value nobody gave: CLI11
+// read --sigma '' as 0 and the run went on with sigma 0.
+TEST(SimCommandTest, EmptySigmaIsAnError) {
+  expect_rejected("sim --servers 1x --dist lognormal --sigma '' --rate 10 --duration 1s", "--sigma: is empty");
+  EXPECT_EQ(run_heft("sim --servers 1x --dist lognormal --sigma 0 --rate 10 --duration 1s").exit_code, 0);
+}
+
 // Errors name the flag, member or file; a number beyond a double in a scenario
 // file (which the JSON parser reports by exception) is one of them, not an abort.
 TEST(SimCommandTest, ErrorsNameTheFlagOrTheFile) {
