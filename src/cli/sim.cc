@@ -19,6 +19,7 @@
 
 #include "cli/admin_client.h"
 #include "cli/command.h"
+#include "cli/site_lookup.h"
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "config/values.h"
@@ -215,20 +216,19 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   if (!f.given("--site") && sites.size() != 1)
     throw std::invalid_argument(fmt::format("'{}' has {} sites: choose one with --site N (0..{}: {})", source,
                                             sites.size(), sites.size() - 1, numbered));
-  // Read here, not by CLI11 into a size_t: that wrapped "-1" into 18446744073709551615,
-  // which the error then named, and took an empty value for site 0.
-  std::optional<uint64_t> wanted = 0;
+  // SITE as heft weight and heft rollout read it (a host name, HOST:PORT,
+  // :PORT or the index), not by CLI11 into a size_t: that wrapped "-1" into
+  // 18446744073709551615, which the error then named, and took "" for site 0.
+  size_t index = 0;
   if (f.given("--site")) {
-    wanted = config::parse_uint(f.site, sites.size() - 1);
-    const bool digits = !f.site.empty() && f.site.find_first_not_of("0123456789") == std::string::npos;
-    if (!wanted)
-      throw std::invalid_argument(fmt::format("{} '{}' has {} site{} (0..{}: {})",
-                                              digits ? "--site " + f.site + ":"
-                                                     : "--site: '" + f.site + "' is not a site index;",
-                                              source, sites.size(), sites.size() == 1 ? "" : "s", sites.size() - 1,
+    std::string why;
+    const std::optional<SiteLocation> found = find_site(config::to_json(*loaded), f.site, why);
+    if (!found)
+      throw std::invalid_argument(fmt::format("--site '{}': {}; '{}' has {} site{} (0..{}: {})", f.site, why, source,
+                                              sites.size(), sites.size() == 1 ? "" : "s", sites.size() - 1,
                                               numbered));
+    index = found->index;
   }
-  const size_t index = *wanted;
   const config::PoolConfig& pool = sites[index].proxy;
   const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;
@@ -421,8 +421,8 @@ void setup(CLI::App& root) {
                 "default 127.0.0.1:2019, with --token): live weight changes included");
   add_admin_options(cmd, f->admin, false);
   cmd->add_option("--site", f->site,
-                  "With --config or --running: the site's index, 0.., as heft numbers its sites (heft upstreams' "
-                  "SITE; needed when there are several)");
+                  "With --config or --running: the site, as heft weight takes it: a host name, HOST:PORT, :PORT or "
+                  "its index (heft upstreams' SITE); needed when there are several");
   cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
   cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();

@@ -86,6 +86,10 @@ std::optional<SiteLocation> locate(const json& server, size_t s, const json& rou
 }  // namespace
 
 std::optional<SiteLocation> find_site(const json& config, const std::string& site, std::string& why) {
+  if (site.empty()) {  // would match as ":PORT" with no port: any port's only site
+    why = "no site given (give a host, HOST:PORT, :PORT or the site's index)";
+    return std::nullopt;
+  }
   const bool numeric = !site.empty() && site.find_first_not_of("0123456789") == std::string::npos;
   // An index past any site (even past SIZE_MAX: std::stoul threw) matches none.
   const std::optional<uint64_t> wanted_index = numeric ? config::parse_uint(site, UINT64_MAX) : std::nullopt;

@@ -162,7 +162,7 @@ TEST(SimCommandTest, ConfigSimulatesASitesPoolAsConfigured) {
   };
   rejected("sim --config " + heftfile + " --site 0", "--config needs --servers");
   rejected("sim --config " + heftfile + " --servers 1x,1x,1x", "has 2 sites: choose one with --site N (0..1");
-  rejected("sim --config " + heftfile + " --site 2 --servers 1x", "--site 2: '" + heftfile + "' has 2 sites (0..1: ");
+  rejected("sim --config " + heftfile + " --site 2 --servers 1x", "--site '2': no site 2 (give a host, HOST:PORT, :PORT or the site's index); '" + heftfile + "' has 2 sites (0..1: ");
   rejected("sim --config " + heftfile + " --site 0 --servers 1x,1x", "--servers: 2 sizes for the 4 backends of site 0");
   rejected("sim --site 0 --servers 1x", "--site needs --config");
   const std::string bad = (dir / "Bad").string();
@@ -232,11 +232,24 @@ TEST(SimCommandTest, ConfigSiteIsTheIndexAsGivenAndErrorsListTheSites) {
   expect_rejected(sim + " --servers 1x", "'" + heftfile +
                                              "' has 3 sites: choose one with --site N (0..2: 0 a.test:8080, "
                                              "1 c.test:8080, 2 b.test:9090)");
-  expect_rejected(sim + " --servers 1x --site -1", "heft: --site: '-1' is not a site index; " + sites);
-  expect_rejected(sim + " --servers 1x --site ''", "heft: --site: '' is not a site index; " + sites);
-  expect_rejected(sim + " --servers 1x --site 3", "heft: --site 3: " + sites);
-  expect_rejected(sim + " --servers 1x --site 18446744073709551615", "heft: --site 18446744073709551615: " + sites);
-  expect_rejected(sim + " --servers 1x --site 99999999999999999999", "heft: --site 99999999999999999999: " + sites);
+  const std::string kinds = " (give a host, HOST:PORT, :PORT or the site's index); ";
+  expect_rejected(sim + " --servers 1x --site -1", "heft: --site '-1': no site -1" + kinds + sites);
+  expect_rejected(sim + " --servers 1x --site ''", "heft: --site '': no site given" + kinds + sites);
+  expect_rejected(sim + " --servers 1x --site 3", "heft: --site '3': no site 3" + kinds + sites);
+  expect_rejected(sim + " --servers 1x --site 99999999999999999999",
+                  "heft: --site '99999999999999999999': no site 99999999999999999999" + kinds + sites);
+  expect_rejected(sim + " --servers 1x --site a.test:9090", "heft: --site 'a.test:9090': no site a.test:9090" + kinds + sites);
+  // As heft weight reads SITE: a host name (any case), HOST:PORT or :PORT too.
+  for (const std::string site : {"1", "c.test", "C.TEST:8080"}) {
+    Output out = run_heft(sim + " --site " + site + " --servers 1x --json");
+    ASSERT_EQ(out.exit_code, 0) << site << ": " << out.stdout_text;
+    EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"][0]["name"], "10.0.0.4:80") << site;
+  }
+  {
+    Output out = run_heft(sim + " --site :9090 --servers 1x,1x --json");
+    ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+    EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"][1]["name"], "10.0.0.3:80");
+  }
   Output out = run_heft(sim + " --site 1 --servers 1x --json");
   ASSERT_EQ(out.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(out.stdout_text)["scenarios"][0]["servers"][0]["name"], "10.0.0.4:80");
