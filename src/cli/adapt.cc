@@ -30,7 +30,8 @@ void setup(CLI::App& root) {
   auto options = std::make_shared<AdaptOptions>();
   CLI::App* command = root.add_subcommand("adapt", "Print the configuration as JSON (Caddy's shape)");
   command->add_option("FILE,-c,--config", options->config,
-                      "Heftfile, or a .json configuration to print normalised (default ./Heftfile)");
+                      "Heftfile, or a .json configuration to print normalised (default ./Heftfile)")
+      ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   command->callback([options] { set_exit_code(run_adapt(*options)); });
 }
 

@@ -34,12 +34,14 @@ constexpr const char* kDefaultAdminAddress = "127.0.0.1:2019";
 void add_admin_options(CLI::App* command, AdminClientOptions& options, bool config_option) {
   const std::string source = config_option ? "--config's" : "FILE's";
   command->add_option("--address", options.address,
-                      "Admin API address HOST:PORT (default: " + source + " admin address, else 127.0.0.1:2019)");
+                      "Admin API address HOST:PORT (default: " + source + " admin address, else 127.0.0.1:2019)")
+      ->check(not_empty("HOST:PORT, or leave it out (default: " + source + " admin address, else 127.0.0.1:2019)"));
   command->add_option("--token", options.token,
                       "Bearer token, if the admin API requires one (default: " + source + " admin token)");
   if (config_option)
     command->add_option("-c,--config", options.config,
-                        "Heftfile or .json configuration of the running heft: its admin address and token are used");
+                        "Heftfile or .json configuration of the running heft: its admin address and token are used")
+        ->check(not_empty("the running heft's Heftfile or .json configuration"));
 }
 
 void settle_admin_options(AdminClientOptions& options, const config::AdminConfig* loaded) {

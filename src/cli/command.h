@@ -23,6 +23,16 @@ void set_exit_code(int code);
 // What heft pick and heft sim say of a hash strategy given for a policy that hashes nothing.
 inline constexpr std::string_view kHashStrategyAppliesTo = "applies only to the hash policy (hash, or its alias ip_hash)";
 
+// For an option whose absence has a meaning of its own (./Heftfile, the
+// embedded demo, the default admin address): an empty value, as an unset
+// shell variable gives (`--config "$CONF"`), is refused rather than taken for
+// the option left out. `what` says what to give instead.
+inline CLI::Validator not_empty(std::string what) {
+  return CLI::Validator(
+      [what = std::move(what)](std::string& value) { return value.empty() ? "is empty: give " + what : std::string(); },
+      "", "NOT_EMPTY");
+}
+
 // "heft VERSION (Boost X.Y, GCC X.Y.Z, TYPE build)": `heft version` and `heft --version`.
 std::string version_text();
 

@@ -61,7 +61,8 @@ int run_fmt(const FmtOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<FmtOptions>();
   CLI::App* command = root.add_subcommand("fmt", "Print a Heftfile normalised (tabs, one directive per line)");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile to format (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile to format (default ./Heftfile)")
+      ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   command->add_flag("-w,--overwrite", options->overwrite, "Write the result back to the file");
   command->callback([options] { set_exit_code(run_fmt(*options)); });
 }

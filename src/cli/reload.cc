@@ -38,7 +38,8 @@ int run_reload(ReloadOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<ReloadOptions>();
   CLI::App* command = root.add_subcommand("reload", "Load a configuration file into a running heft (POST /load)");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration (default ./Heftfile)")
+      ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   add_admin_options(command, options->admin, /*config_option=*/false);
   command->callback([options] { set_exit_code(run_reload(*options)); });
 }

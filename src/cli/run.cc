@@ -274,7 +274,8 @@ int run(const RunOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* command = root.add_subcommand("run", "Serve a Heftfile (default ./Heftfile; a demo if there is none)");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json configuration")
+      ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   command->add_flag("--resume", options->resume, "Start from the configuration last saved to --state, if there is one");
   command->add_option("--state", options->state,
                       "Autosave file: the configuration served, saved at start and at every admin API change or "

@@ -415,7 +415,8 @@ void setup(CLI::App& root) {
   cmd->add_option("--scenario", f->scenario_file, "JSON scenario file (format in docs/sim.md)");
   cmd->add_option("--config", f->config_file,
                   "Simulate a site's pool from a Heftfile or JSON configuration: its backends, weights, max_conns, "
-                  "policy and queue (sizes from --servers, one per backend)");
+                  "policy and queue (sizes from --servers, one per backend)")
+      ->check(not_empty("a Heftfile's or .json configuration's path"));
   cmd->add_flag("--running", f->running,
                 "Simulate a site's pool as the running heft serves it now (GET /config/ of its admin API at --address, "
                 "default 127.0.0.1:2019, with --token): live weight changes included");

@@ -76,7 +76,8 @@ int run_validate(const ValidateOptions& options) {
 void setup(CLI::App& root) {
   auto options = std::make_shared<ValidateOptions>();
   CLI::App* command = root.add_subcommand("validate", "Check a configuration; print every error, exit 1 if any");
-  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json file (default ./Heftfile)");
+  command->add_option("FILE,-c,--config", options->config, "Heftfile, or a .json file (default ./Heftfile)")
+      ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   command->add_flag("--resolve", options->resolve, "Also resolve backend host names (DNS)");
   command->callback([options] { set_exit_code(run_validate(*options)); });
 }

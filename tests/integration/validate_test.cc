@@ -219,6 +219,24 @@ TEST_F(ConfigCommands, ValidateMissingFile) {
   EXPECT_NE(run.exit_code, 0);
 }
 
+// An empty path, as an unset variable gives (`--config "$CONF"`), is an
+// error: it was taken for no path at all, so `heft run --config ''` served
+// ./Heftfile or, with none, the embedded demo on :8080, and validate, adapt,
+// fmt and reload read ./Heftfile.
+TEST_F(ConfigCommands, AnEmptyPathIsAnErrorNotTheDefaultFile) {
+  write("Heftfile", kGood);
+  for (const std::string command : {"run --config ''", "run ''", "validate --config ''", "validate ''",
+                                    "adapt --config ''", "fmt ''", "reload ''", "upstreams --config ''"}) {
+    // `timeout`: without the check, heft run would serve until stopped.
+    CommandResult run = heft("--version >/dev/null && exec timeout 10 '" HEFT_BINARY "' " + command);
+    EXPECT_EQ(run.exit_code, 2) << command << ": " << run.err;
+    EXPECT_NE(run.err.find("--config: is empty: give "), std::string::npos) << command << ": " << run.err;
+  }
+  CommandResult run = heft("upstreams --address ''");  // not the default 127.0.0.1:2019
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--address: is empty: give HOST:PORT"), std::string::npos) << run.err;
+}
+
 TEST_F(ConfigCommands, AdaptPrintsCaddyShapedJson) {
   write("Heftfile", kGood);
   CommandResult run = heft("adapt");
