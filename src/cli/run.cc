@@ -279,7 +279,8 @@ void setup(CLI::App& root) {
   command->add_flag("--resume", options->resume, "Start from the configuration last saved to --state, if there is one");
   command->add_option("--state", options->state,
                       "Autosave file: the configuration served, saved at start and at every admin API change or "
-                      "SIGHUP reload; none with admin off (default $XDG_DATA_HOME/heft/autosave.json)");
+                      "SIGHUP reload; none with admin off (default $XDG_DATA_HOME/heft/autosave.json)")
+      ->check(not_empty("a file's path, or leave it out for $XDG_DATA_HOME/heft/autosave.json"));
   command->callback([options] { set_exit_code(run(*options)); });
 }
 

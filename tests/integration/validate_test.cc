@@ -232,7 +232,10 @@ TEST_F(ConfigCommands, AnEmptyPathIsAnErrorNotTheDefaultFile) {
     EXPECT_EQ(run.exit_code, 2) << command << ": " << run.err;
     EXPECT_NE(run.err.find("--config: is empty: give "), std::string::npos) << command << ": " << run.err;
   }
-  CommandResult run = heft("upstreams --address ''");  // not the default 127.0.0.1:2019
+  CommandResult run = heft("--version >/dev/null && exec timeout 10 '" HEFT_BINARY "' run --state ''");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("--state: is empty: give "), std::string::npos) << run.err;
+  run = heft("upstreams --address ''");  // not the default 127.0.0.1:2019
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_NE(run.err.find("--address: is empty: give HOST:PORT"), std::string::npos) << run.err;
 }
