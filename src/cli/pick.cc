@@ -326,7 +326,8 @@ void setup(CLI::App& root) {
   cmd->add_option("--weights", options->weights, "comma-separated weights, e.g. 5,1,1 (blanks around each trimmed)")
       ->required();
   cmd->add_option("--names", options->names,
-                  "comma-separated distinct names (default A,B,C...; blanks around each trimmed)");
+                  "comma-separated distinct names (default A,B,C...; blanks around each trimmed)")
+      ->check(not_empty("one name per weight, or leave it out for A,B,C..."));
   options->count_option =
       cmd->add_option("--count", options->count, "number of picks, 1..1000000 (default: one cycle, at most 100)");
   options->active_option = cmd->add_option(

@@ -86,6 +86,7 @@ TEST(HeftPick, NamesKeysAndCountAreChecked) {
       {"pick --weights 5,1 --names x,x", "\"x\" is used twice"},
       {"pick --weights 5,1,1 --names a,,c", "--names: name 2 is empty"},
       {"pick --weights 5,1 --names ,", "--names: name 1 is empty"},
+      {"pick --weights 5,1 --names ''", "--names: is empty: give one name per weight"},  // not the defaults
       {"pick --weights 5,1,1 --keys hello", "policy weighted_round_robin does not hash keys"},
       {"pick --policy least_conn --weights 5,1,1 --keys hello", "policy least_conn"},
       {"pick --weights 5,1,1 --count 0", "--count must be 1..1000000, got 0"},
