@@ -22,7 +22,6 @@
 #include "cli/site_lookup.h"
 #include "config/heftfile.h"
 #include "config/json.h"
-#include "config/values.h"
 #include "observe/metrics.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
