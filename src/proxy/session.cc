@@ -479,6 +479,17 @@ error_code unusable_head(const ResponseParser& response, bool upgrade_asked) {
   return {};
 }
 
+// Whether the connection may carry the next request once this response is
+// done. Not after a 204 that announces a body (a Content-Length above 0 or a
+// Transfer-Encoding, both forbidden there: RFC 9110 8.6, RFC 9112 6.1): heft
+// reads none, but the backend may still send it, a moment later, and the next
+// request on the connection (maybe another client's) would read those bytes
+// as its response. A 304's or a HEAD response's length is the GET's, as usual.
+bool reusable_after(const ResponseParser& response) {
+  if (!response.keep_alive() || !response.is_done()) return false;
+  return response.status() != 204 || (!response.chunked() && response.content_length().value_or(0) == 0);
+}
+
 class Session {
  public:
   // A new connection (counted open here), or one resumed from parking
@@ -1648,7 +1659,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       if (is_parse_error(body_ec)) co_return AttemptResult{Outcome::bad_request_body};
       if (result.outcome == Outcome::done) {
         result.keep_alive = result.keep_alive && parser.is_done();
-        if (conn->socket.is_open() && response.keep_alive() && response.is_done() && !body_ec &&
+        if (conn->socket.is_open() && reusable_after(response) && !body_ec &&
             conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
           park(w, idle_list, std::move(conn), pool.keepalive_timeout);
       }
@@ -1692,7 +1703,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       co_return AttemptResult{Outcome::bad_status, status};
     AttemptResult result = co_await forward_response(*conn, response, route, parser, upgrade);
     if (std::exchange(tunnel_pending_, false)) tunnel_ = std::move(conn);
-    else if (result.outcome == Outcome::done && conn->socket.is_open() && response.keep_alive() && response.is_done() &&
+    else if (result.outcome == Outcome::done && conn->socket.is_open() && reusable_after(response) &&
              conn->buffer.size() == 0 && status != 101 && idle_list.size() < pool.keepalive)
       park(w, idle_list, std::move(conn), pool.keepalive_timeout);
     result.failed = result.outcome == Outcome::done && failure_status;

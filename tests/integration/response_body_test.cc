@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -263,6 +264,46 @@ TEST(ResponseBody, ContentLengthBesideChunkedIsDroppedAndTheConnectionNotReused)
   EXPECT_EQ(HttpClient(port, 8s).get("/gzip").status, 502);
   EXPECT_NE(heft.log().find("failed (reading the response head: bad Transfer-Encoding)"), std::string::npos)
       << heft.log();
+}
+
+// A 204 has no body (RFC 9110 15.3.5), and heft reads none whatever its head
+// says; but a backend that announces one (Content-Length: 5, chunked) may
+// send it a moment later, and the connection pooled after the 204 handed
+// those bytes to the next request as its response: a 502 here, another
+// client's answer if they had been a whole response. Such a connection is
+// closed; a 204 with `Content-Length: 0` keeps it.
+TEST(ResponseBody, A204ThatAnnouncesABodyDoesNotLeaveItsConnectionPooled) {
+  for (const auto& [head, late, reused] :
+       {std::tuple{"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"s, "hello"s, false},
+        std::tuple{"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n"s, "0\r\n\r\n"s, false},
+        std::tuple{"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"s, ""s, true}}) {
+    SCOPED_TRACE(head);
+    Origin origin([&](int fd, const std::string&, int request) {
+      if (request == 0) {
+        if (!send_all(fd, head)) return false;
+        // The body comes after the client's next request has reached heft.
+        std::this_thread::sleep_for(300ms);
+        return late.empty() || send_all(fd, late);
+      }
+      const std::string body = origin.connections.load() == 1 ? "same" : "fresh";
+      return send_all(fd, fmt::format("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{}", body.size(), body));
+    });
+    ASSERT_NE(origin.port, 0);
+    const uint16_t port = free_port();
+    Process heft = start_heft(make_temp_dir(),
+                              fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
+                                          origin.port),
+                              port);
+    HttpClient client(port, 8s);
+    ASSERT_TRUE(client.send_raw("GET /nothing HTTP/1.1\r\nHost: example.test\r\n\r\n"));
+    const Response first = client.read_response();
+    EXPECT_EQ(first.status, 204) << heft.log();
+    EXPECT_EQ(first.header("content-length"), "");
+    const Response second = client.get("/next");  // the same client connection, at once
+    EXPECT_EQ(second.status, 200) << heft.log();
+    EXPECT_EQ(second.body, reused ? "same" : "fresh");
+    EXPECT_EQ(origin.connections.load(), reused ? 1 : 2);
+  }
 }
 
 // A backend's latency (the input of adaptive weights, and the per-backend
