@@ -740,7 +740,9 @@ class Session {
     bool expectation_failed = false;  // 417
     bool connect = false;             // 501: CONNECT
     // Beast reads a Proxy-Connection field as Connection; nginx and HAProxy
-    // ignore it. Set (from Connection alone) only when one came.
+    // ignore it. And for HTTP/1.0 it lets "keep-alive" win over "close".
+    // Set (from Connection alone) only then: with a Proxy-Connection, or on
+    // HTTP/1.0.
     std::optional<bool> keep_alive;
   };
   RequestPlan plan_request(const Request& req, const WorkerRoutes& routes);
@@ -1038,8 +1040,10 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
     }
   }
   routed_host_ = host;  // for the access log, also of a request refused below
-  if (proxy_connection)
-    plan.keep_alive = req.version() >= 11 ? !has_token(connection, "close") : has_token(connection, "keep-alive");
+  // "close" ends the connection whatever else the list says; HTTP/1.0 needs
+  // "keep-alive" besides (RFC 9112 9.3).
+  if (proxy_connection || req.version() < 11)
+    plan.keep_alive = !has_token(connection, "close") && (req.version() >= 11 || has_token(connection, "keep-alive"));
   if (req.method() == http::verb::connect) {
     plan.connect = true;  // a tunnel to an authority: a forward proxy's job, not heft's
     return plan;

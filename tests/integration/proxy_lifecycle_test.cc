@@ -1576,6 +1576,36 @@ TEST(ProxyLifecycle, ProxyConnectionIsNotConnection) {
   EXPECT_TRUE(old.read_all().empty());  // closed after it: 1.0 without Connection: keep-alive
 }
 
+// "close" ends the connection whatever else Connection lists (RFC 9112 9.3),
+// HTTP/1.0 included: an HTTP/1.0 request saying "keep-alive, close" (in one
+// line or two) was answered "Connection: keep-alive" and its connection kept
+// open (Beast lets an HTTP/1.0 keep-alive win), so a client waiting for the
+// close it asked for waited for idle_timeout.
+TEST(ProxyLifecycle, CloseWinsOverKeepAliveOnHttp10) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}), port);
+  for (const char* connection : {"Connection: keep-alive, close\r\n", "Connection: close\r\nConnection: keep-alive\r\n",
+                                 "Connection: Keep-Alive, Close\r\nProxy-Connection: keep-alive\r\n"}) {
+    SCOPED_TRACE(connection);
+    HttpClient client(port, 5s);
+    ASSERT_TRUE(client.send_raw(fmt::format("GET /1 HTTP/1.0\r\nHost: x\r\n{}\r\n", connection)));
+    Response response = client.read_response();
+    EXPECT_EQ(response.status, 200);
+    EXPECT_EQ(response.header("connection"), "close");
+    EXPECT_TRUE(client.read_all().empty());  // closed after it
+  }
+  HttpClient kept(port, 5s);  // keep-alive alone still keeps it
+  ASSERT_TRUE(kept.send_raw("GET /2 HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"));
+  Response second = kept.read_response();
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.header("connection"), "keep-alive");
+  ASSERT_TRUE(kept.send_raw("GET /3 HTTP/1.0\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(kept.read_response().status, 200);
+}
+
 // Sites on one port: an exact host (any case, a trailing dot, an IPv6
 // literal) wins over a wildcard, a wildcard over the site for any host, the
 // most specific wildcard over a broader one written before it (the first
