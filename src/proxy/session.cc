@@ -1018,8 +1018,8 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   RequestPlan plan;
   // The fields decided on, in one walk over the list (the first of each, as
   // basic_fields' operator[] would give, without its four lookups).
-  std::string_view host, connection, upgrade_value, expect;
-  bool joined_connection = false, proxy_connection = false;
+  std::string_view host, connection, upgrade_value;
+  bool joined_connection = false, proxy_connection = false, continue_expected = false, other_expectation = false;
   for (const auto& field : req) {
     switch (field.name()) {
       case http::field::host: if (host.empty()) host = field.value(); break;
@@ -1035,7 +1035,13 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
         }
         break;
       case http::field::upgrade: if (upgrade_value.empty()) upgrade_value = field.value(); break;
-      case http::field::expect: if (expect.empty()) expect = field.value(); break;
+      case http::field::expect:  // several lines are one list (RFC 9110 5.3); empty members add nothing
+        each_list_item(field.value(), [&](std::string_view item) {
+          if (iequals(item, "100-continue")) continue_expected = true;
+          else if (!item.empty()) other_expectation = true;
+          return true;
+        });
+        break;
       default: break;
     }
   }
@@ -1084,8 +1090,9 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   const std::string_view extras = connection_extras(connection);
   // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8).
   plan.upgrade = !upgrade_value.empty() && req.version() >= 11 && has_token(connection, "upgrade");
-  plan.expect_continue = iequals(expect, "100-continue");
-  plan.expectation_failed = !expect.empty() && !plan.expect_continue;
+  // Any expectation besides 100-continue cannot be met: 417.
+  plan.expectation_failed = other_expectation;
+  plan.expect_continue = continue_expected && !other_expectation;
   if (pool.policy == balance::PolicyKind::hash) {
     std::string_view key;
     switch (pool.hash_key.kind) {

@@ -138,6 +138,36 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
   }
 }
 
+// Several Expect lines are one list (RFC 9110 5.3): "100-continue" and
+// "foo" on two lines got a 100 Continue and the request went on (heft read
+// the first line only and dropped both), while the same list in one line got
+// a 417; and "100-continue, 100-continue" got a 417 though it asks nothing
+// else. Now any member other than 100-continue is a 417, in one line or
+// several, and 100-continue alone (repeated, or beside empty members) a 100.
+TEST(ProxySafety, ExpectOnSeveralLinesIsOneList) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  uint16_t port = free_port();
+  Process heft = start_heft(dir, one_pool(port, backends, "weight 1"), port);
+  for (const char* expect : {"Expect: 100-continue, foo\r\n", "Expect: 100-continue\r\nExpect: foo\r\n",
+                             "Expect: foo\r\nExpect: 100-continue\r\n", "Expect: 100-continue;x=1\r\n"}) {
+    SCOPED_TRACE(expect);
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    ASSERT_TRUE(c.send_raw(fmt::format("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n{}\r\n", expect)));
+    EXPECT_EQ(c.read_response().status, 417);
+  }
+  for (const char* expect : {"Expect: 100-continue\r\nExpect: 100-continue\r\n", "Expect: 100-Continue, \r\n",
+                             "Expect: 100-continue\r\nExpect:\r\n"}) {
+    SCOPED_TRACE(expect);
+    HttpClient c(port, std::chrono::milliseconds(3000));
+    ASSERT_TRUE(c.send_raw(fmt::format("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n{}\r\n", expect)));
+    EXPECT_EQ(c.read_response().status, 100);
+    c.send_raw("howdy");
+    EXPECT_EQ(c.read_response().body, "howdy");
+  }
+}
+
 TEST(ProxySafety, UpstreamErrors502_503_504) {
   std::string dir = make_temp_dir();
   std::vector<Backend> backends;
