@@ -153,6 +153,10 @@ bool simple_connection(std::string_view list, bool& close, bool& keep_alive) {
 
 }  // namespace
 
+bool ResponseParser::lists_close(std::string_view list) {
+  return !each_list_item(list, [](std::string_view item) { return !lower_equals(item, "close"); });
+}
+
 http::field ResponseParser::proxy_field(field name) {
   switch (name) {
     case field::te:
@@ -524,7 +528,7 @@ ResponseParser::Simple ResponseParser::parse_simple_head(const char* const p, co
   if (base::skip() || status == 204 || status == 304) remaining_ = 0;
   else if (has_length_ && length_ <= body_limit_) remaining_ = length_;
   else return Simple::not_simple;
-  simple_keep_alive_ = http11 ? !close : keep_alive;
+  simple_keep_alive_ = !close && (http11 || keep_alive);  // close wins, on HTTP/1.0 too (RFC 9112 9.3)
   status_ = status;
   used = static_cast<std::size_t>(q - p);
   store_.assign(p, used);  // the offsets above are into this copy

@@ -91,7 +91,11 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   bool is_header_done() const { return simple_ || base::is_header_done(); }
   bool is_done() const { return simple_ ? remaining_ == 0 : base::is_done(); }
   // False also after a head whose Content-Length was dropped (length_dropped()).
-  bool keep_alive() const { return simple_ ? simple_keep_alive_ : base::keep_alive() && !length_dropped_; }
+  // RFC 9112 9.3: "close" ends the connection, HTTP/1.0's too, where Beast
+  // lets a "keep-alive" beside it win (close_on_http10_).
+  bool keep_alive() const {
+    return simple_ ? simple_keep_alive_ : base::keep_alive() && !length_dropped_ && !close_on_http10_;
+  }
   bool chunked() const { return simple_ ? false : base::chunked(); }
   boost::optional<std::uint64_t> content_length() const {
     if (!simple_) return base::content_length();
@@ -181,8 +185,10 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
 
   // Beast's callbacks, for the heads it parses.
   void on_request_impl(boost::beast::http::verb, string_view, string_view, int, error_code&) override {}
-  void on_response_impl(int code, string_view reason, int, error_code&) override {
+  void on_response_impl(int code, string_view reason, int version, error_code&) override {
     status_ = static_cast<unsigned>(code);
+    http10_ = version < 11;
+    close_on_http10_ = false;
     reason_at_ = keep(reason);
     reason_size_ = static_cast<uint32_t>(reason.size());
     if (rewritten_ && !rewritten_->retained.empty()) restore_controls(reason, reason_at_);
@@ -195,7 +201,12 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
     f.value_size = static_cast<uint32_t>(value.size());
     if (rewritten_ && !rewritten_->retained.empty()) restore_controls(value, f.value_at);
     fields_.push_back(f);
+    // Beast reads Proxy-Connection as Connection too; so does this.
+    if (http10_ && (name == field::connection || name == field::proxy_connection) &&
+        lists_close({value.data(), value.size()}))
+      close_on_http10_ = true;
   }
+  static bool lists_close(std::string_view list);
   static field proxy_field(field name);
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
@@ -225,6 +236,8 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   bool tried_simple_ = false;  // given to Beast
   unsigned attempts_ = 0;      // heft's parse of an incomplete head, repeated a few times at most
   bool simple_keep_alive_ = false;
+  bool http10_ = false;            // Beast's path: the status line's version
+  bool close_on_http10_ = false;   // Beast's path: an HTTP/1.0 head's Connection lists close
   bool has_length_ = false;
   std::uint64_t length_ = 0;
   std::uint64_t remaining_ = 0;  // body octets still to come

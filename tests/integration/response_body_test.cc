@@ -306,6 +306,33 @@ TEST(ResponseBody, A204ThatAnnouncesABodyDoesNotLeaveItsConnectionPooled) {
   }
 }
 
+// An HTTP/1.0 backend saying "Connection: keep-alive, close" will close
+// (RFC 9112 9.3: close wins); heft pooled the connection all the same (Beast
+// lets an HTTP/1.0 keep-alive win), and the next request on it met the close
+// or, from a backend that had not closed yet, an answer on a connection it
+// had given up. The connection is closed instead; keep-alive alone keeps it.
+TEST(ResponseBody, AnHttp10BackendsCloseWinsOverItsKeepAlive) {
+  for (const auto& [connection, reused] : {std::pair{"Connection: keep-alive, close\r\n"s, false},
+                                           std::pair{"Connection: close\r\nConnection: keep-alive\r\n"s, false},
+                                           std::pair{"Connection: keep-alive\r\n"s, true}}) {
+    SCOPED_TRACE(connection);
+    Origin origin([&](int fd, const std::string&, int) {
+      // It keeps the connection open either way: reuse shows in the body.
+      const std::string body = origin.connections.load() == 1 && origin.requests.load() > 1 ? "same" : "fresh";
+      return send_all(fd, fmt::format("HTTP/1.0 200 OK\r\n{}Content-Length: {}\r\n\r\n{}", connection, body.size(), body));
+    });
+    ASSERT_NE(origin.port, 0);
+    const uint16_t port = free_port();
+    Process heft = start_heft(make_temp_dir(),
+                              fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
+                                          origin.port),
+                              port);
+    HttpClient client(port, 8s);
+    EXPECT_EQ(client.get("/first").body, "fresh") << heft.log();
+    EXPECT_EQ(client.get("/second").body, reused ? "same" : "fresh") << heft.log();
+  }
+}
+
 // A backend's latency (the input of adaptive weights, and the per-backend
 // histogram `heft rollout` judges p99 from) is the time to its response
 // head, nginx's $upstream_header_time: a body relayed slowly (a large

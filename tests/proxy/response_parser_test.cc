@@ -149,13 +149,24 @@ class BeastOnly final : public http::basic_parser<false> {
  private:
   using string_view = boost::beast::string_view;
   void on_request_impl(http::verb, string_view, string_view, int, error_code&) override {}
-  void on_response_impl(int code, string_view reason, int, error_code&) override {
+  void on_response_impl(int code, string_view reason, int version, error_code&) override {
     seen.status = static_cast<unsigned>(code);
     seen.reason = std::string(reason);
+    http10 = version < 11;
   }
-  void on_field_impl(http::field, string_view name, string_view value, error_code&) override {
+  void on_field_impl(http::field f, string_view name, string_view value, error_code&) override {
     seen.fields.emplace_back(std::string(name), std::string(value));
+    // RFC 9112 9.3, which Beast misses for HTTP/1.0: close wins over keep-alive.
+    if (http10 && (f == http::field::connection || f == http::field::proxy_connection))
+      for (auto item : http::token_list(value))
+        if (boost::beast::iequals(item, "close")) close_on_http10 = true;
   }
+
+ public:
+  bool http10 = false;
+  bool close_on_http10 = false;
+
+ private:
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
   std::size_t on_body_impl(string_view body, error_code&) override {
@@ -181,7 +192,7 @@ Outcome through_beast(const std::string& message, std::size_t step, bool head_re
   o.header_done = parser.is_header_done();
   o.done = parser.is_done();
   if (!o.header_done) return o;
-  o.keep_alive = parser.keep_alive();
+  o.keep_alive = parser.keep_alive() && !parser.close_on_http10;
   if (auto n = parser.content_length()) o.content_length = *n;
   o.chunked = parser.chunked();
   return o;
@@ -372,6 +383,25 @@ TEST(ResponseParser, CommonHeadsTakeHeftsPathAndMatchBeast) {
   const Outcome cut = check_same("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort");
   EXPECT_TRUE(cut.simple);
   EXPECT_EQ(cut.ec, http::error::partial_message);
+}
+
+// RFC 9112 9.3: "close" ends the connection whatever else Connection lists,
+// HTTP/1.0 included. Beast lets an HTTP/1.0 "keep-alive" win, and heft's path
+// did as Beast, so such a backend's connection was pooled after it said it
+// would close. Both paths (whole heads; single bytes and chunked: Beast's)
+// say no now; keep-alive alone still keeps it.
+TEST(ResponseParser, CloseWinsOverKeepAliveOnHttp10) {
+  for (const std::string& message :
+       {"HTTP/1.0 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 2\r\n\r\nhi"s,
+        "HTTP/1.0 200 OK\r\nConnection: close\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\nhi"s,
+        "HTTP/1.0 200 OK\r\nConnection: keep-alive, CLOSE\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"s}) {
+    const Outcome whole = check_same(message);
+    EXPECT_FALSE(whole.keep_alive) << printable(message);
+    EXPECT_FALSE(through_heft(message, 1, false).keep_alive) << printable(message);
+  }
+  const std::string kept = "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi";
+  EXPECT_TRUE(check_same(kept).keep_alive);
+  EXPECT_TRUE(through_heft(kept, 1, false).keep_alive);
 }
 
 // Heads nginx and HAProxy relay that Beast alone refuses (heft answered
