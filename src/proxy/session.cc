@@ -1088,8 +1088,13 @@ Session::RequestPlan Session::plan_request(const Request& req, const WorkerRoute
   if (!plan.route) return plan;
   const config::PoolConfig& pool = plan.route->site.proxy;
   const std::string_view extras = connection_extras(connection);
-  // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8).
-  plan.upgrade = !upgrade_value.empty() && req.version() >= 11 && has_token(connection, "upgrade");
+  // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8). So is an
+  // upgrade to h2c (cleartext HTTP/2, deprecated by RFC 9113 3.1): once
+  // tunnelled, its streams would reach the backend past heft's routing,
+  // balancing and header rules ("h2c smuggling"); nghttpx and mitmproxy drop
+  // it too. The request goes on as a plain one.
+  plan.upgrade = !upgrade_value.empty() && req.version() >= 11 && has_token(connection, "upgrade") &&
+                 !has_token(upgrade_value, "h2c");
   // Any expectation besides 100-continue cannot be met: 417.
   plan.expectation_failed = other_expectation;
   plan.expect_continue = continue_expected && !other_expectation;

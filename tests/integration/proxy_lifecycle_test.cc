@@ -538,6 +538,12 @@ TEST(ProxyLifecycle, BackendSeesForwardedForAndNoHopByHopFields) {
   const std::string old_upgrade =
       head_at_backend("GET /ws HTTP/1.0\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
   EXPECT_EQ(old_upgrade.find("pgrade"), std::string::npos) << old_upgrade;
+  // Nor is an upgrade to h2c passed on (h2c smuggling): a plain request.
+  const std::string h2c = head_at_backend(
+      "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+      "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n");
+  EXPECT_NE(h2c.find("GET / HTTP/1.1\r\n"), std::string::npos) << h2c;
+  for (const char* gone : {"pgrade", "h2c", "HTTP2-Settings"}) EXPECT_EQ(h2c.find(gone), std::string::npos) << gone << ":\n" << h2c;
   // (Host stays though Connection names it.) An empty Host is replaced, not sent beside another.
   const std::string empty_host = head_at_backend("GET /x HTTP/1.1\r\nHost:\r\n\r\n");
   EXPECT_NE(empty_host.find("\r\nHost: localhost\r\n"), std::string::npos) << empty_host;
