@@ -82,6 +82,11 @@ class Origin {
   std::thread thread_;
 };
 
+// A Heftfile: one worker, `port` proxied to the origin at `origin_port`.
+std::string one_origin(uint16_t port, uint16_t origin_port) {
+  return fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, origin_port);
+}
+
 bool send_all(int fd, const std::string& bytes) {
   return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
 }
@@ -235,9 +240,7 @@ TEST(ResponseBody, ContentLengthBesideChunkedIsDroppedAndTheConnectionNotReused)
     ASSERT_NE(origin.port, 0);
     const std::string dir = make_temp_dir();
     const uint16_t port = free_port();
-    Process heft = start_heft(dir, fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
-                                               origin.port),
-                              port);
+    Process heft = start_heft(dir, one_origin(port, origin.port), port);
     HttpClient client(port, 8s);
     ASSERT_TRUE(client.send_raw("GET /both HTTP/1.1\r\nHost: example.test\r\n\r\n"));
     const Response first = client.read_response();
@@ -258,9 +261,7 @@ TEST(ResponseBody, ContentLengthBesideChunkedIsDroppedAndTheConnectionNotReused)
   });
   ASSERT_NE(gzip.port, 0);
   const uint16_t port = free_port();
-  Process heft = start_heft(make_temp_dir(),
-                            fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, gzip.port),
-                            port);
+  Process heft = start_heft(make_temp_dir(), one_origin(port, gzip.port), port);
   EXPECT_EQ(HttpClient(port, 8s).get("/gzip").status, 502);
   EXPECT_NE(heft.log().find("failed (reading the response head: bad Transfer-Encoding)"), std::string::npos)
       << heft.log();
@@ -290,10 +291,7 @@ TEST(ResponseBody, A204ThatAnnouncesABodyDoesNotLeaveItsConnectionPooled) {
     });
     ASSERT_NE(origin.port, 0);
     const uint16_t port = free_port();
-    Process heft = start_heft(make_temp_dir(),
-                              fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
-                                          origin.port),
-                              port);
+    Process heft = start_heft(make_temp_dir(), one_origin(port, origin.port), port);
     HttpClient client(port, 8s);
     ASSERT_TRUE(client.send_raw("GET /nothing HTTP/1.1\r\nHost: example.test\r\n\r\n"));
     const Response first = client.read_response();
@@ -323,10 +321,7 @@ TEST(ResponseBody, AnHttp10BackendsCloseWinsOverItsKeepAlive) {
     });
     ASSERT_NE(origin.port, 0);
     const uint16_t port = free_port();
-    Process heft = start_heft(make_temp_dir(),
-                              fmt::format("{{\n\tworkers 1\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", port,
-                                          origin.port),
-                              port);
+    Process heft = start_heft(make_temp_dir(), one_origin(port, origin.port), port);
     HttpClient client(port, 8s);
     EXPECT_EQ(client.get("/first").body, "fresh") << heft.log();
     EXPECT_EQ(client.get("/second").body, reused ? "same" : "fresh") << heft.log();
