@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include <boost/beast/core/string.hpp>
+
 namespace heft::proxy {
 
 namespace http_chars_detail {
@@ -78,6 +80,11 @@ bool each_list_item(std::string_view list, Visit visit) {
     if (comma == std::string_view::npos) return true;
     list.remove_prefix(comma + 1);
   }
+}
+
+// True if the comma-separated list `list` contains `token` (case-insensitive).
+inline bool has_token(std::string_view list, std::string_view token) {
+  return !each_list_item(list, [token](std::string_view item) { return !boost::beast::iequals(item, token); });
 }
 
 }  // namespace heft::proxy

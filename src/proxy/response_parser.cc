@@ -153,10 +153,6 @@ bool simple_connection(std::string_view list, bool& close, bool& keep_alive) {
 
 }  // namespace
 
-bool ResponseParser::lists_close(std::string_view list) {
-  return !each_list_item(list, [](std::string_view item) { return !lower_equals(item, "close"); });
-}
-
 http::field ResponseParser::proxy_field(field name) {
   switch (name) {
     case field::te:

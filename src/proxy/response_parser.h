@@ -54,6 +54,7 @@
 #include <boost/optional/optional.hpp>
 
 #include "proxy/field_arena.h"
+#include "proxy/http_chars.h"
 
 namespace heft::proxy {
 
@@ -203,10 +204,9 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
     fields_.push_back(f);
     // Beast reads Proxy-Connection as Connection too; so does this.
     if (http10_ && (name == field::connection || name == field::proxy_connection) &&
-        lists_close({value.data(), value.size()}))
+        has_token({value.data(), value.size()}, "close"))
       close_on_http10_ = true;
   }
-  static bool lists_close(std::string_view list);
   static field proxy_field(field name);
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}

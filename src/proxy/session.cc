@@ -66,11 +66,6 @@ constexpr auto kTrimInterval = std::chrono::milliseconds(250);
 
 bool iequals(std::string_view a, std::string_view b) { return beast::iequals(a, b); }
 
-// True if the comma-separated list `list` contains `token` (case-insensitive).
-bool has_token(std::string_view list, std::string_view token) {
-  return !each_list_item(list, [token](std::string_view item) { return !iequals(item, token); });
-}
-
 // Beast names known fields when it parses them, so the check is a switch.
 bool is_hop_by_hop(http::field name) {
   switch (name) {
