@@ -430,9 +430,7 @@ void setup(CLI::App& root) {
       ->capture_default_str();
   // CLI11 reads "" as 0 for a double: --sigma '' ran with sigma 0, neither an error nor the default.
   cmd->add_option("--sigma", f->sigma, "Lognormal sigma for --servers (with --dist lognormal only)")
-      ->check([](const std::string& text) {
-        return text.empty() ? fmt::format("is empty: give a number 0..{}", sim::kMaxSigma) : std::string();
-      })
+      ->check(not_empty(fmt::format("a number 0..{}", sim::kMaxSigma)))
       ->capture_default_str();
   cmd->add_option("--server", f->server,
                   "A server: name=big,size=12,service=20ms,dist=lognormal,sigma=0.5,weight=3,queue=100,timeout=1s,"
