@@ -23,11 +23,10 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   // 1 ms) is within the scheduling noise; the median rule has its own tests
   // (below, and tests/upstream/weights_test.cc).
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n{}"
-                                        "\t\tadaptive {{\n\t\t\tinterval 500ms\n\t\t\tcut 75%\n"
-                                        "\t\t\tlatency_threshold 50ms\n"
-                                        "\t\t\tmin_weight_ratio 0.01\n\t\t}}\n\t}}\n}}\n",
-                                        free_port(), port, tos),
+                            two_worker_pool(free_port(), port,
+                                            tos + "\t\tadaptive {\n\t\t\tinterval 500ms\n\t\t\tcut 75%\n"
+                                                  "\t\t\tlatency_threshold 50ms\n"
+                                                  "\t\t\tmin_weight_ratio 0.01\n\t\t}\n"),
                             port);
   Load load(port, 6);
   std::this_thread::sleep_for(2000ms);
@@ -75,10 +74,10 @@ TEST(AdaptiveWeights, ProportionallySlowerBackendIsNotPunished) {
   Backend small = start_backend(dir, "small", {"--workers", "2", "--delay", "20ms"});
   uint16_t port = free_port(), admin = free_port();
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} weight 2\n\t\tto 127.0.0.1:{} weight 1\n"
-                                        "\t\tadaptive {{\n\t\t\tinterval 500ms\n\t\t}}\n\t}}\n}}\n",
-                                        admin, port, big.port, small.port),
+                            two_worker_pool(admin, port,
+                                            fmt::format("\t\tto 127.0.0.1:{} weight 2\n\t\tto 127.0.0.1:{} weight 1\n"
+                                                        "\t\tadaptive {{\n\t\t\tinterval 500ms\n\t\t}}\n",
+                                                        big.port, small.port)),
                             port);
   Load load(port, 4);
   std::this_thread::sleep_for(4000ms);

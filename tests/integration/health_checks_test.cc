@@ -26,8 +26,7 @@ struct Fleet {
     std::string tos;
     for (const Backend& b : backends) tos += fmt::format("\t\tto 127.0.0.1:{} {}\n", b.port, to_options);
     heft = start_heft(dir,
-                      fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n{}{}\t}}\n}}\n",
-                                  admin, port, tos, pool_options),
+                      two_worker_pool(admin, port, tos + pool_options),
                       port);
   }
 };
@@ -83,11 +82,11 @@ TEST(HealthChecks, FrequentReloadsDoNotPostponeProbes) {
   Fleet f;
   for (const char* n : {"a", "b"}) f.add(n);
   write_file(f.dir + "/Heftfile",
-             fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                         "\t\tto 127.0.0.1:{}\n\t\tto 127.0.0.1:{}\n"
-                         "\t\thealth_uri /healthz\n\t\thealth_interval 1s\n\t\thealth_timeout 500ms\n"
-                         "\t\thealth_fails 2\n\t}}\n}}\n",
-                         f.admin, f.port, f.backends[0].port, f.backends[1].port));
+             two_worker_pool(f.admin, f.port,
+                             fmt::format("\t\tto 127.0.0.1:{}\n\t\tto 127.0.0.1:{}\n"
+                                         "\t\thealth_uri /healthz\n\t\thealth_interval 1s\n\t\thealth_timeout 500ms\n"
+                                         "\t\thealth_fails 2\n",
+                                         f.backends[0].port, f.backends[1].port)));
   // Its own state file: every weight change is saved.
   f.heft = Process({HEFT_BINARY, "run", "--config", f.dir + "/Heftfile", "--state", f.dir + "/state.json"},
                    f.dir + "/heft.log");

@@ -50,10 +50,10 @@ TEST(MaxConns, FullBackendsArePassedOverAndAllFullIsA503) {
   const uint16_t admin_port = free_port();
   // Two workers: the limit is one count per backend, not one per worker.
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} weight 5 max_conns 2\n"
-                                        "\t\tto 127.0.0.1:{}?max_conns=1\n\t}}\n}}\n",
-                                        admin_port, port, a.port, b.port),
+                            two_worker_pool(admin_port, port,
+                                            fmt::format("\t\tto 127.0.0.1:{} weight 5 max_conns 2\n"
+                                                        "\t\tto 127.0.0.1:{}?max_conns=1\n",
+                                                        a.port, b.port)),
                             port);
   std::map<std::string, int> got;
   std::thread load([&] { got = burst(port, 7); });
@@ -145,10 +145,10 @@ TEST(MaxConns, ABackendPutBackCountsTheRequestStillInFlightThere) {
   const uint16_t admin_port = free_port();
   // `first`: A whenever it has room.
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
-                                        "\t\tlb_policy first\n\t}}\n}}\n",
-                                        admin_port, port, a.port, b.port),
+                            two_worker_pool(admin_port, port,
+                                            fmt::format("\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
+                                                        "\t\tlb_policy first\n",
+                                                        a.port, b.port)),
                             port);
   const std::string a_addr = fmt::format("127.0.0.1:{}", a.port);
   const std::string b_addr = fmt::format("127.0.0.1:{}", b.port);
@@ -329,11 +329,11 @@ TEST(MaxConns, ABackendBackFromItsHealthCheckTakesTheWaitingRequestsAtOnce) {
   const uint16_t port = free_port();
   const uint16_t admin_port = free_port();
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                        "\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
-                                        "\t\thealth_uri /healthz\n\t\thealth_interval 100ms\n"
-                                        "\t\tqueue 5\n\t\tqueue_timeout 20s\n\t}}\n}}\n",
-                                        admin_port, port, a.port, b.port),
+                            two_worker_pool(admin_port, port,
+                                            fmt::format("\t\tto 127.0.0.1:{} max_conns 1\n\t\tto 127.0.0.1:{} max_conns 1\n"
+                                                        "\t\thealth_uri /healthz\n\t\thealth_interval 100ms\n"
+                                                        "\t\tqueue 5\n\t\tqueue_timeout 20s\n",
+                                                        a.port, b.port)),
                             port);
   const auto upstreams = [&] { return nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body); };
   ASSERT_TRUE(within_5s([&] { return upstreams()[1]["state"] == "unhealthy"; })) << upstreams().dump();

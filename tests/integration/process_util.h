@@ -484,6 +484,13 @@ inline Backend start_backend(const std::string& dir, const std::string& name,
   return b;
 }
 
+// A Heftfile with two workers, the admin API on `admin_port` and one site on
+// `port` whose reverse_proxy block holds `pool` (its lines, "\t\t...\n").
+inline std::string two_worker_pool(uint16_t admin_port, uint16_t port, const std::string& pool) {
+  return "{\n\tworkers 2\n\tadmin 127.0.0.1:" + std::to_string(admin_port) + "\n}\n:" + std::to_string(port) +
+         " {\n\treverse_proxy {\n" + pool + "\t}\n}\n";
+}
+
 // `heft run --config FILE` on a config whose sites listen on `port`. A config
 // that does not mention the admin API gets `admin off`: heft's default admin
 // address is the fixed 127.0.0.1:2019, which tests running in parallel would

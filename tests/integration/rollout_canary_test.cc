@@ -25,9 +25,9 @@ struct RolloutFleet {
     stable = start_backend(dir, "stable");
     canary = start_backend(dir, "canary", canary_options);
     heft = start_heft(dir,
-                      fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n"
-                                  "\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n{}\t}}\n}}\n",
-                                  admin, port, stable.port, canary.port, canary_config, proxy_lines),
+                      two_worker_pool(admin, port,
+                                      fmt::format("\t\tto 127.0.0.1:{} weight 100\n\t\tto 127.0.0.1:{} {}\n{}",
+                                                  stable.port, canary.port, canary_config, proxy_lines)),
                       port);
     if (!wait_for_port(admin, 10s)) throw std::runtime_error("no admin API; log:\n" + heft.log());
   }
@@ -411,8 +411,7 @@ struct SharedSite {
       backends.push_back(start_backend(dir, std::string(1, char('a' + i))));
       tos += fmt::format("\t\tto 127.0.0.1:{} weight {}\n", backends.back().port, weights[i]);
     }
-    write_file(dir + "/Heftfile", fmt::format("{{\n\tworkers 2\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy {{\n{}\t}}\n}}\n",
-                                              admin_port, port, tos));
+    write_file(dir + "/Heftfile", two_worker_pool(admin_port, port, tos));
     heft = Process({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", dir + "/state.json"},
                    dir + "/heft.log");
     if (!wait_for_port(port) || !wait_for_port(admin_port)) throw std::runtime_error("heft did not start:\n" + heft.log());
