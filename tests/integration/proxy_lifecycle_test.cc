@@ -752,7 +752,17 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
     EXPECT_EQ(raw.find(gone), std::string::npos) << gone << " reached the client:\n" << raw.substr(0, 400);
   const std::size_t body = raw.find("\r\n\r\n");
   ASSERT_NE(body, std::string::npos);
-  EXPECT_EQ(raw.substr(body + 4), "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  // Chunks that came together may go out as one (heft re-chunks what it read).
+  std::string chunks = raw.substr(body + 4), decoded;
+  for (std::size_t eol; (eol = chunks.find("\r\n")) != std::string::npos;) {
+    const std::size_t size = std::stoul(chunks.substr(0, eol), nullptr, 16);
+    decoded += chunks.substr(eol + 2, size);
+    chunks.erase(0, eol + 2 + size + 2);
+    if (size == 0) break;
+  }
+  EXPECT_EQ(decoded, "hello world") << raw.substr(body + 4);
+  EXPECT_EQ(chunks, "") << raw.substr(body + 4);
+  EXPECT_EQ(raw.substr(raw.size() - 5), "0\r\n\r\n");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");
   EXPECT_EQ(origin.answered, 2);  // on one connection
