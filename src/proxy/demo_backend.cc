@@ -353,6 +353,52 @@ awaitable<bool> serve_bytes(State& s, Connection& c, RequestParser& parser, std:
   co_return keep_alive;
 }
 
+// /chunked/N/C: N pattern bytes as chunks of C bytes (1..64 KiB; the last may
+// be shorter), framed into writes of about 64 KiB: a backend whose framework
+// sends each small piece as a chunk (the proxy benchmark's chunked scenario).
+// Until close, unframed, to an HTTP/1.0 request, as /echo.
+awaitable<bool> serve_chunked(State& s, Connection& c, RequestParser& parser, std::string_view path, uint64_t count,
+                              bool keep_alive) {
+  co_await drain_body(c, parser);
+  const unsigned version = parser.get().version();
+  const std::string_view sizes = path.substr(std::string_view("/chunked/").size());
+  const std::size_t slash = sizes.find('/');
+  uint64_t total = 0;
+  std::size_t chunk_size = 0;
+  if (slash == std::string_view::npos || !parse_number(sizes.substr(0, slash), total) ||
+      !parse_number(sizes.substr(slash + 1), chunk_size) || chunk_size == 0 || chunk_size > kChunkBytes) {
+    co_await write_text(s, c, 400, count, keep_alive, version,
+                        "use /chunked/<number of bytes>/<chunk size, 1..65536>\n");
+    co_return keep_alive;
+  }
+  const bool chunked = version >= 11;
+  keep_alive = keep_alive && chunked;
+  std::string out;
+  out.reserve(2 * kChunkBytes + 32);
+  fmt::format_to(std::back_inserter(out),
+                 "HTTP/1.1 200 OK\r\nX-Backend: {}\r\nX-Request-Count: {}\r\nContent-Type: text/plain\r\n{}{}\r\n",
+                 s.options.name, count, chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                 keep_alive ? "" : "Connection: close\r\n");
+  const std::string& pattern = pattern_chunk();
+  for (uint64_t sent = c.head_request ? total : 0; sent < total;) {
+    const std::size_t piece = std::min<uint64_t>(total - sent, chunk_size);
+    if (chunked) fmt::format_to(std::back_inserter(out), "{:x}\r\n", piece);
+    // The pattern repeats every kChunkBytes: the body continues it across chunks.
+    const std::size_t at = sent % kChunkBytes, first = std::min(piece, kChunkBytes - at);
+    out.append(pattern, at, first);
+    out.append(pattern, 0, piece - first);
+    if (chunked) out.append("\r\n");
+    sent += piece;
+    if (out.size() >= kChunkBytes) {
+      co_await asio::async_write(c.socket, asio::buffer(out), use_awaitable);
+      out.clear();
+    }
+  }
+  if (chunked && !c.head_request) out.append("0\r\n\r\n");
+  if (!out.empty()) co_await asio::async_write(c.socket, asio::buffer(out), use_awaitable);
+  co_return keep_alive;
+}
+
 awaitable<void> serve_websocket(State& s, Connection& c, RequestParser& parser) {
   websocket::stream<tcp::socket&> ws(c.socket);
   ws.set_option(websocket::stream_base::decorator(
@@ -410,6 +456,7 @@ awaitable<bool> serve_request(State& s, Connection& c, RequestParser& parser) {
   }
   if (path.starts_with("/echo")) co_return co_await serve_echo(s, c, parser, count, keep_alive);
   if (path.starts_with("/bytes/")) co_return co_await serve_bytes(s, c, parser, path, count, keep_alive);
+  if (path.starts_with("/chunked/")) co_return co_await serve_chunked(s, c, parser, path, count, keep_alive);
   co_await drain_body(c, parser);
   co_await write_response(s, c, 200, count, keep_alive, version, asio::buffer(s.body), s.body.size());
   co_return keep_alive;

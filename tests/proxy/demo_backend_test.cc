@@ -2,6 +2,7 @@
 // Every client operation runs with a deadline (tcp_stream expiry), so no test can hang.
 #include "proxy/demo_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <future>
@@ -302,6 +303,52 @@ TEST(DemoBackendTest, BytesStreamsTheRequestedSize) {
   EXPECT_EQ(res.body(), make_demo_body(size));
   EXPECT_EQ(client.get("/bytes/0").body(), "");
   EXPECT_EQ(client.get("/bytes/nope").result_int(), 400);
+}
+
+// /chunked/N/C: the pattern in chunks of C bytes, for the proxy benchmark's
+// backend that writes small chunks.
+TEST(DemoBackendTest, ChunkedSendsThePatternInChunksOfTheGivenSize) {
+  RunningBackend backend(options_named("chunked"));
+  Client client(backend.port());
+  const std::size_t size = 100'003;
+  client.stream().expires_after(kDeadline);
+  const std::string request = "GET /chunked/" + std::to_string(size) + "/1000 HTTP/1.1\r\nHost: a\r\n\r\n";
+  asio::async_write(client.stream(), asio::buffer(request), asio::use_future).get();
+  std::string raw;
+  std::array<char, 65536> piece;
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  while (!raw.ends_with("\r\n0\r\n\r\n") && Clock::now() < until) {
+    client.stream().expires_after(std::chrono::seconds(2));
+    try {
+      raw.append(piece.data(), client.stream().async_read_some(asio::buffer(piece), asio::use_future).get());
+    } catch (const boost::system::system_error&) {
+      break;
+    }
+  }
+  const std::size_t head_end = raw.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << raw.substr(0, 300);
+  EXPECT_NE(raw.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << raw.substr(0, head_end);
+  std::string rest = raw.substr(head_end + 4), body;
+  std::vector<std::size_t> sizes;
+  for (std::size_t eol; (eol = rest.find("\r\n")) != std::string::npos;) {
+    const std::size_t n = std::stoul(rest.substr(0, eol), nullptr, 16);
+    body += rest.substr(eol + 2, n);
+    rest.erase(0, eol + 2 + n + 2);
+    if (n == 0) break;
+    sizes.push_back(n);
+  }
+  EXPECT_EQ(rest, "");
+  ASSERT_EQ(sizes.size(), 101u);
+  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 1000u), 100);
+  EXPECT_EQ(sizes.back(), 3u);
+  EXPECT_TRUE(body == make_demo_body(size)) << body.size() << " bytes";
+
+  // Read by Beast: the same body with chunks of 1 byte and of 64 KiB.
+  EXPECT_EQ(client.get("/chunked/300/1").body(), make_demo_body(300));
+  EXPECT_EQ(client.get("/chunked/200000/65536").body(), make_demo_body(200'000));
+  EXPECT_EQ(client.get("/chunked/0/10").body(), "");
+  for (const char* bad : {"/chunked/10", "/chunked/10/0", "/chunked/10/65537", "/chunked/x/1"})
+    EXPECT_EQ(client.get(bad).result_int(), 400) << bad;
 }
 
 TEST(DemoBackendTest, HealthPathFollowsTheControlToggle) {
