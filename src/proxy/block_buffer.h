@@ -106,6 +106,10 @@ class BlockBuffer {
   boost::asio::const_buffer data() const { return {block_ + begin_, size()}; }
   const char* bytes() const { return block_ + begin_; }
   char* bytes() { return block_ + begin_; }
+  // Bytes of this block seen through a read-only view (`p` points into the
+  // block), to write them: the proxy moves the body pieces of a chunked
+  // response together over the framing between them, once it is parsed.
+  char* writable(const char* p) { return block_ + (p - block_); }
 
   // Room for up to n more bytes (less when the block is nearly full; empty
   // when it is full).

@@ -1875,34 +1875,32 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
   // Body: head goes out with the first piece (one write for small responses).
   bool head_pending = true;
   std::array<char, 24> size_line;
-  // The pieces of one write: every chunk conn.buffer holds goes out in one
-  // send, as one chunk on a chunked client connection (as nginx re-chunks
-  // what it read). Relayed chunk by chunk, a backend's 2 KiB chunks (Go's
-  // net/http) cost a send each. The bound keeps a write within Asio's 64
-  // buffers: the head, a size line, the pieces, a CRLF and the last chunk.
-  std::array<asio::const_buffer, 59> pieces;
   for (;;) {
     std::size_t got = 0;
-    std::size_t piece_count = 0;
+    const char* piece = nullptr;
     bool cut = false;
     if (!response.is_done()) {
       arm(pool.read_timeout);
-      // The pieces stay in conn.buffer, untouched until the next read there,
-      // which comes after they are written. A small body is usually there
+      // The piece stays in conn.buffer, untouched until the next read there,
+      // which comes after it is written. A small body is usually there
       // already: then no coroutine is started for it.
       body_into(response, nullptr, kChunk);
       std::optional<BodyPiece> ready = body_from_buffer(conn.buffer, response, kChunk);
       auto [ec, n] = ready ? *ready : co_await read_body_piece(conn.socket, conn.buffer, response, nullptr, kChunk);
-      for (;;) {
-        if (n > 0) {
-          pieces[piece_count++] = asio::buffer(response.body().data(), n);
-          got += n;
-        }
-        if (ec || response.is_done() || piece_count == pieces.size() || conn.buffer.size() == 0) break;
+      piece = response.body().data();
+      got = n;
+      // The further chunks conn.buffer holds join this one: each is moved
+      // down over the chunk framing before it (parsed, so free), and all go
+      // out in one send as one chunk, as nginx re-chunks what it read.
+      // Relayed chunk by chunk, a backend's 1 KiB chunks cost a send each.
+      while (!ec && got > 0 && !response.is_done() && conn.buffer.size() > 0) {
         body_into(response, nullptr, kChunk);
         std::optional<BodyPiece> more = body_from_buffer(conn.buffer, response, kChunk);
         if (!more) break;  // the rest of a chunk or its framing is still to come
         std::tie(ec, n) = *more;
+        if (n == 0) continue;  // the last chunk, or an error
+        std::memmove(conn.buffer.writable(piece) + got, response.body().data(), n);
+        got += n;
       }
       if (ec) {
         // The head was accepted: this backend's answer is the client's (nginx's
@@ -1916,14 +1914,14 @@ Task<Session::AttemptResult> Session::forward_response(UpstreamConnection& conn,
       }
     }
     const bool last = !cut && response.is_done();
-    std::array<asio::const_buffer, pieces.size() + 4> buffers;
+    std::array<asio::const_buffer, 5> buffers;
     std::size_t count = 0;
-    std::size_t before_body = 0;  // bytes ahead of the body pieces: the head, a chunk-size line
+    std::size_t before_body = 0;  // bytes ahead of the body piece: the head, a chunk-size line
     if (head_pending) buffers[count++] = asio::buffer(down_head_.view());
     if (got > 0) {
       if (framing == chunked) buffers[count++] = asio::buffer(size_line.data(), chunk_line(size_line.data(), got));
       before_body = asio::buffer_size(std::span(buffers.data(), count));
-      for (std::size_t i = 0; i < piece_count; ++i) buffers[count++] = pieces[i];
+      buffers[count++] = asio::buffer(piece, got);
       if (framing == chunked) buffers[count++] = asio::buffer("\r\n", 2);
     }
     if (last && framing == chunked) buffers[count++] = asio::buffer("0\r\n\r\n", 5);
