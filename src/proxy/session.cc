@@ -1562,6 +1562,9 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       conn = std::make_unique<UpstreamConnection>(w.io, w.blocks);
       error_code open_ec;
       conn->socket.open(endpoint.protocol(), open_ec);
+      // Non-blocking for send_now() and read_header()'s read. Set before the
+      // connect, which then needs no ioctl of its own (after it, a second).
+      if (!open_ec) conn->socket.non_blocking(true, open_ec);
       if (open_ec) {
         failure_stage_ = "opening a socket";
         failure_ec_ = open_ec;
@@ -1579,13 +1582,13 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         conn->socket.close(ignored);
         const tcp::endpoint next = backend_endpoint(other);
         conn->socket.open(next.protocol(), open_ec);
+        if (!open_ec) conn->socket.non_blocking(true, open_ec);
         if (open_ec) break;
         std::tie(ec) = co_await conn->socket.async_connect(next, use_task);
       }
       if (ec) co_return failure(kConnecting, ec);
       error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
-      conn->socket.non_blocking(true, ignored);  // for send_now() and read_header()'s read
     }
     upstream = &conn->socket;
 
