@@ -705,9 +705,21 @@ class Session {
   bool handed_to_park_ = false;
   Task<void> send_error(unsigned status, std::string_view text, bool keep_alive);
   // send_error() with the body "<status> <reason>\n". Its own coroutine, so the
-  // text is not a temporary in the caller's frame (handle()'s frame must stay
-  // small enough for Asio to recycle it).
+  // text is not a temporary in the caller's frame.
   Task<void> send_status(unsigned status, bool keep_alive);
+  // A response heft answers with itself (an error), which handle() only
+  // notes and run() sends once handle() has returned: a co_await per refusal
+  // kept each awaiter and its arguments in handle()'s coroutine frame, which
+  // grew past the 1,020 bytes Asio recycles, and every request then paid a
+  // malloc and a free for it (and evicted another frame from the cache).
+  struct Refusal {
+    unsigned status = 0;  // 0: none
+    std::string_view text;  // a literal; empty: "<status> <reason>" (send_status())
+    bool keep_alive = false;
+  };
+  Refusal refusal_;
+  void refuse(unsigned status, std::string_view text, bool keep_alive) { refusal_ = {status, text, keep_alive}; }
+  void refuse_status(unsigned status, bool keep_alive) { refusal_ = {status, {}, keep_alive}; }
   Task<bool> handle(RequestParser& parser);
   // Waits in the pool's queue until a backend has room, at most the pool's
   // queue_timeout; `snapshot` becomes the pool's current one. The chosen
@@ -750,6 +762,9 @@ class Session {
   Task<AttemptResult> attempt(const SiteRoute& route, WorkerSite& site, const upstream::PoolSnapshot& snapshot,
                               uint32_t backend, const balance::TriedSet& tried, RequestParser& parser,
                               bool last_chance, bool upgrade);
+  Task<AttemptResult> attempt_streaming_body(std::unique_ptr<UpstreamConnection>& conn, ResponseParser& response,
+                                             const SiteRoute& route, RequestParser& parser, bool upgrade,
+                                             IdleList& idle_list);
   Task<AttemptResult> forward_response(UpstreamConnection& conn, ResponseParser& response,
                                        const SiteRoute& route, RequestParser& parser, bool upgrade);
   Task<error_code> send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
@@ -985,6 +1000,11 @@ Task<void> Session::run() {
     current_parser_ = &parser;
     request_start_ = Clock::now();
     bool keep_alive = co_await handle(parser);
+    if (refusal_.status) {
+      const Refusal refusal = std::exchange(refusal_, Refusal{});
+      if (refusal.text.empty()) co_await send_status(refusal.status, refusal.keep_alive);
+      else co_await send_error(refusal.status, refusal.text, refusal.keep_alive);
+    }
     finish_request();
     current_routes_.reset();
     unread = !parser.is_done();
@@ -1267,12 +1287,12 @@ Task<bool> Session::handle(RequestParser& parser) {
   current_route_ = route ? route : port_site(*routes);
   if (plan.connect) {
     fmt::print(stderr, "heft: 501 from {}: CONNECT is not supported\n", client_ip);
-    co_await send_error(501, "501 CONNECT is not supported\n", false);
+    refuse(501, "501 CONNECT is not supported\n", false);
     co_return false;
   }
   if (plan.bad_target) {
     fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, plan.bad_target);
-    co_await send_error(400, "400 Bad Request\n", false);
+    refuse(400, "400 Bad Request\n", false);
     co_return false;
   }
   // The parser read every Connection field already (close / keep-alive tokens
@@ -1281,11 +1301,11 @@ Task<bool> Session::handle(RequestParser& parser) {
   client_keep_alive_ = client_keep_alive;
   if (!route) {
     // Unread body bytes would be read as the next request: close instead.
-    co_await send_error(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
+    refuse(404, "404 no site for this host\n", client_keep_alive && parser.is_done());
     co_return client_keep_alive && parser.is_done();
   }
   if (plan.expectation_failed) {
-    co_await send_error(417, "417 Expectation Failed\n", false);
+    refuse(417, "417 Expectation Failed\n", false);
     co_return false;
   }
   const config::PoolConfig& pool = route->site.proxy;
@@ -1314,9 +1334,9 @@ Task<bool> Session::handle(RequestParser& parser) {
       if (ec) {
         if (is_parse_error(ec)) {
           fmt::print(stderr, "heft: 400 from {}: bad body: {}\n", client_ip, ec.message());
-          co_await send_error(400, "400 Bad Request\n", false);
+          refuse(400, "400 Bad Request\n", false);
         } else if (timed_out) {
-          co_await send_error(408, "408 Request Timeout\n", false);
+          refuse(408, "408 Request Timeout\n", false);
         }
         co_return false;
       }
@@ -1383,20 +1403,20 @@ Task<bool> Session::handle(RequestParser& parser) {
       if (tried.empty() && full && pool.queue > 0) {
         fmt::print(stderr, "heft: 503 {} {}: no backend had room within queue_timeout, or the queue was full\n",
                    req.method_string(), req.target());
-        co_await send_error(503, "503 every backend is at its max_conns and the queue is full or timed out\n",
+        refuse(503, "503 every backend is at its max_conns and the queue is full or timed out\n",
                             client_keep_alive && body_complete);
       } else if (tried.empty() && full) {
         // nginx answers 502 here (no live upstreams); HAProxy queues and
         // then answers 503. Every backend is busy, none failed: a 503.
         fmt::print(stderr, "heft: 503 {} {}: every backend is at its max_conns\n", req.method_string(),
                    req.target());
-        co_await send_error(503, "503 every backend is at its max_conns\n", client_keep_alive && body_complete);
+        refuse(503, "503 every backend is at its max_conns\n", client_keep_alive && body_complete);
       } else if (tried.empty()) {
         fmt::print(stderr, "heft: 503 {} {}: no available backend\n", req.method_string(), req.target());
-        co_await send_error(503, "503 no available backend\n", client_keep_alive && body_complete);
+        refuse(503, "503 no available backend\n", client_keep_alive && body_complete);
       } else {
         unsigned status = last_status ? last_status : 502;
-        co_await send_status(status, client_keep_alive && body_complete);
+        refuse_status(status, client_keep_alive && body_complete);
       }
       co_return client_keep_alive && body_complete && !closing();
     }
@@ -1486,7 +1506,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         snapshot->uncount_request(i, w.index);  // nothing reached the backend
         fmt::print(stderr, "heft: 500 {} {}: no connection to backend {} ({}); not counted against it\n",
                    req.method_string(), req.target(), name, failure_reason());
-        co_await send_error(500, "500 Internal Server Error\n", false);
+        refuse(500, "500 Internal Server Error\n", false);
         co_return false;
       case Outcome::bad_request_body:
         if (record_.status) {
@@ -1497,7 +1517,7 @@ Task<bool> Session::handle(RequestParser& parser) {
           co_return false;
         }
         fmt::print(stderr, "heft: 400 from {}: bad request body\n", client_ip);
-        co_await send_error(400, "400 Bad Request\n", false);
+        refuse(400, "400 Bad Request\n", false);
         co_return false;
       case Outcome::broken:
         // The response had started: nothing to retry, the client sees a cut.
@@ -1512,7 +1532,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         last_status = result.status;
         if (in_time(attempt_end)) continue;  // attempt() forwards it itself when no retry is allowed
         // The time ran out during this attempt: its status (the response itself is spent).
-        co_await send_status(last_status, client_keep_alive && body_complete);
+        refuse_status(last_status, client_keep_alive && body_complete);
         co_return client_keep_alive && body_complete && !closing();
       case Outcome::error:
       case Outcome::timeout: {
@@ -1528,7 +1548,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         if ((more_allowed || (more_possible && unsent)) && !interim_relayed_ && in_time(attempt_end) &&
             (timeout ? next.timeout : next.error))
           continue;
-        co_await send_status(last_status, client_keep_alive && parser.is_done());
+        refuse_status(last_status, client_keep_alive && parser.is_done());
         co_return client_keep_alive && parser.is_done() && !closing();
       }
     }
@@ -1621,64 +1641,11 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     ResponseParser& response = response_.emplace(arena_);
     prepare_response(response, parser.get().method() == http::verb::head);
 
-    if (!parser.is_done()) {
-      // Stream the rest of the body while the response may already be coming
-      // (an echoing backend answers as it reads).
-      using namespace asio::experimental::awaitable_operators;
-      bool client_failed = false;
-      error_code body_ec;
-      auto send_body = [&]() -> Task<void> {
-        body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed, pool);
-        // The body is out and the head not in: the client is watched from
-        // now on, as for a buffered body (forward_response() stops it).
-        if (!body_ec && !client_failed && !response.is_header_done()) watch_client_from(coarse_now());
-        if (body_ec) {
-          // Unblock the response side, whether its read is pending or not
-          // started yet (a bad chunk found without waiting): after a
-          // shutdown every read ends at once.
-          request_body_failed_ = true;
-          error_code ignored;
-          conn->socket.shutdown(Socket::shutdown_both, ignored);
-          cancel_io(conn->socket);
-        }
-      };
-      AttemptResult result;
-      body_abandoned_ = false;
-      request_body_failed_ = false;
-      auto receive = [&]() -> Task<void> {
-        result = co_await forward_response(*conn, response, route, parser, upgrade);
-        if (result.outcome == Outcome::done && !parser.is_done()) {
-          // Answered before the body ended: stop relaying it (the client
-          // connection closes, lingering), and free the body side's waits.
-          body_abandoned_ = true;
-          error_code ignored;
-          conn->socket.shutdown(Socket::shutdown_both, ignored);
-          cancel_io(conn->socket);
-          cancel_client();
-        }
-      };
-      co_await (send_body() && receive());
-      unwatch_client();
-      // A 101 once the streamed body had ended: handle() splices it.
-      if (std::exchange(tunnel_pending_, false)) {
-        tunnel_ = std::move(conn);
-        co_return result;
-      }
-      if (client_failed) co_return AttemptResult{Outcome::client_gone};
-      if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
-        failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
-      // The client's body (a bad chunk, a bad trailer): not the backend's
-      // fault, whether its answer had started, ended or not come (handle()
-      // answers 400 only if no response head went out).
-      if (is_parse_error(body_ec)) co_return AttemptResult{Outcome::bad_request_body};
-      if (result.outcome == Outcome::done) {
-        result.keep_alive = result.keep_alive && parser.is_done();
-        if (conn->socket.is_open() && reusable_after(response) && !body_ec &&
-            conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
-          park(w, idle_list, std::move(conn), pool.keepalive_timeout);
-      }
-      co_return result;
-    }
+    // Stream the rest of the body while the response may already be coming
+    // (an echoing backend answers as it reads). Its own coroutine: its
+    // lambdas and awaiters would make this frame too big for Asio to recycle.
+    if (!parser.is_done())
+      co_return co_await attempt_streaming_body(conn, response, route, parser, upgrade, idle_list);
 
     // Response head (1xx other than 101 are skipped).
     arm(pool.read_timeout);
@@ -1725,6 +1692,69 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     co_return result;
   }
   co_return failure("reading the response head", asio::error::eof);  // closed on a fresh connection too
+}
+
+// attempt() once the request head is out and the request body is not all
+// in: the rest is relayed while the response may already be coming.
+Task<Session::AttemptResult> Session::attempt_streaming_body(std::unique_ptr<UpstreamConnection>& conn,
+                                                              ResponseParser& response, const SiteRoute& route,
+                                                              RequestParser& parser, bool upgrade,
+                                                              IdleList& idle_list) {
+  const config::PoolConfig& pool = route.site.proxy;
+  using namespace asio::experimental::awaitable_operators;
+  bool client_failed = false;
+  error_code body_ec;
+  auto send_body = [&]() -> Task<void> {
+    body_ec = co_await send_rest_of_body(*conn, parser, upstream_chunked_, client_failed, pool);
+    // The body is out and the head not in: the client is watched from
+    // now on, as for a buffered body (forward_response() stops it).
+    if (!body_ec && !client_failed && !response.is_header_done()) watch_client_from(coarse_now());
+    if (body_ec) {
+      // Unblock the response side, whether its read is pending or not
+      // started yet (a bad chunk found without waiting): after a
+      // shutdown every read ends at once.
+      request_body_failed_ = true;
+      error_code ignored;
+      conn->socket.shutdown(Socket::shutdown_both, ignored);
+      cancel_io(conn->socket);
+    }
+  };
+  AttemptResult result;
+  body_abandoned_ = false;
+  request_body_failed_ = false;
+  auto receive = [&]() -> Task<void> {
+    result = co_await forward_response(*conn, response, route, parser, upgrade);
+    if (result.outcome == Outcome::done && !parser.is_done()) {
+      // Answered before the body ended: stop relaying it (the client
+      // connection closes, lingering), and free the body side's waits.
+      body_abandoned_ = true;
+      error_code ignored;
+      conn->socket.shutdown(Socket::shutdown_both, ignored);
+      cancel_io(conn->socket);
+      cancel_client();
+    }
+  };
+  co_await (send_body() && receive());
+  unwatch_client();
+  // A 101 once the streamed body had ended: handle() splices it.
+  if (std::exchange(tunnel_pending_, false)) {
+    tunnel_ = std::move(conn);
+    co_return result;
+  }
+  if (client_failed) co_return AttemptResult{Outcome::client_gone};
+  if (body_ec && (result.outcome == Outcome::error || result.outcome == Outcome::timeout))
+    failure("sending the request body", body_ec);  // the stage for the log; the outcome stands
+  // The client's body (a bad chunk, a bad trailer): not the backend's
+  // fault, whether its answer had started, ended or not come (handle()
+  // answers 400 only if no response head went out).
+  if (is_parse_error(body_ec)) co_return AttemptResult{Outcome::bad_request_body};
+  if (result.outcome == Outcome::done) {
+    result.keep_alive = result.keep_alive && parser.is_done();
+    if (conn->socket.is_open() && reusable_after(response) && !body_ec &&
+        conn->buffer.size() == 0 && idle_list.size() < pool.keepalive)
+      park(w, idle_list, std::move(conn), pool.keepalive_timeout);
+  }
+  co_return result;
 }
 
 // One deadline per session: while the body streams, it is the client's
