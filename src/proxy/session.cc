@@ -1404,7 +1404,7 @@ Task<bool> Session::handle(RequestParser& parser) {
         fmt::print(stderr, "heft: 503 {} {}: no backend had room within queue_timeout, or the queue was full\n",
                    req.method_string(), req.target());
         refuse(503, "503 every backend is at its max_conns and the queue is full or timed out\n",
-                            client_keep_alive && body_complete);
+               client_keep_alive && body_complete);
       } else if (tried.empty() && full) {
         // nginx answers 502 here (no live upstreams); HAProxy queues and
         // then answers 503. Every backend is busy, none failed: a 503.
