@@ -228,6 +228,12 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
                                               numbered));
     index = found->index;
   }
+  // The warnings heft run and heft validate give for this site (a queue
+  // without max_conns, weights round_robin ignores): the sim leaves out what
+  // they say has no effect, so it says so too. Other sites' stay unsaid.
+  config::Config chosen = *loaded;
+  chosen.sites = {sites[index]};
+  for (const std::string& warning : config::config_warnings(chosen)) fmt::print(stderr, "warning: {}\n", warning);
   const config::PoolConfig& pool = sites[index].proxy;
   const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;

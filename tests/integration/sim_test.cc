@@ -165,6 +165,22 @@ TEST(SimCommandTest, ConfigSimulatesASitesPoolAsConfigured) {
   rejected("sim --config " + heftfile + " --site 2 --servers 1x", "--site '2': no site 2 (give a host, HOST:PORT, :PORT or the site's index); '" + heftfile + "' has 2 sites (0..1: ");
   rejected("sim --config " + heftfile + " --site 0 --servers 1x,1x", "--servers: 2 sizes for the 4 backends of site 0");
   rejected("sim --site 0 --servers 1x", "--site needs --config");
+  // What heft run and heft validate warn of for the site simulated, and only for it.
+  const std::string warned = (dir / "Warned").string();
+  std::ofstream(warned) << ":8080 {\n\treverse_proxy {\n\t\tto 10.0.0.1:80\n\t\tqueue 10\n\t}\n}\n"
+                           ":8081 {\n\treverse_proxy {\n\t\tto 10.0.0.2:80 weight 3\n\t\tto 10.0.0.3:80\n"
+                           "\t\tlb_policy round_robin\n\t}\n}\n";
+  out = run_heft_stderr("sim --config " + warned + " --site :8080 --servers 1x --rate 50 --duration 2s --json");
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_NE(out.stdout_text.find("warning: " + warned + ":1: site :8080: queue 10 has no effect: no backend has "
+                                 "max_conns"),
+            std::string::npos)
+      << out.stdout_text;
+  EXPECT_EQ(out.stdout_text.find("round_robin ignores"), std::string::npos) << out.stdout_text;
+  out = run_heft_stderr("sim --config " + warned + " --site :8081 --servers 1x,1x --rate 50 --duration 2s --json");
+  EXPECT_EQ(out.exit_code, 0) << out.stdout_text;
+  EXPECT_NE(out.stdout_text.find("round_robin ignores the weights 3:1"), std::string::npos) << out.stdout_text;
+  EXPECT_EQ(out.stdout_text.find("queue 10"), std::string::npos) << out.stdout_text;
   const std::string bad = (dir / "Bad").string();
   std::ofstream(bad) << ":1 {\n\treverse_proxy a:1 {\n\t\twieght 3\n\t}\n}\n";
   rejected("sim --config " + bad + " --servers 1x", bad + ":3:3: unknown option \"wieght\"");
