@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstring>
 #include <new>
@@ -109,7 +110,10 @@ class BlockBuffer {
   // Bytes of this block seen through a read-only view (`p` points into the
   // block), to write them: the proxy moves the body pieces of a chunked
   // response together over the framing between them, once it is parsed.
-  char* writable(const char* p) { return block_ + (p - block_); }
+  char* writable(const char* p) {
+    assert(block_ && p >= block_ && p < block_ + BlockPool::kBlockSize);
+    return block_ + (p - block_);
+  }
 
   // Room for up to n more bytes (less when the block is nearly full; empty
   // when it is full).

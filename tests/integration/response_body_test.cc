@@ -433,5 +433,34 @@ TEST(ResponseBody, ChunksThatArriveTogetherGoOutAsOne) {
   EXPECT_TRUE(raw10.substr(end10 + 4) == body) << raw10.size() - end10 - 4 << " of " << body.size() << " bytes";
 }
 
+// A bad chunk after good ones in the same read: the good ones reach the
+// client (re-chunked as one), then the connection closes without the last
+// chunk, a visible cut, as for any body that fails once its head went out.
+TEST(ResponseBody, ABadChunkAfterGoodOnesCutsTheResponseAfterThem) {
+  Origin origin([](int fd, const std::string&, int) {
+    send_all(fd, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\nZZ\r\n");
+    std::this_thread::sleep_for(300ms);  // not a close: the cut is heft's
+    return false;
+  });
+  ASSERT_NE(origin.port, 0);
+  const uint16_t port = free_port();
+  Process heft = start_heft(make_temp_dir(), one_origin(port, origin.port), port);
+  HttpClient client(port, 8s);
+  ASSERT_TRUE(client.send_raw("GET /cut HTTP/1.1\r\nHost: example.test\r\n\r\n"));
+  const std::string raw = client.read_all();  // until heft closes
+  const std::size_t head_end = raw.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << raw;
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200 ", 0), 0u) << raw;
+  std::string rest = raw.substr(head_end + 4), decoded;
+  for (std::size_t eol; (eol = rest.find("\r\n")) != std::string::npos;) {
+    const std::size_t size = std::stoul(rest.substr(0, eol), nullptr, 16);
+    ASSERT_NE(size, 0u) << "the last chunk was sent: " << raw;
+    decoded += rest.substr(eol + 2, size);
+    rest.erase(0, eol + 2 + size + 2);
+  }
+  EXPECT_EQ(decoded, "hello world") << raw;
+  EXPECT_NE(heft.log().find("mid-response"), std::string::npos) << heft.log();
+}
+
 }  // namespace
 }  // namespace heft::test
