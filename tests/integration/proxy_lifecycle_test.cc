@@ -19,6 +19,7 @@
 
 #include "health_load_util.h"
 #include "process_util.h"
+#include "chunked_body.h"
 
 namespace heft::test {
 namespace {
@@ -753,15 +754,9 @@ TEST(ProxyLifecycle, ClientSeesBackendFieldsInOrderAndNoHopByHop) {
   const std::size_t body = raw.find("\r\n\r\n");
   ASSERT_NE(body, std::string::npos);
   // Chunks that came together may go out as one (heft re-chunks what it read).
-  std::string chunks = raw.substr(body + 4), decoded;
-  for (std::size_t eol; (eol = chunks.find("\r\n")) != std::string::npos;) {
-    const std::size_t size = std::stoul(chunks.substr(0, eol), nullptr, 16);
-    decoded += chunks.substr(eol + 2, size);
-    chunks.erase(0, eol + 2 + size + 2);
-    if (size == 0) break;
-  }
-  EXPECT_EQ(decoded, "hello world") << raw.substr(body + 4);
-  EXPECT_EQ(chunks, "") << raw.substr(body + 4);
+  const ChunkedBody chunks = decode_chunked(std::string_view(raw).substr(body + 4));
+  EXPECT_EQ(chunks.data, "hello world") << raw.substr(body + 4);
+  EXPECT_EQ(chunks.rest, "") << raw.substr(body + 4);
   EXPECT_EQ(raw.substr(raw.size() - 5), "0\r\n\r\n");
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "two");

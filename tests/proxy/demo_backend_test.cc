@@ -22,6 +22,8 @@
 #include <boost/beast/websocket.hpp>
 #include <gtest/gtest.h>
 
+#include "chunked_body.h"
+
 namespace heft::proxy {
 namespace {
 
@@ -328,20 +330,12 @@ TEST(DemoBackendTest, ChunkedSendsThePatternInChunksOfTheGivenSize) {
   const std::size_t head_end = raw.find("\r\n\r\n");
   ASSERT_NE(head_end, std::string::npos) << raw.substr(0, 300);
   EXPECT_NE(raw.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << raw.substr(0, head_end);
-  std::string rest = raw.substr(head_end + 4), body;
-  std::vector<std::size_t> sizes;
-  for (std::size_t eol; (eol = rest.find("\r\n")) != std::string::npos;) {
-    const std::size_t n = std::stoul(rest.substr(0, eol), nullptr, 16);
-    body += rest.substr(eol + 2, n);
-    rest.erase(0, eol + 2 + n + 2);
-    if (n == 0) break;
-    sizes.push_back(n);
-  }
-  EXPECT_EQ(rest, "");
-  ASSERT_EQ(sizes.size(), 101u);
-  EXPECT_EQ(std::count(sizes.begin(), sizes.end(), 1000u), 100);
-  EXPECT_EQ(sizes.back(), 3u);
-  EXPECT_TRUE(body == make_demo_body(size)) << body.size() << " bytes";
+  const test::ChunkedBody chunks = test::decode_chunked(std::string_view(raw).substr(head_end + 4));
+  EXPECT_EQ(chunks.rest, "");
+  ASSERT_EQ(chunks.sizes.size(), 101u);
+  EXPECT_EQ(std::count(chunks.sizes.begin(), chunks.sizes.end(), 1000u), 100);
+  EXPECT_EQ(chunks.sizes.back(), 3u);
+  EXPECT_TRUE(chunks.data == make_demo_body(size)) << chunks.data.size() << " bytes";
 
   // Read by Beast: the same body with chunks of 1 byte and of 64 KiB.
   EXPECT_EQ(client.get("/chunked/300/1").body(), make_demo_body(300));
