@@ -302,15 +302,24 @@ awaitable<bool> serve_control(State& s, Connection& c, RequestParser& parser, st
   co_return keep_alive;
 }
 
-// Streams the request body back as it arrives: chunked on HTTP/1.1, until close on 1.0.
-awaitable<bool> serve_echo(State& s, Connection& c, RequestParser& parser, uint64_t count, bool keep_alive) {
-  const bool chunked = parser.get().version() >= 11;
+// The head of a 200 whose length is not known before it goes out (/echo,
+// /chunked/): chunked on HTTP/1.1, else delimited by the close, so never kept
+// alive then. Appended to `out`; returns whether the connection stays open.
+template <typename Buffer>
+bool append_streamed_head(const State& s, uint64_t count, bool chunked, bool keep_alive, Buffer& out) {
   keep_alive = keep_alive && chunked;
-  fmt::basic_memory_buffer<char, 512> head;
-  fmt::format_to(std::back_inserter(head),
+  fmt::format_to(std::back_inserter(out),
                  "HTTP/1.1 200 OK\r\nX-Backend: {}\r\nX-Request-Count: {}\r\nContent-Type: text/plain\r\n{}{}\r\n",
                  s.options.name, count, chunked ? "Transfer-Encoding: chunked\r\n" : "",
                  keep_alive ? "" : "Connection: close\r\n");
+  return keep_alive;
+}
+
+// Streams the request body back as it arrives: chunked on HTTP/1.1, until close on 1.0.
+awaitable<bool> serve_echo(State& s, Connection& c, RequestParser& parser, uint64_t count, bool keep_alive) {
+  const bool chunked = parser.get().version() >= 11;
+  fmt::basic_memory_buffer<char, 512> head;
+  keep_alive = append_streamed_head(s, count, chunked, keep_alive, head);
   co_await asio::async_write(c.socket, asio::buffer(head.data(), head.size()), use_awaitable);
   if (c.head_request) {
     co_await drain_body(c, parser);
@@ -372,13 +381,9 @@ awaitable<bool> serve_chunked(State& s, Connection& c, RequestParser& parser, st
     co_return keep_alive;
   }
   const bool chunked = version >= 11;
-  keep_alive = keep_alive && chunked;
   std::string out;
   out.reserve(2 * kChunkBytes + 32);
-  fmt::format_to(std::back_inserter(out),
-                 "HTTP/1.1 200 OK\r\nX-Backend: {}\r\nX-Request-Count: {}\r\nContent-Type: text/plain\r\n{}{}\r\n",
-                 s.options.name, count, chunked ? "Transfer-Encoding: chunked\r\n" : "",
-                 keep_alive ? "" : "Connection: close\r\n");
+  keep_alive = append_streamed_head(s, count, chunked, keep_alive, out);
   const std::string& pattern = pattern_chunk();
   for (uint64_t sent = c.head_request ? total : 0; sent < total;) {
     const std::size_t piece = std::min<uint64_t>(total - sent, chunk_size);
