@@ -3,6 +3,7 @@
 // Each worker runs its own io_context on one thread; the controlling thread
 // binds listeners (so errors surface synchronously) and posts everything else.
 #include <netinet/in.h>
+#include <pthread.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -32,6 +33,11 @@ namespace heft::proxy {
 namespace {
 
 constexpr std::chrono::milliseconds kSweepInterval{50};
+// Worker 0 ticks the pools (slow start, adaptive weights, passive periods) this often.
+constexpr std::chrono::milliseconds kPoolTickInterval{250};
+// Ticks with nothing to sweep before the sweep rests: a second, so the trims
+// after the last session (every 250 ms) have run.
+constexpr unsigned kQuietTicksBeforeRest = 20;
 
 
 // The client address as text. IPv4 by hand: Asio's to_string goes through
@@ -58,6 +64,7 @@ void admit(Worker& worker, Socket socket, const tcp::endpoint& peer, uint16_t po
     return;
   }
   start_session(worker, std::move(socket), port, address_text(peer.address()));
+  worker.wake_sweep();
 }
 
 Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
@@ -89,22 +96,43 @@ void take_queued_connections(Worker& worker, Acceptor& acceptor, uint16_t port) 
   }
 }
 
+// Whether a sweep has anything to look after: sessions (deadlines, parking),
+// parked client connections, pooled upstream connections, routes kept for
+// ports a reload dropped.
+bool has_sweep_work(const Worker& worker) {
+  if (!worker.sessions.empty() || worker.parking->size() > 0 || !worker.dropped_port_routes.empty()) return true;
+  for (const auto& [endpoint, list] : worker.idle)
+    if (!list.empty()) return true;
+  return false;
+}
+
 Task<void> sweep_loop(Worker& worker) {
-  unsigned sweeps = 0;
-  unsigned idle_sweeps = 0;
+  // A little under their periods: ticks come a little over 50 ms apart.
+  constexpr auto slack = std::chrono::milliseconds(5);
+  Clock::time_point last_idle_sweep = Clock::now();
+  Clock::time_point last_pool_tick = last_idle_sweep;
+  unsigned quiet_ticks = 0;
   for (;;) {
-    worker.ticker.expires_after(kSweepInterval);
+    // Nothing to sweep for a while: rest (worker 0 still ticks its pools)
+    // until wake_sweep() (a new connection, a stop) cancels the wait.
+    worker.sweep_resting = quiet_ticks >= kQuietTicksBeforeRest;
+    if (!worker.sweep_resting) worker.ticker.expires_after(kSweepInterval);
+    else if (worker.index == 0) worker.ticker.expires_after(kPoolTickInterval);
+    else worker.ticker.expires_at(Timer::time_point::max());
     co_await worker.ticker.async_wait(use_task);
+    worker.sweep_resting = false;
     const auto now = Clock::now();
     worker.date.refresh(std::time(nullptr));  // formats only when the second changed
     sweep_timeouts(worker, now);
-    if (++idle_sweeps % 20 == 0) {  // every second
+    if (now - last_idle_sweep >= std::chrono::seconds(1) - slack) {
+      last_idle_sweep = now;
       sweep_idle_upstream_connections(worker, now);
       if (!worker.dropped_port_routes.empty()) forget_dropped_ports(worker);
     }
     // Worker 0 ticks every pool (every 250 ms): slow-start and adaptive weights,
     // and passed out periods (an idle pool would report a backend out for good).
-    if (worker.index == 0 && ++sweeps % 5 == 0) {
+    if (worker.index == 0 && now - last_pool_tick >= kPoolTickInterval - slack) {
+      last_pool_tick = now;
       auto table = worker.proxy.current();
       for (const SiteRoute& site : table->sites)
         for (const upstream::WeightEvent& event : site.pool->tick(now)) {
@@ -123,6 +151,7 @@ Task<void> sweep_loop(Worker& worker) {
       worker.io.stop();
       co_return;
     }
+    quiet_ticks = has_sweep_work(worker) || worker.draining ? 0 : quiet_ticks + 1;
   }
 }
 
@@ -295,6 +324,14 @@ void Worker::drain() {
   // finishing hold references to them (WorkerSite::idle).
   for (auto& [endpoint, list] : idle) list.clear();
   close_idle_sessions(*this);
+  wake_sweep();  // it stops the worker once nothing is left
+}
+
+void Worker::wake_sweep() {
+  if (!sweep_resting) return;
+  sweep_resting = false;
+  date.refresh(std::time(nullptr));  // may be seconds old: the tick that refreshes it is later
+  ticker.cancel();                   // the sweep runs now and ticks again
 }
 
 namespace {
@@ -560,7 +597,11 @@ void Proxy::start() {
   for (auto& w : impl.workers) {
     for (const auto& [endpoint, acceptor] : w->acceptors) w->start_accepting(endpoint);
     asio::co_spawn(w->io, sweep_loop(*w), asio::detached);
-    w->thread = std::thread([worker = w.get()] { worker->io.run(); });
+    w->thread = std::thread([worker = w.get()] {
+      // Named for top -H, perf and /proc: "heft-worker-N" (at most 15 characters; longer stays unnamed).
+      pthread_setname_np(pthread_self(), fmt::format("heft-worker-{}", worker->index).c_str());
+      worker->io.run();
+    });
   }
   impl.started = true;
   // Active health checks (off the request path, on their own thread).

@@ -160,7 +160,8 @@ struct Worker {
   // its connection closes), not answered 404. Dropped once no session is
   // left on the port (see forget_dropped_ports()).
   std::map<uint16_t, std::shared_ptr<WorkerRoutes>> dropped_port_routes;
-  Timer ticker{io};
+  Timer ticker{io};  // the sweep's: every 50 ms, slower or not at all with nothing to sweep
+  bool sweep_resting = false;  // the sweep waits longer than its tick (see wake_sweep())
   Timer grace_timer{io};
   DateField date;  // the Date line of its responses, refreshed on the sweep tick
   uint64_t rng_state;
@@ -178,6 +179,11 @@ struct Worker {
   }
   void start_accepting(const tcp::endpoint& endpoint);
   void drain();
+  // A worker with nothing to sweep (no session, parked or pooled connection)
+  // stops ticking (worker 0 ticks every 250 ms for its pools): an idle heft
+  // wakes no more than it must. A new connection, or a stop, brings the
+  // sweep back at once.
+  void wake_sweep();
 };
 
 struct Proxy::Impl {

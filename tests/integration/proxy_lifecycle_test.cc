@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -428,12 +429,63 @@ TEST(ProxyLifecycle, LenientResponseHeadsAreRelayed) {
 }
 
 // An IMF-fixdate (RFC 9110 5.6.7) within a few seconds of now.
-bool date_is_now(const std::string& value) {
+bool date_is_now(const std::string& value, double tolerance_seconds = 5) {
   std::tm tm{};
   const char* end = ::strptime(value.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
   if (value.size() != 29 || !end || *end != '\0') return false;
   const std::time_t when = ::timegm(&tm);
-  return std::abs(std::difftime(when, std::time(nullptr))) <= 5;
+  return std::abs(std::difftime(when, std::time(nullptr))) <= tolerance_seconds;
+}
+
+// How often each of heft's worker threads ("heft-worker-N") has gone to sleep
+// so far: its voluntary context switches, by thread name.
+std::map<std::string, long> worker_sleeps(pid_t pid) {
+  std::map<std::string, long> out;
+  for (const auto& task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+    std::string name = read_file(task.path().string() + "/comm");
+    while (!name.empty() && name.back() == '\n') name.pop_back();
+    if (!name.starts_with("heft-worker-")) continue;
+    const std::string status = read_file(task.path().string() + "/status");
+    const std::size_t at = status.find("\nvoluntary_ctxt_switches:");
+    if (at != std::string::npos) out[name] = std::atol(status.c_str() + at + 26);
+  }
+  return out;
+}
+
+// A worker with nothing to look after (no session, no parked or pooled
+// connection) stops its 50 ms sweep tick; worker 0 still ticks its pools
+// every 250 ms. A stop wakes a resting worker (heft exits well before its
+// grace period), and so does a new connection: served, with a current Date.
+TEST(ProxyLifecycle, IdleWorkersRestUntilAConnectionOrAStop) {
+  std::string dir = make_temp_dir();
+  std::vector<Backend> backends;
+  backends.push_back(start_backend(dir, "a"));
+  {
+    const uint16_t port = free_port();
+    Process heft = start_heft(dir, pool_file(port, backends, {1}, 3), port, "resting.log");  // grace_period 5s
+    std::this_thread::sleep_for(1500ms);  // a quiet second, then the sweeps rest
+    const auto before = worker_sleeps(heft.pid());
+    std::this_thread::sleep_for(1s);
+    const auto after = worker_sleeps(heft.pid());
+    ASSERT_EQ(before.size(), 3u) << "worker threads named heft-worker-N";
+    ASSERT_EQ(after.size(), 3u);
+    for (const auto& [name, sleeps] : after) {
+      // A tick every 50 ms would be 20 in this second.
+      EXPECT_LE(sleeps - before.at(name), name == "heft-worker-0" ? 8 : 2) << name;
+    }
+    const auto stop = Clock::now();
+    heft.signal(SIGTERM);
+    EXPECT_EQ(heft.wait(4s), std::optional<int>(0)) << heft.log();
+    EXPECT_LT(Clock::now() - stop, 3s) << "a resting worker held the stop to its grace period";
+  }
+  const uint16_t port = free_port();
+  Process heft = start_heft(dir, pool_file(port, backends, {1}, 3), port, "woken.log");
+  std::this_thread::sleep_for(3500ms);  // resting for seconds: the Date of their last tick is old
+  for (int i = 0; i < 12; ++i) {  // new connections, spread over the workers by the kernel
+    Response r = HttpClient(port, 5s).get("/");
+    EXPECT_EQ(r.status, 200) << heft.log();
+    EXPECT_TRUE(date_is_now(r.header("date"), 1)) << "[" << r.header("date") << "]";
+  }
 }
 
 // heft's own responses carry a Date (RFC 9110 6.6.1: an origin with a clock
