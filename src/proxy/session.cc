@@ -329,6 +329,32 @@ error_code send_now(Socket& socket, std::span<asio::const_buffer>& out) {
   return ec;
 }
 
+// Connects a non-blocking socket to `endpoint`: no error once connected,
+// would_block while the handshake goes on (then wait for writability and ask
+// connect_error()), else the connect's error. Asio's async_connect always
+// waits for writability, then calls poll() and getsockopt(SO_ERROR): four
+// syscalls and a trip through the reactor where, on loopback and near
+// backends, the handshake is over by the time connect() returns EINPROGRESS.
+// A send of nothing says so in one (0: connected; EAGAIN: still connecting;
+// else the connect's error, as a later send would report it).
+error_code start_connect(Socket& socket, const tcp::endpoint& endpoint) {
+  const int fd = socket.native_handle();
+  if (::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0) return {};
+  // EINTR: the connect goes on in the background, as with EINPROGRESS.
+  if (errno != EINPROGRESS && errno != EINTR) return error_code(errno, asio::error::get_system_category());
+  if (::send(fd, nullptr, 0, MSG_NOSIGNAL | MSG_DONTWAIT) == 0) return {};
+  if (errno == EAGAIN || errno == EWOULDBLOCK) return asio::error::would_block;
+  return error_code(errno, asio::error::get_system_category());
+}
+
+// The outcome of a connect that was pending once its socket turned writable.
+error_code connect_error(Socket& socket) {
+  int error = 0;
+  socklen_t size = sizeof error;
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_ERROR, &error, &size) != 0) error = errno;
+  return error ? error_code(error, asio::error::get_system_category()) : error_code{};
+}
+
 // A malformed message (as opposed to a connection that ended or failed).
 bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
@@ -1593,18 +1619,23 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
       }
       upstream = &conn->socket;
       arm(pool.connect_timeout);
-      auto [ec] = co_await conn->socket.async_connect(endpoint, use_task);
-      // Refused (or unreachable) at once: the name's other addresses, in
-      // turn, within the same connect_timeout.
-      for (const std::string& other : snapshot.backend(backend).other_addresses) {
-        if (!ec || timed_out || client_closed_) break;
+      error_code ec = start_connect(conn->socket, endpoint);
+      // Refused (or unreachable): the name's other addresses, in turn,
+      // within the same connect_timeout.
+      const std::vector<std::string>& others = snapshot.backend(backend).other_addresses;
+      for (std::size_t k = 0;; ++k) {
+        if (ec == asio::error::would_block) {  // the handshake goes on
+          std::tie(ec) = co_await conn->socket.async_wait(Socket::wait_write, use_task);
+          if (!ec) ec = connect_error(conn->socket);
+        }
+        if (!ec || timed_out || client_closed_ || k == others.size()) break;
         error_code ignored;
         conn->socket.close(ignored);
-        const tcp::endpoint next = backend_endpoint(other);
+        const tcp::endpoint next = backend_endpoint(others[k]);
         conn->socket.open(next.protocol(), open_ec);
         if (!open_ec) conn->socket.non_blocking(true, open_ec);
         if (open_ec) break;
-        std::tie(ec) = co_await conn->socket.async_connect(next, use_task);
+        ec = start_connect(conn->socket, next);
       }
       if (ec) co_return failure(kConnecting, ec);
       error_code ignored;

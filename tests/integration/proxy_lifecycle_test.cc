@@ -488,6 +488,68 @@ TEST(ProxyLifecycle, IdleWorkersRestUntilAConnectionOrAStop) {
   }
 }
 
+// A listener on 127.0.0.1 whose accept queue is full: a connect to it stays
+// pending (the kernel drops its SYNs) until the queue has room. listen()
+// with a backlog of 0 queues one connection; `filler` is it.
+struct FullListener {
+  FullListener() {
+    listener = listen_on_loopback(port);
+    if (listener >= 0 && ::listen(listener, 0) == 0) filler = connect_to(port);
+  }
+  ~FullListener() {
+    if (filler >= 0) ::close(filler);
+    if (listener >= 0) ::close(listener);
+  }
+  uint16_t port = 0;
+  int listener = -1;
+  int filler = -1;
+};
+
+// heft's connect returns before the handshake is over (the usual case beyond
+// loopback): heft waits for it within connect_timeout. Here the origin's
+// accept queue is full, so heft's SYN is dropped and sent again a second
+// later (TCP's initial retransmission timeout); the queue has room by then.
+TEST(ProxyLifecycle, AConnectStillInProgressIsWaitedFor) {
+  FullListener origin;
+  ASSERT_GE(origin.filler, 0);
+  const uint16_t port = free_port();
+  Process heft = start_heft_to(origin.port, port, "\t\tconnect_timeout 5s\n");
+  std::string head;
+  std::thread server([&] {
+    std::this_thread::sleep_for(300ms);  // heft's first SYN is dropped meanwhile
+    const int queued = accept_scripted(origin.listener);
+    if (queued >= 0) ::close(queued);  // room for heft's next SYN
+    const int c = accept_scripted(origin.listener);
+    if (c < 0) return;
+    if (read_until_head(c, head)) {
+      const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+      (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  });
+  const auto start = Clock::now();
+  Response r = HttpClient(port, 10s).get("/waited");
+  const auto took = Clock::now() - start;
+  server.join();
+  EXPECT_EQ(r.status, 200) << heft.log();
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_TRUE(head.starts_with("GET /waited HTTP/1.1\r\n")) << head;
+  EXPECT_GE(took, 500ms) << "the connect completed at once: the queue was not full";
+  EXPECT_EQ(heft.log().find("failed"), std::string::npos) << heft.log();
+}
+
+// A connect that is still in progress when connect_timeout runs out is a
+// timeout at the connecting stage: 504, logged so.
+TEST(ProxyLifecycle, AConnectInProgressPastConnectTimeoutIs504) {
+  FullListener origin;
+  ASSERT_GE(origin.filler, 0);
+  const uint16_t port = free_port();
+  Process heft = start_heft_to(origin.port, port, "\t\tconnect_timeout 300ms\n");
+  Response r = HttpClient(port, 10s).get("/");
+  EXPECT_EQ(r.status, 504) << heft.log();
+  EXPECT_TRUE(wait_for_log(heft, "timed out (connecting)", 5s)) << heft.log();
+}
+
 // heft's own responses carry a Date (RFC 9110 6.6.1: an origin with a clock
 // sends one; heft is the origin of its errors), a forwarded response without
 // one gets one (as nginx adds it), and a backend's Date goes on as it came,
