@@ -1638,8 +1638,6 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
         ec = start_connect(conn->socket, next);
       }
       if (ec) co_return failure(kConnecting, ec);
-      error_code ignored;
-      conn->socket.set_option(tcp::no_delay(true), ignored);
     }
     upstream = &conn->socket;
 
@@ -1660,8 +1658,10 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     std::span<asio::const_buffer> out(buffers.data(), count);
     error_code write_ec = send_now(conn->socket, out);
     const bool sent_now = !write_ec && out.empty();
-    if (!write_ec && !sent_now)
+    if (!write_ec && !sent_now) {
+      conn->set_nodelay();  // the rest is a second write
       std::tie(write_ec, std::ignore) = co_await asio::async_write(conn->socket, out, use_task);
+    }
     if (write_ec) {
       if (reused && replayable && !timed_out) continue;  // stale pooled connection: once more, fresh
       co_return failure("sending the request", write_ec);
@@ -1794,6 +1794,7 @@ Task<Session::AttemptResult> Session::attempt_streaming_body(std::unique_ptr<Ups
 // (nginx's proxy_read_timeout starts when the request has been sent).
 Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
                                             bool& client_failed, const config::PoolConfig& pool) {
+  conn.set_nodelay();  // the body goes out in writes after the head's
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
   std::array<char, 24> size_line;
@@ -2050,6 +2051,7 @@ Task<void> Session::splice(UpstreamConnection& conn) {
   using namespace asio::experimental::awaitable_operators;
   disarm();
   if (!nodelay_) set_nodelay();  // a tunnel: every write may be small
+  conn.set_nodelay();
   error_code ec;
   // Bytes already read past the heads belong to the tunnel.
   if (conn.buffer.size() > 0) {
