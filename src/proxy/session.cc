@@ -332,9 +332,9 @@ error_code send_now(Socket& socket, std::span<asio::const_buffer>& out) {
 // Connects a non-blocking socket to `endpoint`: no error once connected,
 // would_block while the handshake goes on (then wait for writability and ask
 // connect_error()), else the connect's error. Asio's async_connect always
-// waits for writability, then calls poll() and getsockopt(SO_ERROR): four
-// syscalls and a trip through the reactor where, on loopback and near
-// backends, the handshake is over by the time connect() returns EINPROGRESS.
+// waits for writability (an EPOLL_CTL_MOD and a trip through the reactor),
+// then calls poll() and getsockopt(SO_ERROR), where on loopback and near
+// backends the handshake is over by the time connect() returns EINPROGRESS.
 // A send of nothing says so in one (0: connected; EAGAIN: still connecting;
 // else the connect's error, as a later send would report it).
 error_code start_connect(Socket& socket, const tcp::endpoint& endpoint) {
