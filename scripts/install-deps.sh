@@ -14,7 +14,8 @@ packages=(
   libbenchmark-dev            # micro-benchmarks in bench/
   python3 curl procps         # test drivers and process checks
 )
-peers=(nginx-light haproxy caddy wrk)   # benchmark peers, only with --bench
+peers=(nginx-light haproxy caddy wrk   # benchmark peers, only with --bench
+       linux-perf)                     # profiles, and bench/shapes --syscalls
 
 want=("${packages[@]}")
 if [[ "${1:-}" == "--bench" ]]; then want+=("${peers[@]}"); fi
