@@ -1,6 +1,8 @@
 // The admin API's HTTP/1.1 transport (Beast, C++20 coroutines, one thread).
 #include "admin/admin_server.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <future>
 #include <optional>
@@ -223,7 +225,10 @@ void AdminServer::start() {
   impl_->acceptor.emplace(std::move(acceptor));
   asio::co_spawn(impl_->io, accept_loop(*impl_), asio::detached);
   schedule_tick(*impl_);
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    pthread_setname_np(pthread_self(), "heft-admin");  // for top -H, perf and /proc
+    impl->io.run();
+  });
 }
 
 void AdminServer::stop() {

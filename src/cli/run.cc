@@ -117,7 +117,10 @@ int run(const RunOptions& options) {
       demo_backends.back()->start();
     }
     config = demo_config(demo_backends);
-    demo_thread = std::thread([&demo_io] { demo_io.run(); });
+    demo_thread = std::thread([&demo_io] {
+      pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
+      demo_io.run();
+    });
   } else {
     std::string errors;
     auto loaded = load(path, errors);

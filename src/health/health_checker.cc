@@ -1,6 +1,8 @@
 // Active health checks and the weight ticker (see health_checker.h).
 #include "health/health_checker.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <map>
 #include <optional>
@@ -334,7 +336,10 @@ void HealthChecker::Impl::judge(Probe& p, bool pass, const std::string& why) {
 HealthChecker::HealthChecker(LogSink log, bool tick_pools) : impl_(std::make_shared<Impl>()) {
   impl_->log = log ? std::move(log) : [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
   if (tick_pools) asio::co_spawn(impl_->io, impl_->tick_loop(), asio::detached);
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    pthread_setname_np(pthread_self(), "heft-health");  // for top -H, perf and /proc
+    impl->io.run();
+  });
 }
 
 HealthChecker::~HealthChecker() { stop(); }

@@ -2,6 +2,7 @@
 #include "observe/access_log.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,7 +29,10 @@ class FileAccessLog final : public AccessLog {
  public:
   FileAccessLog(std::string path, int fd, size_t capacity) : path_(std::move(path)), fd_(fd), capacity_(capacity) {
     seen_generation_ = g_reopen_generation.load();
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "heft-log");  // for top -H, perf and /proc
+      run();
+    });
   }
   ~FileAccessLog() override {
     {
