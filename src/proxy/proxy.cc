@@ -3,8 +3,8 @@
 // Each worker runs its own io_context on one thread; the controlling thread
 // binds listeners (so errors surface synchronously) and posts everything else.
 #include <netinet/in.h>
-#include <pthread.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>

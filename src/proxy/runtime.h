@@ -98,17 +98,20 @@ struct UpstreamConnection {
   // Pooled after a read that filled its room: bytes may have followed the
   // response unseen by the ReadyWatch (see take_idle_connection()).
   bool maybe_more = false;
-  // TCP_NODELAY is set (set_nodelay()): only before a request's second write.
-  // A request that goes out in one write never waits for Nagle: by then the
-  // backend has acknowledged everything sent before (its response did).
+  // TCP_NODELAY is set (set_nodelay_once()): only before a request's second
+  // write. A request that goes out in one write never waits for Nagle: by
+  // then the backend has acknowledged everything sent before (its response did).
   bool nodelay = false;
-  void set_nodelay() {
-    if (nodelay) return;
-    boost::system::error_code ignored;
-    socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
-    nodelay = true;
-  }
 };
+// Sets TCP_NODELAY on `socket` unless `set` says it is already (a syscall:
+// client and upstream connections pay it only before a second write).
+inline void set_nodelay_once(Socket& socket, bool& set) {
+  if (set) return;
+  boost::system::error_code ignored;
+  socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+  set = true;
+}
+
 struct IdleList : std::vector<std::unique_ptr<UpstreamConnection>> {
   // No site uses this backend address since a reload: a connection finishing
   // its request here is closed, not pooled (the list stays, as requests begun

@@ -701,12 +701,7 @@ class Session {
   // connection that gets one response and closes never pays for it.
   void before_client_write() {
     if (nodelay_ || client_writes_++ == 0) return;
-    set_nodelay();
-  }
-  void set_nodelay() {
-    error_code ignored;
-    client.set_option(tcp::no_delay(true), ignored);
-    nodelay_ = true;
+    set_nodelay_once(client, nodelay_);
   }
   bool nodelay_ = false;
   bool resumed_ = false;  // back from parking
@@ -991,7 +986,7 @@ Task<void> Session::run() {
     if (status == -2) {
       // Nothing of this session is needed until the next request: keep only
       // the socket (docs/proxy.md, idle connections).
-      if (!nodelay_) set_nodelay();  // the resumed session's first write is not the first
+      set_nodelay_once(client, nodelay_);  // the resumed session's first write is not the first
       handed_to_park_ = true;
       w.ready_watch.forget(client.native_handle(), client_watched_);
       const bool v6 = client_ip.find(':') != std::string::npos;
@@ -1659,7 +1654,7 @@ Task<Session::AttemptResult> Session::attempt(const SiteRoute& route, WorkerSite
     error_code write_ec = send_now(conn->socket, out);
     const bool sent_now = !write_ec && out.empty();
     if (!write_ec && !sent_now) {
-      conn->set_nodelay();  // the rest is a second write
+      set_nodelay_once(conn->socket, conn->nodelay);  // the rest is a second write
       std::tie(write_ec, std::ignore) = co_await asio::async_write(conn->socket, out, use_task);
     }
     if (write_ec) {
@@ -1794,7 +1789,7 @@ Task<Session::AttemptResult> Session::attempt_streaming_body(std::unique_ptr<Ups
 // (nginx's proxy_read_timeout starts when the request has been sent).
 Task<error_code> Session::send_rest_of_body(UpstreamConnection& conn, RequestParser& parser, bool chunked,
                                             bool& client_failed, const config::PoolConfig& pool) {
-  conn.set_nodelay();  // the body goes out in writes after the head's
+  set_nodelay_once(conn.socket, conn.nodelay);  // the body goes out in writes after the head's
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
   std::array<char, 24> size_line;
@@ -2050,8 +2045,8 @@ Task<bool> Session::relay_interim(ResponseParser& response, bool client_http11, 
 Task<void> Session::splice(UpstreamConnection& conn) {
   using namespace asio::experimental::awaitable_operators;
   disarm();
-  if (!nodelay_) set_nodelay();  // a tunnel: every write may be small
-  conn.set_nodelay();
+  set_nodelay_once(client, nodelay_);  // a tunnel: every write may be small
+  set_nodelay_once(conn.socket, conn.nodelay);
   error_code ec;
   // Bytes already read past the heads belong to the tunnel.
   if (conn.buffer.size() > 0) {
