@@ -514,18 +514,13 @@ TEST(ProxyLifecycle, AConnectStillInProgressIsWaitedFor) {
   ASSERT_GE(origin.filler, 0);
   const uint16_t port = free_port();
   Process heft = start_heft_to(origin.port, port, "\t\tconnect_timeout 5s\n");
-  std::string head;
+  int answered = 0;
+  std::vector<std::string> heads;
   std::thread server([&] {
     std::this_thread::sleep_for(300ms);  // heft's first SYN is dropped meanwhile
     const int queued = accept_scripted(origin.listener);
     if (queued >= 0) ::close(queued);  // room for heft's next SYN
-    const int c = accept_scripted(origin.listener);
-    if (c < 0) return;
-    if (read_until_head(c, head)) {
-      const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-      (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
-    }
-    ::close(c);
+    answer_in_turn(origin.listener, {"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"}, answered, &heads);
   });
   const auto start = Clock::now();
   Response r = HttpClient(port, 10s).get("/waited");
@@ -533,7 +528,8 @@ TEST(ProxyLifecycle, AConnectStillInProgressIsWaitedFor) {
   server.join();
   EXPECT_EQ(r.status, 200) << heft.log();
   EXPECT_EQ(r.body, "ok");
-  EXPECT_TRUE(head.starts_with("GET /waited HTTP/1.1\r\n")) << head;
+  ASSERT_EQ(answered, 1);
+  EXPECT_TRUE(heads[0].starts_with("GET /waited HTTP/1.1\r\n")) << heads[0];
   EXPECT_GE(took, 500ms) << "the connect completed at once: the queue was not full";
   EXPECT_EQ(heft.log().find("failed"), std::string::npos) << heft.log();
 }
