@@ -214,17 +214,11 @@ const char* host_problem(std::string_view host) {
     if (value == 0 || value > 65535) return "bad Host: a port outside 1-65535";
   }
   if (!name.empty() && name.front() == '.') return "bad Host: a leading dot";
-  if (name.find("..") != std::string_view::npos) return "bad Host: \"..\"";
+  char previous = 0;
   for (char c : name) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (std::isalnum(byte)) continue;
-    switch (c) {
-      case '-': case '.': case '_': case '~': case '!': case '$': case '&': case '\'':
-      case '(': case ')': case '*': case '+': case ',': case ';': case '=': case '%':
-        continue;
-      default:
-        return "bad Host: a character no host name has";
-    }
+    if (!is_host_name_char(c)) return "bad Host: a character no host name has";
+    if (c == '.' && previous == '.') return "bad Host: \"..\"";
+    previous = c;
   }
   return nullptr;
 }

@@ -86,6 +86,10 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
       {"Host with a space", "GET / HTTP/1.1\r\nHost: a b\r\n\r\n"},
       {"Host with a slash", "GET / HTTP/1.1\r\nHost: a/../b\r\n\r\n"},
       {"Host with userinfo", "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"},
+      {"Host with a non-ASCII octet", "GET / HTTP/1.1\r\nHost: caf\xc3\xa9.test\r\n\r\n"},
+      {"Host with a quote", "GET / HTTP/1.1\r\nHost: a\"b\r\n\r\n"},
+      {"Host with two dots in a row", "GET / HTTP/1.1\r\nHost: a..b:80\r\n\r\n"},
+      {"Host ending in two dots", "GET / HTTP/1.1\r\nHost: a..\r\n\r\n"},
       {"Host port too big", "GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n"},
       {"Host port not a number", "GET / HTTP/1.1\r\nHost: a:xx\r\n\r\n"},
       {"Host port zero", "GET / HTTP/1.1\r\nHost: a:0\r\n\r\n"},
@@ -122,6 +126,12 @@ TEST(ProxySafety, AmbiguousRequestsGet400AndNeverReachABackend) {
     EXPECT_EQ(r.status, 431);
   }
   EXPECT_EQ(request_count(port), before + 1) << "a rejected request reached the backend";
+  // Every octet a host name may have (RFC 3986 reg-name: unreserved, sub-delims, %) is accepted.
+  {
+    HttpClient c(port);
+    Response r = c.request("GET / HTTP/1.1\r\nHost: a-b.c_d~e!f$g&h'i(j)k*l+m,n;o=p%41Z9:8080\r\n\r\n");
+    EXPECT_EQ(r.status, 200);
+  }
   // A well-formed chunked request still works, and Expect: 100-continue is answered.
   {
     HttpClient c(port);
