@@ -11,12 +11,13 @@
 namespace heft::proxy {
 
 namespace http_chars_detail {
-constexpr std::array<bool, 256> make_tchar() {
+// ASCII letters and digits, and the octets of `others`.
+constexpr std::array<bool, 256> alnum_and(std::string_view others) {
   std::array<bool, 256> t{};
   for (int c = '0'; c <= '9'; ++c) t[c] = true;
   for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
   for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  for (char c : others) t[static_cast<unsigned char>(c)] = true;
   return t;
 }
 constexpr std::array<bool, 256> make_field_text() {
@@ -24,25 +25,17 @@ constexpr std::array<bool, 256> make_field_text() {
   for (int c = 0; c < 256; ++c) t[c] = (c >= 0x20 && c != 0x7f) || c == '\t';
   return t;
 }
-constexpr std::array<bool, 256> make_host_name_char() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("-._~!$&'()*+,;=%")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
 }  // namespace http_chars_detail
 
 // tchar (RFC 9110 5.6.2): the octets of methods and field names.
-inline constexpr std::array<bool, 256> kTchar = http_chars_detail::make_tchar();
+inline constexpr std::array<bool, 256> kTchar = http_chars_detail::alnum_and("!#$%&'*+-.^_`|~");
 // Octets of a field value or reason phrase: VCHAR, obs-text, SP, HTAB (all
 // but the controls other than HTAB, and DEL).
 inline constexpr std::array<bool, 256> kFieldText = http_chars_detail::make_field_text();
 
 // The octets of a Host's name (RFC 3986 reg-name: unreserved, sub-delims and
 // the % of pct-encoded), ASCII only whatever the locale.
-inline constexpr std::array<bool, 256> kHostNameChar = http_chars_detail::make_host_name_char();
+inline constexpr std::array<bool, 256> kHostNameChar = http_chars_detail::alnum_and("-._~!$&'()*+,;=%");
 
 inline bool is_tchar(char c) { return kTchar[static_cast<unsigned char>(c)]; }
 inline bool is_host_name_char(char c) { return kHostNameChar[static_cast<unsigned char>(c)]; }
