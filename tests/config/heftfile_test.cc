@@ -1098,7 +1098,8 @@ TEST(Format, TokenStartingWithAByteOrderMarkKeepsItsQuotes) {
 
 // "Did you mean" filled an edit-distance table of the word's length for every
 // known name: a 8 MB unknown option took seconds (22 s for 1 MB under ASAN).
-// Its time per byte is bench/config_bench's (BENCHMARKS.md); here, what is said.
+// Its time per byte is bench/config_bench's (BENCHMARKS.md, "Reading
+// configurations"); here, what is said.
 TEST(HeftfileErrors, AHugeUnknownWordIsReportedWithoutASuggestion) {
   const std::string word(8 << 20, 'x');
   Result<Config> result = parse_heftfile(":80 {\n\treverse_proxy a:1 {\n\t\t" + word + " 1\n\t}\n}\n");
@@ -1109,8 +1110,8 @@ TEST(HeftfileErrors, AHugeUnknownWordIsReportedWithoutASuggestion) {
 
 // Sites were grouped by port with a search of the port list per comparison
 // of the sort: 59,000 sites on as many ports took 8 s, and as long again in
-// to_json(). The time per site is bench/config_bench's (BENCHMARKS.md); here,
-// that the grouping is right at that size.
+// to_json(). The time per site is bench/config_bench's (BENCHMARKS.md,
+// "Reading configurations"); here, that the grouping is right at that size.
 TEST(Heftfile, FiftyNineThousandPortsAreGroupedInOrder) {
   std::string text;
   for (int port = 1; port <= 59'000; ++port) text += fmt::format(":{} {{\n\treverse_proxy a:1\n}}\n", 60'000 - port);
