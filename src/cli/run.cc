@@ -21,7 +21,7 @@
 #include "cli/command.h"
 #include "config/heftfile.h"
 #include "config/json.h"
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 #include "observe/access_log.h"
 #include "observe/metrics.h"
 #include "proxy/proxy.h"
@@ -56,7 +56,7 @@ bool reload_counted(proxy::Proxy& proxy, config::Config next, std::string& error
 }
 
 // The embedded demo: a, b, c with weights 5, 3, 2 behind :8080.
-config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>>& backends) {
+config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>& backends) {
   config::Config c;
   c.admin.address = "127.0.0.1:2019";
   config::SiteConfig site;
@@ -106,14 +106,14 @@ int run(const RunOptions& options) {
   const bool demo = options.config.empty() && !std::filesystem::exists("Heftfile");
   const std::string path = options.config.empty() ? "Heftfile" : options.config;
   boost::asio::io_context demo_io(1);
-  std::vector<std::unique_ptr<proxy::DemoBackend>> demo_backends;
+  std::vector<std::unique_ptr<demo::DemoBackend>> demo_backends;
   std::thread demo_thread;
   config::Config config;
   if (demo) {
     for (const char* name : {"a", "b", "c"}) {
-      proxy::DemoBackendOptions o;
+      demo::DemoBackendOptions o;
       o.name = name;
-      demo_backends.push_back(std::make_unique<proxy::DemoBackend>(demo_io, o));
+      demo_backends.push_back(std::make_unique<demo::DemoBackend>(demo_io, o));
       demo_backends.back()->start();
     }
     config = demo_config(demo_backends);

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cstring>
 
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
 
 namespace heft::proxy {
 namespace {

@@ -54,7 +54,7 @@
 #include <boost/optional/optional.hpp>
 
 #include "proxy/field_arena.h"
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
 
 namespace heft::proxy {
 

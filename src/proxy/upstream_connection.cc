@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <limits>
 
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
 #include "proxy/http_io.h"
 #include "proxy/runtime.h"
 

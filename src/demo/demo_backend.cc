@@ -1,4 +1,4 @@
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 
 #include <array>
 #include <atomic>
@@ -30,7 +30,7 @@
 #include <boost/beast/websocket.hpp>
 #include <fmt/format.h>
 
-namespace heft::proxy {
+namespace heft::demo {
 namespace {
 
 namespace asio = boost::asio;
@@ -660,4 +660,4 @@ int run_demo_backend(const DemoBackendOptions& options) {
   return 0;
 }
 
-}  // namespace heft::proxy
+}  // namespace heft::demo

@@ -14,7 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include "health/health_checker.h"
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 
 namespace heft::health {
 namespace {
@@ -107,8 +107,8 @@ class HealthChecking : public ::testing::Test {
     b_.stop();
     runner_.join();
   }
-  static proxy::DemoBackendOptions options(const std::string& name) {
-    proxy::DemoBackendOptions o;
+  static demo::DemoBackendOptions options(const std::string& name) {
+    demo::DemoBackendOptions o;
     o.name = name;
     o.health_path = "/healthz";
     return o;
@@ -127,7 +127,7 @@ class HealthChecking : public ::testing::Test {
   }
 
   asio::io_context io_;
-  proxy::DemoBackend a_, b_;
+  demo::DemoBackend a_, b_;
   std::thread runner_;
 };
 

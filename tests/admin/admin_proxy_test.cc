@@ -19,7 +19,7 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "integration/process_util.h"
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 #include "proxy/proxy.h"
 
 namespace heft::admin {
@@ -34,7 +34,7 @@ const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/route
 // Two demo backends ("v1", "v2"), a proxy on a free port and its admin API.
 struct Stack {
   boost::asio::io_context backend_io{1};
-  std::vector<std::unique_ptr<proxy::DemoBackend>> backends;
+  std::vector<std::unique_ptr<demo::DemoBackend>> backends;
   std::thread backend_thread;
   uint16_t port = test::free_port();
   uint16_t admin_port = test::free_port();
@@ -44,10 +44,10 @@ struct Stack {
 
   explicit Stack(const std::string& weights = "weight 100|weight 0") {
     for (const char* name : {"v1", "v2", "v3"}) {  // v3 is not configured: tests add it
-      proxy::DemoBackendOptions o;
+      demo::DemoBackendOptions o;
       o.name = name;
       o.body_bytes = 16;
-      backends.push_back(std::make_unique<proxy::DemoBackend>(backend_io, o));
+      backends.push_back(std::make_unique<demo::DemoBackend>(backend_io, o));
       backends.back()->start();
     }
     backend_thread = std::thread([this] { backend_io.run(); });

@@ -1,6 +1,6 @@
 // DemoBackend in-process, over real sockets on 127.0.0.1 with an ephemeral port.
 // Every client operation runs with a deadline (tcp_stream expiry), so no test can hang.
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 
 #include <algorithm>
 #include <array>
@@ -24,7 +24,7 @@
 
 #include "chunked_body.h"
 
-namespace heft::proxy {
+namespace heft::demo {
 namespace {
 
 namespace asio = boost::asio;
@@ -474,4 +474,4 @@ TEST(DemoBackendTest, BodyPatternIsLinesOf64) {
 }
 
 }  // namespace
-}  // namespace heft::proxy
+}  // namespace heft::demo

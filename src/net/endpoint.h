@@ -1,6 +1,7 @@
 // A backend's address as the data plane and the health checker dial it: one
 // parser for both, so that a probe judges the address requests would reach.
-// Boost.Asio alone; health/ includes it without the rest of the proxy.
+// Boost.Asio alone: below both the proxy and the health checks. Names live in
+// heft::net, an inline namespace of heft.
 #pragma once
 
 #include <charconv>
@@ -11,7 +12,8 @@
 
 #include <boost/asio/ip/tcp.hpp>
 
-namespace heft::proxy {
+namespace heft {
+inline namespace net {
 
 // "ip:port" or "[ipv6]:port" as an endpoint; nullopt for anything else. A
 // backend's addresses are what config::resolve() wrote (IP literals, joined
@@ -37,4 +39,5 @@ inline boost::asio::ip::tcp::endpoint backend_endpoint(std::string_view address)
   return parse_backend_address(address).value_or(boost::asio::ip::tcp::endpoint());
 }
 
-}  // namespace heft::proxy
+}  // namespace net
+}  // namespace heft

@@ -27,7 +27,7 @@
 
 #include <boost/asio/io_context.hpp>
 
-namespace heft::proxy {
+namespace heft::demo {
 
 struct DemoBackendOptions {
   std::string address = "127.0.0.1";  // IPv4 or IPv6 literal to listen on
@@ -78,4 +78,4 @@ class DemoBackend {
 // listen failure.
 int run_demo_backend(const DemoBackendOptions& options);
 
-}  // namespace heft::proxy
+}  // namespace heft::demo

@@ -1,5 +1,9 @@
 // Octet classes and list syntax of HTTP/1.1 heads, shared by heft's own head
-// parsers (request_head.cc, response_parser.cc) and the session.
+// parsers (proxy/request_head.cc, proxy/response_parser.cc), the request path
+// and the admin API (If-Match lists).
+//
+// Names live in heft::net, an inline namespace of heft: code anywhere in heft
+// calls them unqualified.
 #pragma once
 
 #include <array>
@@ -8,7 +12,8 @@
 
 #include <boost/beast/core/string.hpp>
 
-namespace heft::proxy {
+namespace heft {
+inline namespace net {
 
 namespace http_chars_detail {
 // ASCII letters and digits, and the octets of `others`.
@@ -93,4 +98,5 @@ inline bool has_token(std::string_view list, std::string_view token) {
   return !each_list_item(list, [token](std::string_view item) { return !boost::beast::iequals(item, token); });
 }
 
-}  // namespace heft::proxy
+}  // namespace net
+}  // namespace heft
