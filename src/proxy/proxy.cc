@@ -580,19 +580,10 @@ void preallocate_socket_states(asio::io_context& io, std::size_t count) {
 }  // namespace
 
 void Proxy::start() {
+  bind();
   Impl& impl = *impl_;
+  if (impl.started) return;
   auto table = impl.current();
-  unsigned count = worker_count(table->config);
-  raise_descriptor_limit(impl.max_connections.load());
-  for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
-  // As many as nginx's usual worker_connections (4,096), fewer when
-  // max_connections is lower: client and upstream sockets of a busy worker.
-  const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
-  for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
-  const std::set<tcp::endpoint> endpoints = listen_endpoints(table->config);
-  for (const auto& endpoint : endpoints) claim(endpoint, table->config);
-  for (auto& w : impl.workers)
-    for (const auto& endpoint : endpoints) w->acceptors[endpoint] = impl.listen(*w, endpoint, table->config);
   for (auto& w : impl.workers) {
     for (const auto& [endpoint, acceptor] : w->acceptors) w->start_accepting(endpoint);
     asio::co_spawn(w->io, sweep_loop(*w), asio::detached);
@@ -606,6 +597,28 @@ void Proxy::start() {
   // Active health checks (off the request path, on their own thread).
   impl.health = std::make_unique<health::HealthChecker>();
   impl.health->set_pools(health_targets(*table));
+}
+
+void Proxy::bind() {
+  Impl& impl = *impl_;
+  if (!impl.workers.empty()) return;
+  auto table = impl.current();
+  unsigned count = worker_count(table->config);
+  raise_descriptor_limit(impl.max_connections.load());
+  for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
+  // As many as nginx's usual worker_connections (4,096), fewer when
+  // max_connections is lower: client and upstream sockets of a busy worker.
+  const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
+  for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
+  const std::set<tcp::endpoint> endpoints = listen_endpoints(table->config);
+  try {
+    for (const auto& endpoint : endpoints) claim(endpoint, table->config);
+    for (auto& w : impl.workers)
+      for (const auto& endpoint : endpoints) w->acceptors[endpoint] = impl.listen(*w, endpoint, table->config);
+  } catch (...) {
+    impl.workers.clear();  // nothing half bound stays: a later bind() starts over
+    throw;
+  }
 }
 
 bool Proxy::reload(config::Config next, std::string& error) {
