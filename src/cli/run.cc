@@ -225,6 +225,9 @@ int run(const RunOptions& options) {
   // serving without its admin API. Checked here, not by the parser: a SIGHUP
   // or `heft reload` of the same file keeps the running API's address.
   if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(config)) {
+    if (demo && !resumed)
+      throw BadArguments(fmt::format("--listen: port {} is the embedded demo's admin API's ({}): give another port",
+                                     config.sites[0].port, config.admin.address));
     fmt::print(stderr, "{}\nheft: {} is not valid, not starting\n", conflict->to_string(),
                resumed ? state.path : path);
     return 1;

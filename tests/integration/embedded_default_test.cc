@@ -95,6 +95,8 @@ TEST(EmbeddedDefault, ListenIsCheckedAndOnlyForTheDemo) {
   refused("--listen 127.0.0.1:8080 --listen 127.0.0.2:8081",
           "--listen 127.0.0.2:8081: every --listen must use one port (the first uses 8080)");
   refused("--listen :8080 --listen 127.0.0.1:8080", ":PORT (every address) must be the only --listen");
+  refused("--listen 127.0.0.1:2019",
+          "--listen: port 2019 is the embedded demo's admin API's (127.0.0.1:2019): give another port");
   write_file(dir + "/Heftfile", ":8080 {\n\treverse_proxy 127.0.0.1:1\n}\n");
   refused("--listen 127.0.0.1:8080",
           "--listen is for the embedded demo only: Heftfile says where its sites listen (their addresses, bind, "
