@@ -8,7 +8,9 @@
 // only once everything is bound (run_state.h).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
