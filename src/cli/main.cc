@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                    named.empty() ? ("unknown command \"" + word + "\"").c_str() : "one command at a time");
       return kBadArguments;
     }
-    std::fputs(named.front()->help().c_str(), stdout);
+    std::fputs(named.front()->help("heft").c_str(), stdout);  // "Usage: heft COMMAND", as --help says
     return 0;
   }
   // A first word that names no command is that, not a missing command (CLI11 says "A

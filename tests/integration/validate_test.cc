@@ -411,7 +411,7 @@ TEST_F(ConfigCommands, BareHeftAndHelpPrintTheUsage) {
   }
   CommandResult reload = heft("help reload");
   EXPECT_EQ(reload.exit_code, 0);
-  EXPECT_NE(reload.out.find("Usage: reload [OPTIONS] [FILE]"), std::string::npos) << reload.out;
+  EXPECT_NE(reload.out.find("Usage: heft reload [OPTIONS] [FILE]"), std::string::npos) << reload.out;
   EXPECT_NE(reload.out.find("--dry-run"), std::string::npos) << reload.out;
   EXPECT_EQ(heft("help run").out.find("--listen") != std::string::npos, true);
   CommandResult unknown = heft("help nosuch");
