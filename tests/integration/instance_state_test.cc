@@ -305,13 +305,17 @@ TEST(InstanceState, ARestartWithoutResumeKeepsTheLiveChangesRecoverable) {
   EXPECT_NE(read_file(aside).find("\"weight\": 7"), std::string::npos) << read_file(aside);
   EXPECT_EQ(instance.weight(1), "1\n");  // serving the file
   stop(fresh);
-  // The printed command, as printed.
+  // The printed command, as printed, but for an `exec` before heft: so that
+  // heft is this test's child, which it stops (a grandchild would outlive it).
+  std::string exec_command = command;
+  exec_command.replace(exec_command.find(" && ") + 4, 0, "exec ");
   Process back({"/bin/sh", "-c", "exec env -u STATE_DIRECTORY XDG_DATA_HOME='" + instance.data + "' sh -c '" +
-                                      command + "'"},
+                                      exec_command + "'"},
                instance.dir + "/back.log");
   ASSERT_TRUE(wait_for_port(instance.port) && wait_for_port(instance.admin_port)) << back.log();
   EXPECT_EQ(instance.weight(1), "7\n") << back.log();
   EXPECT_FALSE(std::filesystem::exists(aside));
+  stop(back);
 }
 
 // `heft reload` and SIGHUP still apply the file, but say what they undo:
