@@ -193,9 +193,9 @@ struct Proxy::Impl {
   std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
 
-// Where a configuration listens: each site's port on each default_bind
-// address (every IPv4 and, where the host has it, every IPv6 address when
-// default_bind is not set).
+// Where a configuration listens: each site's port on each of its `bind`
+// addresses (every IPv4 and, where the host has it, every IPv6 address when
+// it has none).
 std::set<tcp::endpoint> listen_endpoints(const config::Config& config);
 // An endpoint as messages name it: ":PORT" for every IPv4 address under the
 // default binding, else "ADDRESS:PORT" ("[::]:PORT", "127.0.0.1:PORT").
