@@ -103,6 +103,10 @@ uint64_t parse_pool_queue(std::string_view text) {
   return parse_count(text, "--queue", 0, kMaxPoolQueue);
 }
 
+uint32_t parse_max_fails(std::string_view text) {
+  return static_cast<uint32_t>(parse_count(text, "--max-fails", 0, kMaxFails));
+}
+
 double parse_duration(std::string_view text, std::string_view what) {
   text = trim(text);
   const auto not_a_duration = [&] {

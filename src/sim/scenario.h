@@ -143,6 +143,9 @@ uint64_t parse_seed(std::string_view text);
 // "100": a pool queue length for --queue, 0..kMaxPoolQueue.
 uint64_t parse_pool_queue(std::string_view text);
 
+// "3": max_fails for --max-fails, 0..kMaxFails.
+uint32_t parse_max_fails(std::string_view text);
+
 // "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
 // ("1m30s", "1.5s"), or a bare number of seconds (the Heftfile wants a unit);
 // `what` names the flag or key in errors ("--bucket: '-1s' is negative").
