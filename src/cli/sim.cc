@@ -288,9 +288,9 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
 
 // --max-fails, --fail-timeout, --slow-start and --adaptive: the pool's
 // settings, as the Heftfile's (a server's own, from --server, a scenario
-// file or --config, stay). The first three act only when a server comes back
-// after failing, so without a `fail` event they are errors, as every setting
-// the run would not read is.
+// file or --config, stay). The first three act only when a server fails
+// (and comes back), so without a `fail` event they are errors, as every
+// setting the run would not read is.
 void apply_pool_flags(const SimFlags& f, sim::Scenario& s) {
   if (f.given("--max-fails")) s.max_fails = sim::parse_max_fails(f.max_fails);
   if (f.given("--fail-timeout")) {
