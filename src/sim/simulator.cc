@@ -295,6 +295,10 @@ class Run {
   // An attempt at server i ended after `seconds` with `status`. As the
   // proxy's attempt loop: the request's place is freed first (waking the one
   // waiting longest in the pool queue), then the pool hears of the outcome.
+  // Through the current snapshot, where the proxy uses the one the attempt
+  // began with: servers keep their index and their live state across
+  // snapshots here, and only least_conn's index (which repairs itself) could
+  // tell the difference.
   void end_attempt(uint32_t i, double seconds, int status) {
     balancer_->end_request(i);
     if (pool_enabled_ && places_->size() > 0) [[unlikely]]
