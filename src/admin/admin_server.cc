@@ -206,6 +206,12 @@ AdminServer::AdminServer(const config::Config& running, AdminHooks hooks, std::s
 AdminServer::~AdminServer() { stop(); }
 
 void AdminServer::start() {
+  listen();
+  serve();
+}
+
+void AdminServer::listen() {
+  if (impl_->acceptor) return;
   const config::AdminConfig& admin = impl_->api.admin();
   if (std::string problem = admin_config_error(admin); !problem.empty()) throw std::runtime_error(problem);
   auto split = config::split_host_port(admin.address, 0);
@@ -223,6 +229,10 @@ void AdminServer::start() {
   if (ec) throw std::runtime_error(fmt::format("admin API cannot listen on {}: {}", admin.address, ec.message()));
   impl_->port = acceptor.local_endpoint().port();
   impl_->acceptor.emplace(std::move(acceptor));
+}
+
+void AdminServer::serve() {
+  if (!impl_->acceptor || impl_->thread.joinable()) return;
   asio::co_spawn(impl_->io, accept_loop(*impl_), asio::detached);
   schedule_tick(*impl_);
   impl_->thread = std::thread([impl = impl_.get()] {
@@ -246,13 +256,13 @@ void AdminServer::stop() {
   impl_->thread.join();
 }
 
-bool AdminServer::load(const config::Config& next, std::string& error) {
+bool AdminServer::load(const config::Config& next, std::string& error, const std::string& source) {
   AdminResponse response;
   if (!impl_->thread.joinable() || std::this_thread::get_id() == impl_->thread.get_id()) {
-    response = impl_->api.load(next);
+    response = impl_->api.load(next, source);
   } else {
     std::promise<AdminResponse> done;
-    asio::post(impl_->io, [&] { done.set_value(impl_->api.load(next)); });
+    asio::post(impl_->io, [&] { done.set_value(impl_->api.load(next, source)); });
     response = done.get_future().get();
   }
   if (response.status == 200) return true;
