@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "heft/balance/hash.h"
+#include "proxy/buffer_parsing.h"
 #include "proxy/field_arena.h"
 #include "proxy/head_builder.h"
 #include "proxy/http_chars.h"
@@ -43,7 +44,6 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 using boost::system::error_code;
-using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
 using Request = RequestParser::value_type;
 
 constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
@@ -51,7 +51,6 @@ constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at once
 constexpr std::chrono::milliseconds kLingeringTime{5000};
 static_assert(kChunk == BlockPool::kBlockSize, "scratch() hands out whole blocks");
 constexpr std::size_t kReadSize = 64 * 1024;  // bytes asked per socket read
-constexpr std::size_t kMaxResponseHead = 64 * 1024;
 // A client connection idle this long gives back its buffers and waits for
 // readability without one (docs/proxy.md: memory per idle connection).
 constexpr auto kParkAfter = std::chrono::milliseconds(500);
@@ -192,16 +191,9 @@ Task<error_code> read_header(UpstreamConnection& conn, ResponseParser& parser, b
   Socket& socket = conn.socket;
   BlockBuffer& buffer = conn.buffer;
   for (;;) {
-    if (buffer.size() > 0) {
-      error_code ec;
-      std::size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec && ec != http::error::need_more) co_return ec;
-      if (parser.is_header_done()) co_return error_code{};
-      if (!ec && used > 0) continue;
-    }
+    if (auto done = response_head_from_buffer(buffer, parser)) co_return *done;
     const auto room = buffer.prepare(kReadSize);
-    if (buffer.size() >= kMaxResponseHead || room.size() == 0) co_return http::error::header_limit;
+    if (room.size() == 0) co_return http::error::header_limit;
     // Read here, not through read_more(): a coroutine frame and a resumption
     // less on every response.
     error_code ec;
@@ -224,53 +216,6 @@ Task<error_code> read_header(UpstreamConnection& conn, ResponseParser& parser, b
         if (!eof_ec && parser.is_header_done()) co_return error_code{};
       }
       co_return ec;
-    }
-  }
-}
-
-// Where body octets go: a request's are copied into the caller's memory
-// (buffer_body); a response's stay where they were read (ResponseParser::body()).
-void body_into(RequestParser& parser, char* out, std::size_t capacity) {
-  auto& body = parser.get().body();
-  body.data = out;
-  body.size = capacity;
-}
-std::size_t body_got(RequestParser& parser, std::size_t capacity) { return capacity - parser.get().body().size; }
-void body_into(ResponseParser& parser, char*, std::size_t) { parser.clear_body(); }
-std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body().size(); }
-
-using BodyPiece = std::pair<error_code, std::size_t>;
-
-// Whether `bytes` hold a line ended by a bare LF. Beast's chunk parser waits
-// for a CRLF after a chunk size or trailer that a bare LF ended, until the
-// timeout; heft refuses them as it refuses bare LFs in heads.
-bool has_bare_lf(std::string_view bytes) {
-  for (std::size_t i = 1; i < bytes.size(); ++i)
-    if (bytes[i] == '\n' && bytes[i - 1] != '\r') return true;
-  return false;
-}
-
-// The part of reading a body piece that needs no I/O: feeds `parser` what
-// `buffer` holds (after body_into). A result when there is one (a piece, the
-// end, an error); nothing when more bytes must be read first.
-template <typename Parser>
-std::optional<BodyPiece> body_from_buffer(BlockBuffer& buffer, Parser& parser, std::size_t capacity) {
-  for (;;) {
-    if (parser.is_done()) return BodyPiece{error_code{}, body_got(parser, capacity)};
-    if (buffer.size() == 0) return std::nullopt;
-    error_code ec;
-    std::size_t used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    std::size_t got = body_got(parser, capacity);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec && ec != http::error::need_more) return BodyPiece{ec, got};
-    if (got > 0 || parser.is_done()) return BodyPiece{error_code{}, got};
-    if (ec || used == 0) {
-      // Stuck on framing (chunk size, the CRLF after a chunk, trailers):
-      // whole lines in what is left mean one ended by a bare LF.
-      if (used == 0 && has_bare_lf({static_cast<const char*>(buffer.data().data()), buffer.size()}))
-        return BodyPiece{http::error::bad_chunk, got};
-      return std::nullopt;
     }
   }
 }
@@ -442,14 +387,6 @@ struct PlaceWait {
 };
 
 }  // namespace
-
-// Sets up a parser for a backend's response head: heft's head limit, no body
-// limit (bodies are streamed), and for a HEAD request no body to read.
-void prepare_response(ResponseParser& response, bool head_request) {
-  response.header_limit(kMaxResponseHead);
-  response.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (head_request) response.skip(true);
-}
 
 // A 1xx other than 101 is an interim response (RFC 9110 15.2).
 bool is_interim(const ResponseParser& response) {
@@ -1003,19 +940,15 @@ Task<void> Session::run() {
     response_.reset();
     arena_.reset(in_.tail());  // nothing of the last request is alive
     RequestParser parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(ArenaAllocator<char>(arena_)));
-    parser.header_limit(64 * 1024);
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    error_code ec;
-    if (later_minor_at_) in_.bytes()[skip + later_minor_at_] = '1';  // Beast takes 1.0 and 1.1 only
-    std::size_t used = parser.put(asio::buffer(in_.bytes() + skip, size), ec);
+    std::size_t used = 0;
+    const error_code ec = parse_request_head(parser, in_.bytes() + skip, size, later_minor_at_, used);
     in_.consume(skip + used);
-    if (ec || !parser.is_header_done() || used != size) {
-      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec ? ec.message() : "incomplete head");
+    if (ec) {
+      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec.message());
       co_await send_error(400, "400 Bad Request\n", false);
       record_refused_head(400);
       break;
     }
-    parser.eager(true);
     record_ = RequestRecord{};
     current_route_ = nullptr;
     current_parser_ = &parser;
