@@ -2,10 +2,31 @@
 
 #include <limits>
 
+#include "proxy/http_chars.h"
+
 namespace heft::proxy {
 
 namespace http = boost::beast::http;
 using boost::system::error_code;
+
+namespace {
+
+// The request parser's on_chunk_header callback (Beast keeps a reference:
+// one stateless object for all parsers).
+struct ChunkExtensionCheck {
+  void operator()(std::uint64_t, boost::beast::string_view extensions, error_code& ec) const {
+    if (!chunk_extensions_are_text({extensions.data(), extensions.size()})) ec = http::error::bad_chunk_extension;
+  }
+};
+ChunkExtensionCheck chunk_extension_check;
+
+}  // namespace
+
+bool chunk_extensions_are_text(std::string_view extensions) {
+  for (char c : extensions)
+    if (!is_field_text(c)) return false;
+  return true;
+}
 
 error_code parse_request_head(RequestParser& parser, char* head, std::size_t size, std::size_t later_minor_at,
                               std::size_t& used) {
@@ -17,6 +38,7 @@ error_code parse_request_head(RequestParser& parser, char* head, std::size_t siz
   if (ec) return ec;
   if (!parser.is_header_done() || used != size) return http::error::partial_message;
   parser.eager(true);
+  if (parser.chunked()) parser.on_chunk_header(chunk_extension_check);
   return {};
 }
 

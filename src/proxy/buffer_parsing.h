@@ -28,11 +28,18 @@ using RequestParser = boost::beast::http::parser<true, boost::beast::http::buffe
 // Parses the request head scan_request_head() accepted: `size` bytes at
 // `head` (after its skipped empty lines), `later_minor_at` from that scan
 // (HTTP/1.2–1.9 are rewritten in place to 1.1: Beast takes 1.0 and 1.1 only).
-// Sets heft's limits and leaves the parser eager for the body. `used`: the
+// Sets heft's limits and leaves the parser eager for the body, with chunk
+// extensions checked (chunk_extensions_are_text()). `used`: the
 // bytes Beast took. An error (Beast's, or partial_message when the head was
 // not all taken) means a 400.
 boost::system::error_code parse_request_head(RequestParser& parser, char* head, std::size_t size,
                                              std::size_t later_minor_at, std::size_t& used);
+
+// Whether a chunk's extensions (Beast's on_chunk_header, `;name=value...`)
+// hold only text: Beast checks their grammar but lets any octet through in a
+// quoted value (RFC 9112 7.1.1: qdtext and quoted-pair exclude the controls
+// other than HTAB, and DEL), so a control there would be accepted.
+bool chunk_extensions_are_text(std::string_view extensions);
 
 // Sets up a parser for a backend's response head: heft's head limit, no body
 // limit (bodies are streamed), and for a HEAD request no body to read.
