@@ -105,7 +105,11 @@ Step chunk_ext(Cursor& c) {
   }
 }
 
-// trailer-section = *( field-line CRLF ), then the final CRLF.
+// trailer-section = *( field-line CRLF ), then the final CRLF. A field line
+// may go on over lines (obs-fold = CRLF 1*( SP / HTAB )): RFC 9112 5.2 lets
+// a server replace each fold with spaces instead of refusing the message, and
+// heft (Beast) does so in trailers, which it never forwards; heads, which it
+// forwards, are refused with one.
 Step trailer_section(Cursor& c) {
   for (;;) {
     if (!c.more()) return Step::incomplete;
@@ -115,9 +119,13 @@ Step trailer_section(Cursor& c) {
     if (!c.more()) return Step::incomplete;
     if (c.at == name || c.peek() != ':') return Step::bad;
     ++c.at;
-    // field-value with OWS around it: any of HTAB, SP, VCHAR, obs-text.
-    while (c.more() && (is_ws(c.peek()) || is_vchar_or_obs(c.peek()))) ++c.at;
-    if (Step s = crlf(c); s != Step::ok) return s;
+    for (;;) {
+      // field-value with OWS around it: any of HTAB, SP, VCHAR, obs-text.
+      while (c.more() && (is_ws(c.peek()) || is_vchar_or_obs(c.peek()))) ++c.at;
+      if (Step s = crlf(c); s != Step::ok) return s;
+      if (!c.more()) return Step::incomplete;
+      if (!is_ws(c.peek())) break;  // no fold: the next field line or the end
+    }
   }
 }
 

@@ -414,6 +414,15 @@ TEST(ProxySafety, LaterVersionsAreServedAsHttp11OrRefusedWith505) {
     EXPECT_EQ(r.status, 505) << version;
     EXPECT_EQ(c.read_all(), "") << version << ": closed after the 505";
   }
+  // The request line is judged before the lines after it, whether they come
+  // in the same read or later: 505 also with a bare LF in a later line (it
+  // was a 400 when both came at once; fuzz/request_head).
+  {
+    HttpClient c(port, 3000ms);
+    ASSERT_TRUE(c.send_raw("POST /up HTTP/2.1\r\nHost: x\nX: y\r\n\r\n"));
+    Response r = c.read_response();
+    EXPECT_EQ(r.status, 505);
+  }
 }
 
 // A bad chunk past the buffered start of a request body (streamed to the
