@@ -119,16 +119,17 @@ std::string chunk_size_text(FuzzInput& in, std::size_t size) {
   std::snprintf(hex, sizeof hex, "%zx", size);
   char upper[32];
   std::snprintf(upper, sizeof upper, "%zX", size);
+  const auto join = [](const char* a, const char* b) { return std::string(a).append(b); };
   switch (in.below(24)) {
     case 0: return upper;
-    case 1: return "000" + std::string(hex);
-    case 2: return "+" + std::string(hex);
-    case 3: return "-" + std::string(hex);
-    case 4: return "0x" + std::string(hex);
-    case 5: return " " + std::string(hex);
-    case 6: return "1000000000000000" + std::string(hex);  // beyond 64 bits
+    case 1: return join("000", hex);
+    case 2: return join("+", hex);
+    case 3: return join("-", hex);
+    case 4: return join("0x", hex);
+    case 5: return join(" ", hex);
+    case 6: return join("1000000000000000", hex);  // beyond 64 bits
     case 7: return "ffffffffffffffff";
-    case 8: return std::string(hex) + " ";
+    case 8: return join(hex, " ");
     case 9: return "";
     default: return hex;
   }
