@@ -9,16 +9,41 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 namespace heft::test {
 namespace {
 
 std::atomic<const char*> waiting_for{nullptr};
+
+// SIGKILL to every process whose parent is this one (heft and demo backends
+// a test started; most are started with PR_SET_PDEATHSIG, not all).
+void kill_children() {
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its ')'.
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == self)
+      ::kill(static_cast<pid_t>(std::stol(name)), SIGKILL);
+  }
+}
 
 // The watchdog's state, never destroyed: its thread waits on it until the
 // process exits (gtest deletes its listeners at exit, the thread goes on).
@@ -43,6 +68,7 @@ struct Watch {
         std::fprintf(stderr, "\n%s: still running after its deadline of %d s%s%s; ended here\n", test.c_str(),
                      seconds, what ? ", waiting for " : "", what ? what : "");
         std::fflush(stderr);
+        kill_children();  // the processes the test started end with it
         std::abort();
       }
     }
