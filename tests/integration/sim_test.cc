@@ -25,7 +25,8 @@ struct Output {
 // Runs a shell command and captures what it prints.
 Output run_heft_capture(const std::string& command) {
   Output out;
-  FILE* pipe = popen(command.c_str(), "r");
+  // coreutils' timeout: a command still running after 120 s ends with 124.
+  FILE* pipe = popen(("timeout -k 5 120 " + command).c_str(), "r");
   if (!pipe) return out;
   char buffer[65536];
   for (size_t guard = 0; guard < (size_t{1} << 24); ++guard) {
@@ -35,6 +36,7 @@ Output run_heft_capture(const std::string& command) {
   }
   int status = pclose(pipe);
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (out.exit_code == 124) ADD_FAILURE() << "still running after 120 s: " << command;
   return out;
 }
 
