@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "config/heftfile.h"
 
 namespace heft::config {
@@ -528,6 +530,18 @@ TEST(JsonErrors, NotAnObject) {
   EXPECT_EQ(syntax.rfind("not valid JSON at line 2, column 12: syntax error", 0), 0u) << syntax;
   EXPECT_TRUE(parse_json_text("[1e400]", syntax).is_discarded());
   EXPECT_NE(syntax.find("number overflow"), std::string::npos) << syntax;
+}
+
+// A document of many unknown keys lists the first 100 and counts the rest:
+// a million of them kept more memory in errors than the document took.
+TEST(JsonErrors, ListsTheFirstHundredAndCountsTheRest) {
+  json document = to_json(parse_ok(":80 {\n\treverse_proxy 127.0.0.1:9001\n}\n"));
+  for (int i = 0; i < 1000; ++i) document["admin"][fmt::format("k{}", i)] = 0;
+  Result<Config> result = from_json(document);
+  ASSERT_EQ(result.errors.size(), 101u);
+  EXPECT_EQ(result.errors[0].to_string(), "admin.k0: unknown field");
+  EXPECT_EQ(result.errors[100].to_string(), "the document: 900 more errors not listed");
+  EXPECT_FALSE(result.value);
 }
 
 }  // namespace
