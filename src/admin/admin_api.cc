@@ -65,6 +65,17 @@ IfMatch if_match_result(const std::string& field, const std::string& current) {
   return result;
 }
 
+// The diagnostics as one message: the first 200, then how many more (a
+// Heftfile of a million bad lines must not get a million-line answer).
+std::string joined(const std::vector<config::Diagnostic>& diagnostics, const std::string& if_none) {
+  constexpr size_t kShown = 200;
+  std::string message;
+  for (size_t i = 0; i < diagnostics.size() && i < kShown; ++i)
+    message += (message.empty() ? "" : "; ") + diagnostics[i].to_string();
+  if (diagnostics.size() > kShown) message += fmt::format("; and {} more", diagnostics.size() - kShown);
+  return message.empty() ? if_none : message;
+}
+
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 // 405 with the `Allow` field RFC 9110 15.5.6 requires: the methods `path` takes.
@@ -90,6 +101,13 @@ std::string admin_config_error(const config::AdminConfig& admin) {
   if (!config::admin_listen_ip(split.value->host)) return "admin.listen: " + std::string(config::kAdminHostProblem);
   if (std::string missing = config::admin_token_missing(admin); !missing.empty()) return "admin.token: " + missing;
   return "";
+}
+
+size_t admin_body_limit(const std::string& content_type) {
+  const std::string type = media_type(content_type);
+  if (type == "application/json") return kMaxAdminJsonBody;
+  if (type == "text/heftfile") return kMaxAdminHeftfileBody;
+  return kMaxAdminOtherBody;
 }
 
 AdminResponse error_response(int status, const std::string& message) {
@@ -217,7 +235,7 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
     if (media_type(request.header("content-type")) != "application/json")
       return error_response(400, "Content-Type must be application/json");
     std::string syntax;
-    value = config::parse_json_text(request.body, syntax);
+    value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
     if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   }
   json candidate = config_json();
@@ -231,16 +249,14 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
   if (type == "text/heftfile") {
     config::Result<config::Config> parsed = config::parse_heftfile(request.body, "request body");
     if (!parsed.ok()) {
-      std::string message;
-      for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
       observe::record_reload(false);
-      return error_response(400, message.empty() ? "invalid Heftfile" : message);
+      return error_response(400, joined(parsed.errors, "invalid Heftfile"));
     }
     return commit(request, config::to_json(*parsed));
   }
   if (type != "application/json") return error_response(400, "Content-Type must be application/json or text/heftfile");
   std::string syntax;
-  json value = config::parse_json_text(request.body, syntax);
+  json value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
   if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   return commit(request, std::move(value));
 }
@@ -264,9 +280,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
 
   config::Result<config::Config> parsed = config::from_json(candidate);
   if (!parsed.ok()) {
-    std::string message;
-    for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
-    return refused(400, message.empty() ? "invalid configuration" : message);
+    return refused(400, joined(parsed.errors, "invalid configuration"));
   }
   config::Config& next = *parsed;
   // Settings that take effect only at start: the admin listener (moving it

@@ -42,10 +42,22 @@ struct AdminHooks {
 // address requires a token.
 std::string admin_config_error(const config::AdminConfig& admin);
 
-// A whole configuration is one body (POST /load, PUT /config/): its JSON
-// writes every default of every site, ~900 bytes a site, so 1 MiB refused
-// configurations of ~1,200 sites that `heft run` served. Caddy allows 100 MB.
-inline constexpr size_t kMaxAdminBody = 64 << 20;
+// Request bodies, by Content-Type. A whole configuration is one body (POST
+// /load, PUT /config/). Its compact JSON takes ~950 bytes a site (every
+// default written out), so 8 MiB holds ~8,800 sites, about as many as the
+// 1,000,000 values and keys a body may hold (config::JsonLimits). Caddy
+// allows 100 MB, but a document takes up to ~10 times its text while it is
+// checked, and the admin API's memory is the proxy's. A Heftfile takes up to
+// ~350 times its text while parsed (a directive and an error for each line
+// of `a`), so 256 KiB (~4,000 sites; `heft reload` sends JSON). Any other
+// body is refused once read (400), so it need not be large.
+inline constexpr size_t kMaxAdminJsonBody = 8 << 20;
+inline constexpr size_t kMaxAdminHeftfileBody = 256 << 10;
+inline constexpr size_t kMaxAdminOtherBody = 64 << 10;
+// The most a body with this Content-Type may hold.
+size_t admin_body_limit(const std::string& content_type);
+// What a body of the admin API may hold once parsed (JSON nesting, values).
+inline constexpr config::JsonLimits kAdminJsonLimits{};
 
 struct AdminRequest {
   std::string method;  // "GET", "POST", ...

@@ -13,7 +13,8 @@
 // AdminHooks::apply, written to the state file (if any), and only then is the
 // copy published and 200 answered. Any refusal answers 4xx with
 // {"error":"..."} and leaves the running configuration byte-for-byte as it
-// was. `If-Match` with a stale ETag → 412. Bodies over 1 MiB → 413.
+// was. `If-Match` with a stale ETag → 412. A body over its Content-Type's
+// limit (admin_body_limit()) → 413, before it is read.
 // Host/Origin must name the admin address (or a loopback alias with its port)
 // → else 403, against DNS rebinding. HEAD is answered wherever GET is, with
 // the head alone; 405 lists the allowed methods in `Allow`. A request head
