@@ -277,7 +277,14 @@ class Reader {
 
   Config config(const json& doc) {
     Config config;
-    if (!object(doc, "", {"admin", "apps"})) return config;
+    if (!object(doc, "", {"admin", "logging", "apps"})) return config;
+    if (const json* logging = field(doc, "logging"); logging && object(*logging, "logging", {"format"})) {
+      std::string format = "text";
+      if (string_field(*logging, "format", "logging", format)) {
+        if (format == "json") config.log_format = LogFormat::json;
+        else if (format != "text") error("logging.format", "must be \"text\" or \"json\"");
+      }
+    }
     if (const json* admin = field(doc, "admin"); admin && object(*admin, "admin", {"listen", "disabled", "token"})) {
       bool disabled = !config.admin.enabled;
       bool_field(*admin, "disabled", "admin", disabled);
@@ -882,7 +889,8 @@ nlohmann::json to_json(const Config& config) {
                {"header_timeout", format_duration(config.header_timeout)},
                {"max_connections", config.max_connections},
                {"servers", std::move(servers)}};
-  return {{"admin", std::move(admin)}, {"apps", {{"http", std::move(http)}}}};
+  json logging = {{"format", config.log_format == LogFormat::json ? "json" : "text"}};
+  return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", {{"http", std::move(http)}}}};
 }
 
 Result<Config> from_json(const nlohmann::json& document) {
