@@ -1,8 +1,11 @@
 // Admin API request handling: access checks, routing and the write transaction.
 #include "admin/admin_api.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -11,6 +14,8 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "config/values.h"
+#include "observe/audit.h"
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/http_chars.h"
 
@@ -173,11 +178,35 @@ AdminResponse AdminApi::check_access(const AdminRequest& request) const {
 }
 
 AdminResponse AdminApi::handle(const AdminRequest& request) {
+  AdminResponse response = route(request);
+  const bool write = request.method != "GET" && request.method != "HEAD";
+  if (response.status >= 400 && (write || response.status == 401 || response.status == 403))
+    return log_refusal(request, std::move(response));
+  return response;
+}
+
+AdminResponse AdminApi::log_refusal(const AdminRequest& request, AdminResponse response) const {
+  // One line per refusal, but not a flood of them from a client in a loop.
+  static observe::LogLimit refusals("admin API requests refused");
+  if (refusals.admit()) {
+    const json body = json::parse(response.body, nullptr, false);
+    const std::string why = body.is_object() && body.contains("error") && body["error"].is_string()
+                                ? body["error"].get<std::string>()
+                                : std::string("HTTP ") + std::to_string(response.status);
+    observe::warn("admin API: {} {} from {} refused ({}): {}", request.method.empty() ? "request" : request.method,
+                  path_of(request.target), request.remote, response.status, why);
+  }
+  return response;
+}
+
+AdminResponse AdminApi::route(const AdminRequest& request) {
   if (AdminResponse denied = check_access(request); denied.status != 0) return denied;
   const std::string path = path_of(request.target);
   // HEAD is answered as GET; the transport sends the head alone (RFC 9110 9.3.2).
   const std::string method = request.method == "HEAD" ? "GET" : request.method;
 
+  // The audit trail's last entries: not a part of the configuration (its root has no "history").
+  if (path == "/config/history" || path == "/config/history/") return handle_history(request, method);
   if (path == "/config" || path.rfind("/config/", 0) == 0) return handle_config(request, path.substr(7));
   if (path == "/load") {
     if (method != "POST") return method_not_allowed("/load", "POST");
@@ -204,6 +233,31 @@ AdminResponse AdminApi::handle(const AdminRequest& request) {
     return r;
   }
   return error_response(404, fmt::format("not found: {}", path));
+}
+
+AdminResponse AdminApi::handle_history(const AdminRequest& request, const std::string& method) {
+  if (method != "GET") return method_not_allowed("/config/history", "GET, HEAD");
+  size_t limit = observe::kAuditKept;
+  const size_t query = request.target.find('?');
+  if (query != std::string::npos) {
+    const std::string wanted = "limit=";
+    for (std::string_view rest = std::string_view(request.target).substr(query + 1); !rest.empty();) {
+      const std::string_view item = rest.substr(0, rest.find('&'));
+      rest.remove_prefix(std::min(rest.size(), item.size() + 1));
+      if (!item.starts_with(wanted)) continue;
+      const std::string_view digits = item.substr(wanted.size());
+      size_t n = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || n == 0 ||
+          n > observe::kAuditKept)
+        return error_response(400, fmt::format("limit must be an integer 1..{}, got \"{}\"", observe::kAuditKept,
+                                               std::string(digits)));
+      limit = n;
+    }
+  }
+  AdminResponse r;
+  r.body = observe::audit_history(limit).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return r;
 }
 
 AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::string& tree_path) {
@@ -261,7 +315,7 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
   return commit(request, std::move(value));
 }
 
-AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
+AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, const std::string& source) {
   if (std::string match = request.header("if-match"); !match.empty()) {
     const IfMatch result = if_match_result(match, etag());
     if (result == IfMatch::weak_current)
@@ -355,13 +409,22 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate) {
     }
   }
   std::string tag = make_etag(serialized);
+  observe::ConfigChange change;
+  change.source = source;
+  change.remote = request.remote;
+  change.method = request.method;
+  change.path = path_of(request.target);
+  change.user_agent = request.header("user-agent");
+  change.etag = tag;
+  change.after = canonical;
   {
     std::lock_guard lock(mu_);
-    current_ = std::move(canonical);
+    change.before = std::exchange(current_, std::move(canonical));
     etag_ = tag;
   }
   admin_.token = next.admin.token;
   observe::record_reload(true);
+  observe::audit_config_change(change);
   AdminResponse r;
   r.body = "{}\n";
   r.headers.emplace_back("ETag", tag);

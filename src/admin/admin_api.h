@@ -60,6 +60,7 @@ size_t admin_body_limit(const std::string& content_type);
 inline constexpr config::JsonLimits kAdminJsonLimits{};
 
 struct AdminRequest {
+  std::string remote;  // the client's address and port, "127.0.0.1:51544" (for the audit trail)
   std::string method;  // "GET", "POST", ...
   std::string target;  // "/config/apps/http?x" (query ignored)
   std::map<std::string, std::string> headers;  // names lower-cased
@@ -89,8 +90,11 @@ class AdminApi {
   // The refusal a request's head alone earns (Host, Origin, token), or
   // status 0: the transport asks before it reads a body (or says 100 Continue).
   AdminResponse check_access(const AdminRequest& request) const;
-  // A whole new configuration from elsewhere (SIGHUP): the same transaction as POST /load.
-  AdminResponse load(const config::Config& next) { return commit(AdminRequest{}, config::to_json(next)); }
+  // A whole new configuration from elsewhere (SIGHUP): the same transaction
+  // as POST /load; `source` says where from in the audit trail.
+  AdminResponse load(const config::Config& next, const std::string& source) {
+    return commit(AdminRequest{}, config::to_json(next), source);
+  }
   void tick() {
     if (hooks_.tick) hooks_.tick();
   }
@@ -100,11 +104,20 @@ class AdminApi {
   nlohmann::json config_json() const;
   std::string etag() const;
 
+  // Logs a refused request at warning level (within a LogLimit: a client in
+  // a loop gets a summary line, not one a request); returns `response`.
+  // handle() calls it for refused writes and for every 401 and 403.
+  AdminResponse log_refusal(const AdminRequest& request, AdminResponse response) const;
+
  private:
   AdminResponse handle_config(const AdminRequest& request, const std::string& path);
   AdminResponse handle_load(const AdminRequest& request);
-  // Validates, applies, persists and publishes `candidate`.
-  AdminResponse commit(const AdminRequest& request, nlohmann::json candidate);
+  AdminResponse route(const AdminRequest& request);
+  AdminResponse handle_history(const AdminRequest& request, const std::string& method);
+  // Validates, applies, persists, publishes and audits `candidate`; `source`
+  // is where it comes from ("admin API" for a request).
+  AdminResponse commit(const AdminRequest& request, nlohmann::json candidate, const std::string& source = "admin API");
+
 
   AdminHooks hooks_;
   std::string state_path_;

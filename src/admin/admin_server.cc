@@ -134,9 +134,11 @@ struct AdminServer::Impl {
 
 namespace {
 
-// The method, target and fields of `req` (its body is the caller's to move in).
-AdminRequest to_admin_request(const Request& req) {
+// The method, target and fields of `req` from `remote` (its body is the
+// caller's to move in).
+AdminRequest to_admin_request(const Request& req, const std::string& remote) {
   AdminRequest out;
+  out.remote = remote;
   out.method = std::string(req.method_string());
   out.target = std::string(req.target());
   // Repeated lines are one comma-separated list (RFC 9110 5.3): If-Match's
@@ -166,6 +168,14 @@ asio::awaitable<void> drain(beast::tcp_stream& stream) {
   }
 }
 
+// "127.0.0.1:51544", "[::1]:51544" ("" if the socket cannot say).
+std::string remote_address(beast::tcp_stream& stream) {
+  boost::system::error_code ec;
+  const tcp::endpoint peer = stream.socket().remote_endpoint(ec);
+  if (ec) return "";
+  return config::join_host_port(peer.address().to_string(), peer.port());
+}
+
 struct Served {
   bool keep_open = false;
   size_t body_bytes = 0;  // of the request served
@@ -174,6 +184,7 @@ struct Served {
 // Reads one request, answers it; the connection stays open if keep_open.
 asio::awaitable<Served> serve_request(AdminServer::Impl& impl, beast::tcp_stream& stream, beast::flat_buffer& buffer) {
   Served served;
+  const std::string remote = remote_address(stream);
   http::request_parser<AdminBody> parser;
   // None until the head says the Content-Type, and so the limit.
   parser.body_limit(boost::none);
@@ -192,7 +203,7 @@ asio::awaitable<Served> serve_request(AdminServer::Impl& impl, beast::tcp_stream
   if (!ec && parser.get().version() >= 11 && !expect.empty() && expect != "100-continue") {
     refused_on_head = error_response(417, "expectation not supported: only 100-continue");
   } else if (!ec && !parser.is_done()) {
-    if (AdminResponse denied = impl.api.check_access(to_admin_request(parser.get())); denied.status != 0) {
+    if (AdminResponse denied = impl.api.check_access(to_admin_request(parser.get(), remote)); denied.status != 0) {
       refused_on_head = std::move(denied);
     } else if (parser.content_length() && *parser.content_length() > body_limit) {
       ec = http::error::body_limit;  // answered 413 below, before the body
@@ -213,6 +224,7 @@ asio::awaitable<Served> serve_request(AdminServer::Impl& impl, beast::tcp_stream
   const bool head = parser.is_header_done() && parser.get().method() == http::verb::head;
   AdminResponse response;
   bool close = false;
+  bool handled = false;  // by the API, which logs its own refusals
   unsigned version = 11;
   if (ec == http::error::body_limit) {
     response = error_response(
@@ -237,16 +249,24 @@ asio::awaitable<Served> serve_request(AdminServer::Impl& impl, beast::tcp_stream
     version = parser.get().version();
     close = true;  // its body is unread
   } else {
+    handled = true;
     Request req = parser.release();
     version = req.version();
     close = !req.keep_alive();
-    AdminRequest request = to_admin_request(req);
+    AdminRequest request = to_admin_request(req, remote);
     request.body = std::move(req.body().text);
     try {
       response = impl.api.handle(request);
     } catch (const std::exception& e) {
       response = error_response(500, std::string("internal error: ") + e.what());
     }
+  }
+  // A request refused here, before the API saw it, is logged as the API's refusals are.
+  if (!handled && response.status >= 400) {
+    AdminRequest refused;
+    if (parser.is_header_done()) refused = to_admin_request(parser.get(), remote);
+    refused.remote = remote;
+    response = impl.api.log_refusal(refused, std::move(response));
   }
   http::response<http::string_body> res{static_cast<http::status>(response.status), version};
   res.set(http::field::server, "heft");
@@ -365,13 +385,13 @@ void AdminServer::stop() {
   impl_->thread.join();
 }
 
-bool AdminServer::load(const config::Config& next, std::string& error) {
+bool AdminServer::load(const config::Config& next, const std::string& source, std::string& error) {
   AdminResponse response;
   if (!impl_->thread.joinable() || std::this_thread::get_id() == impl_->thread.get_id()) {
-    response = impl_->api.load(next);
+    response = impl_->api.load(next, source);
   } else {
     std::promise<AdminResponse> done;
-    asio::post(impl_->io, [&] { done.set_value(impl_->api.load(next)); });
+    asio::post(impl_->io, [&] { done.set_value(impl_->api.load(next, source)); });
     response = done.get_future().get();
   }
   if (response.status == 200) return true;

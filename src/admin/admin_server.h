@@ -58,9 +58,9 @@ class AdminServer {
   void stop();
 
   // Runs `next` through the same transaction as POST /load, on the admin
-  // thread (for SIGHUP reloads, so the API's tree stays what is in service).
-  // False with `error` set when refused.
-  bool load(const config::Config& next, std::string& error);
+  // thread (for SIGHUP reloads, so the API's tree stays what is in service);
+  // `source` names it in the audit trail. False with `error` set when refused.
+  bool load(const config::Config& next, const std::string& source, std::string& error);
 
   // The port actually bound (useful with port 0 in tests).
   uint16_t port() const;

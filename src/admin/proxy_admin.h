@@ -75,7 +75,9 @@ class ProxyAdmin {
   uint16_t port() const { return server_->port(); }
   // Puts `next` in service through the admin transaction (validate, apply,
   // autosave), so the API's tree follows SIGHUP reloads. False + `error` if refused.
-  bool load(const config::Config& next, std::string& error) { return server_->load(next, error); }
+  bool load(const config::Config& next, const std::string& source, std::string& error) {
+    return server_->load(next, source, error);
+  }
 
  private:
   ProxyAdmin() = default;

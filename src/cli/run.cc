@@ -23,6 +23,8 @@
 #include "config/json.h"
 #include "proxy/demo_backend.h"
 #include "observe/access_log.h"
+#include "observe/audit.h"
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/proxy.h"
 
@@ -48,10 +50,20 @@ std::optional<config::Config> load(const std::string& path, std::string& errors)
   return std::nullopt;
 }
 
-// Proxy::reload, counted in heft_config_reloads_total (when no admin API does).
-bool reload_counted(proxy::Proxy& proxy, config::Config next, std::string& error) {
+// Proxy::reload, counted in heft_config_reloads_total and audited (when no
+// admin API does, as for a change through it).
+bool reload_counted(proxy::Proxy& proxy, config::Config next, const std::string& source, std::string& error) {
+  const nlohmann::json before = config::to_json(proxy.snapshot_config());
+  const nlohmann::json after = config::to_json(next);
   const bool ok = proxy.reload(std::move(next), error);
   observe::record_reload(ok);
+  if (ok && before != after) {
+    observe::ConfigChange change;
+    change.source = source;
+    change.before = before;
+    change.after = after;
+    observe::audit_config_change(change);
+  }
   return ok;
 }
 
@@ -77,7 +89,7 @@ config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>
 }
 
 // Once heft is stopping, SIGHUP, SIGTERM and SIGINT must not end it with
-// their default action (exit 128+n after "heft: stopped"). Destroying the
+// their default action (exit 128+n after "stopped"). Destroying the
 // signal_set would restore that default, so they are blocked in this thread
 // (by now the only one), the set is emptied, and they are ignored until exit;
 // a signal that came in between is pending, and ignoring discards it.
@@ -125,7 +137,7 @@ int run(const RunOptions& options) {
     std::string errors;
     auto loaded = load(path, errors);
     if (!loaded) {
-      fmt::print(stderr, "{}heft: {} is not valid, not starting\n", errors, path);
+      observe::error("{}{} is not valid, not starting", errors, path);
       return 1;
     }
     config = std::move(*loaded);
@@ -139,14 +151,15 @@ int run(const RunOptions& options) {
     std::vector<config::Diagnostic> problems = saved.errors;
     if (saved.ok()) problems = config::resolve(*saved);
     if (!problems.empty()) {
-      for (const config::Diagnostic& d : problems) fmt::print(stderr, "{}\n", d.to_string());
-      fmt::print(stderr, "heft: {} is not valid, not starting\n", state_path);
+      std::string errors;
+      for (const config::Diagnostic& d : problems) errors += d.to_string() + "\n";
+      observe::error("{}{} is not valid, not starting", errors, state_path);
       for (auto& b : demo_backends) b->stop();
       if (demo_thread.joinable()) demo_thread.join();
       return 1;
     }
     config = std::move(*saved);
-    fmt::print(stderr, "heft: resuming from {}\n", state_path);
+    observe::info("resuming from {}", state_path);
   }
 
   // A site over the admin API's address (the default one, most likely: an
@@ -154,8 +167,7 @@ int run(const RunOptions& options) {
   // serving without its admin API. Checked here, not by the parser: a SIGHUP
   // or `heft reload` of the same file keeps the running API's address.
   if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(config)) {
-    fmt::print(stderr, "{}\nheft: {} is not valid, not starting\n", conflict->to_string(),
-               resumed ? state_path : path);
+    observe::error("{}\n{} is not valid, not starting", conflict->to_string(), resumed ? state_path : path);
     for (auto& b : demo_backends) b->stop();
     if (demo_thread.joinable()) demo_thread.join();
     return 1;
@@ -166,7 +178,7 @@ int run(const RunOptions& options) {
     proxy_owner = std::make_unique<proxy::Proxy>(config);
     proxy_owner->start();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "heft: {}\n", e.what());
+    observe::error("{}", e.what());
     for (auto& b : demo_backends) b->stop();
     if (demo_thread.joinable()) demo_thread.join();
     return 1;
@@ -179,8 +191,8 @@ int run(const RunOptions& options) {
   if (config.admin.enabled && !resumed && !demo) {
     std::string error;
     if (!admin::write_state_file(state_path, config::to_json(config).dump(2) + "\n", error))
-      fmt::print(stderr, "heft: cannot save the configuration to {}: {} (admin API changes are refused until it can be)\n",
-                 state_path, error);
+      observe::warn("cannot save the configuration to {}: {} (admin API changes are refused until it can be)",
+                    state_path, error);
   }
   // The admin API beside the data plane. A start failure (its port taken) is
   // reported and the proxy keeps serving: losing control beats losing traffic.
@@ -188,20 +200,25 @@ int run(const RunOptions& options) {
   try {
     admin_api = admin::ProxyAdmin::start(proxy, state_path);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "heft: admin API not started: {}\n", e.what());
+    observe::warn("admin API not started: {}", e.what());
   }
   observe::install_reopen_on_sigusr1();
   std::string banner = proxy::describe(config);
   if (demo) {
-    banner += "heft: no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on loopback "
+    banner += "no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on loopback "
               "behind :8080, admin 127.0.0.1:2019\n";
-    banner += "heft: try  curl -si localhost:8080\n";
+    banner += "try  curl -si localhost:8080\n";
   } else {
-    banner += fmt::format("heft: serving {} (SIGHUP reloads it)\n", path);
+    banner += fmt::format("serving {} (SIGHUP reloads it)\n", path);
   }
-  for (const std::string& warning : config::config_warnings(config)) banner += fmt::format("heft: warning: {}\n", warning);
-  fmt::print(stderr, "{}", banner);
-  std::fflush(stderr);
+  observe::info("{}", banner);
+  for (const std::string& warning : config::config_warnings(config)) observe::warn("{}", warning);
+  // The first entry of the audit trail: what heft serves from the start (revision 1).
+  observe::ConfigChange start;
+  start.source = demo ? std::string("start: the embedded demo") : resumed ? "start: resumed from " + state_path
+                                                                          : "start: " + path;
+  start.after = config::to_json(config);
+  observe::audit_config_change(start);
 
   std::function<void(const boost::system::error_code&, int)> on_signal;
   bool stopping = false;  // a SIGTERM or SIGINT came
@@ -209,49 +226,46 @@ int run(const RunOptions& options) {
     if (ec) return;
     if (signal == SIGHUP && stopping) {
       // Reloading what is being torn down helps no one; a stopping heft still exits 0.
-      fmt::print(stderr, "heft: SIGHUP while stopping: ignored\n");
-      std::fflush(stderr);
+      observe::info("SIGHUP while stopping: ignored");
       reload_signals.async_wait(on_signal);
       return;
     }
     if (signal == SIGHUP) {
       if (demo) {
-        fmt::print(stderr, "heft: SIGHUP: the embedded demo has no file to reload\n");
+        observe::warn("SIGHUP: the embedded demo has no file to reload");
       } else {
         std::string errors;
         auto next = load(path, errors);
         if (!next) {
           observe::record_reload(false);
-          fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
-        } else if (std::string error;
-                   // Through the admin API when it runs (it counts the change), so its
-                   // config tree and ETag follow.
-                   admin_api ? !admin_api->load(*next, error) : !reload_counted(proxy, std::move(*next), error)) {
-          fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
+          observe::error("{}reload of {} failed, keeping the old configuration", errors, path);
+        } else if (std::string error, source = "SIGHUP reload of " + path;
+                   // Through the admin API when it runs (it counts and audits the
+                   // change), so its config tree and ETag follow.
+                   admin_api ? !admin_api->load(*next, source, error)
+                             : !reload_counted(proxy, std::move(*next), source, error)) {
+          observe::error("reload of {} failed ({}), keeping the old configuration", path, error);
         } else {
           const config::Config now = proxy.snapshot_config();
-          fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(now));
-          for (const std::string& warning : config::config_warnings(now)) fmt::print(stderr, "heft: warning: {}\n", warning);
+          observe::info("reloaded {}\n{}", path, proxy::describe(now));
+          for (const std::string& warning : config::config_warnings(now)) observe::warn("{}", warning);
         }
       }
-      std::fflush(stderr);
       reload_signals.async_wait(on_signal);
       return;
     }
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
     if (stopping) {
       // A second one: the operator will not wait for the drain (Caddy does the same).
-      fmt::print(stderr, "heft: {} again, stopping now\n", name);
-      std::fflush(stderr);
+      observe::info("{} again, stopping now", name);
       proxy.shutdown(std::chrono::milliseconds(0));
       return;
     }
     stopping = true;
     // The grace period in service now: a reload may have changed it.
     const auto grace = proxy.snapshot_config().grace_period;
-    fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms; send it again to stop now)\n",
-               name, grace.count());
-    std::fflush(stderr);
+    observe::info("{} received, finishing in-flight requests (up to {} ms; send it again to stop now)", name,
+                  grace.count());
     proxy.shutdown(grace);
     stop_signals.async_wait(on_signal);
   };
@@ -270,7 +284,7 @@ int run(const RunOptions& options) {
   for (auto& b : demo_backends) b->stop();
   if (demo_thread.joinable()) demo_thread.join();
   ignore_stop_signals(reload_signals, stop_signals);
-  fmt::print(stderr, "heft: stopped\n");
+  observe::info("stopped");
   return 0;
 }
 
