@@ -165,5 +165,39 @@ TEST_F(AdminInputTest, RefusedLargeBodiesLeaveMemoryBounded) {
   }
 }
 
+// Bodies held at once by all admin connections are bounded (16 MiB, two of
+// the largest): while two clients hold 8 MiB each, a third body is answered
+// 503 with Retry-After; once they are done, it is taken.
+TEST_F(AdminInputTest, BodiesHeldAtOnceAreBounded) {
+  const std::string head = fmt::format("POST /load HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\n"
+                                       "Content-Length: {}\r\n\r\n",
+                                       admin_port, 8 << 20);
+  const std::string almost((8 << 20) - 1, ' ');  // all but the last byte
+  HttpClient first(admin_port, 30s), second(admin_port, 30s);
+  ASSERT_TRUE(first.send_raw(head + almost));
+  ASSERT_TRUE(second.send_raw(head + almost));
+  // Once heft has read both (it reads as bytes come), a small body waits its turn.
+  const std::string small = "{\"apps\": 1}";
+  Response refused;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    refused = send("POST", "/load", small);
+    if (refused.status == 503) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(refused.status, 503) << refused.body;
+  EXPECT_EQ(refused.header("retry-after"), "1");
+  EXPECT_NE(refused.body.find("reading other large bodies"), std::string::npos) << refused.body;
+  // The two complete (whitespace is no JSON: 400), and the budget is free again.
+  ASSERT_TRUE(first.send_raw(" "));
+  ASSERT_TRUE(second.send_raw(" "));
+  EXPECT_EQ(first.read_response().status, 400);
+  EXPECT_EQ(second.read_response().status, 400);
+  const Response taken = send("POST", "/load", small);
+  EXPECT_EQ(taken.status, 400) << taken.body;  // read and judged: "apps: must be an object"
+  EXPECT_NE(taken.body.find("apps"), std::string::npos) << taken.body;
+  EXPECT_TRUE(heft.running());
+}
+
 }  // namespace
 }  // namespace heft::test
