@@ -13,13 +13,14 @@
 // weighted HTTP proxy does: each request goes to the origin smooth weighted
 // round robin picks for it, on an idle pooled connection to that origin (LIFO,
 // as nginx's and heft's keep-alive pools), which returns to the pool when the
-// response's Content-Length has been relayed. Measured in the fifth
-// session: spreading each client's requests over the origins makes the origins
-// sleep and be woken twice as often as pinning a client to one origin (their
-// arrivals are evenly spaced instead of bursty), and a wakeup is paid by the
-// sender's CPU. So this mode is the fairer floor for a proxy that must balance
-// per request. It takes a client read that ends a request head ("\r\n\r\n")
-// as the end of a request (wrk sends bodiless GETs, each in one write).
+// response's Content-Length has been relayed. Measured (BENCHMARKS.md, "What
+// the kernel's share depends on"): spreading each client's requests over the
+// origins makes the origins sleep and be woken twice as often as pinning a
+// client to one origin (their arrivals are evenly spaced instead of bursty),
+// and a wakeup is paid by the sender's CPU. So this mode is the fairer floor
+// for a proxy that must balance per request. It takes a client read that ends
+// a request head ("\r\n\r\n") as the end of a request (wrk sends bodiless
+// GETs, each in one write).
 //
 //   floor_relay --listen PORT [--workers N] [--per-request] --to PORT:WEIGHT [--to PORT:WEIGHT ...]
 //

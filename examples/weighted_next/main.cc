@@ -1,5 +1,5 @@
-// Embedding heft's balancing core, the way 004_0afa636a308c9f99.txt uses its Go
-// balancer: add backends with weights, ask for the next one, report a failure.
+// Embedding heft's balancing core as a weighted balancer library is used: add
+// backends with weights, ask for the next one, report a failure.
 //
 //   find_package(heft REQUIRED)
 //   target_link_libraries(app PRIVATE heft::balance)

@@ -115,6 +115,28 @@ size_t admin_body_limit(const std::string& content_type) {
   return kMaxAdminOtherBody;
 }
 
+json changes_json(const std::vector<config::JsonChange>& changes) {
+  json out = json::array();
+  for (const config::JsonChange& change : changes) {
+    json entry = {{"pointer", change.pointer}};
+    if (!change.before.is_discarded()) entry["before"] = change.before;
+    if (!change.after.is_discarded()) entry["after"] = change.after;
+    entry["text"] = config::describe(change);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void log_undone_changes(const std::string& source, const std::vector<config::JsonChange>& changes) {
+  std::string lines;
+  for (size_t i = 0; i < changes.size() && i < kMaxLoggedChanges; ++i)
+    lines += fmt::format("{} undoes {}\n", source, config::describe(changes[i]));
+  if (changes.size() > kMaxLoggedChanges)
+    lines += fmt::format("{} undoes {} more changes (POST /load?dry_run=1 lists them all)\n", source,
+                         changes.size() - kMaxLoggedChanges);
+  observe::log(observe::LogLevel::warn, lines);  // one record: the lines stay together
+}
+
 AdminResponse error_response(int status, const std::string& message) {
   AdminResponse r;
   r.status = status;
@@ -212,6 +234,12 @@ AdminResponse AdminApi::route(const AdminRequest& request) {
     if (method != "POST") return method_not_allowed("/load", "POST");
     return handle_load(request);
   }
+  if (path == "/heft/instance") {
+    if (method != "GET") return method_not_allowed("/heft/instance", "GET, HEAD");
+    AdminResponse r;
+    r.body = (hooks_.instance ? hooks_.instance() : json::object()).dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    return r;
+  }
   if (path == "/stop") {
     if (method != "POST") return method_not_allowed("/stop", "POST");
     AdminResponse r;
@@ -299,23 +327,38 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
 }
 
 AdminResponse AdminApi::handle_load(const AdminRequest& request) {
+  // ?dry_run=1 (or true): what the load would change, nothing applied.
+  bool dry_run = false;
+  if (const size_t q = request.target.find('?'); q != std::string::npos) {
+    const std::string query = request.target.substr(q + 1);
+    size_t start = 0;
+    while (start <= query.size()) {
+      const size_t end = std::min(query.find('&', start), query.size());
+      const std::string item = query.substr(start, end - start);
+      if (item == "dry_run" || item == "dry_run=1" || item == "dry_run=true") dry_run = true;
+      else if (item.starts_with("dry_run=") && item != "dry_run=0" && item != "dry_run=false")
+        return error_response(400, fmt::format("dry_run must be 1, true, 0 or false, got \"{}\"", item.substr(8)));
+      start = end + 1;
+    }
+  }
+  const Commit kind = dry_run ? Commit::dry_run : Commit::load;
   std::string type = media_type(request.header("content-type"));
   if (type == "text/heftfile") {
     config::Result<config::Config> parsed = config::parse_heftfile(request.body, "request body");
     if (!parsed.ok()) {
-      observe::record_reload(false);
+      if (!dry_run) observe::record_reload(false);
       return error_response(400, joined(parsed.errors, "invalid Heftfile"));
     }
-    return commit(request, config::to_json(*parsed));
+    return commit(request, config::to_json(*parsed), kind, "POST /load");
   }
   if (type != "application/json") return error_response(400, "Content-Type must be application/json or text/heftfile");
   std::string syntax;
   json value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
   if (value.is_discarded()) return error_response(400, "request body is " + syntax);
-  return commit(request, std::move(value));
+  return commit(request, std::move(value), kind, "POST /load");
 }
 
-AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, const std::string& source) {
+AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Commit kind, const std::string& source) {
   if (std::string match = request.header("if-match"); !match.empty()) {
     const IfMatch result = if_match_result(match, etag());
     if (result == IfMatch::weak_current)
@@ -327,8 +370,8 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, cons
   }
   // From here on a change is applied or refused for what it is: counted in
   // heft_config_reloads_total (a no-op is neither).
-  const auto refused = [](int status, const std::string& message) {
-    observe::record_reload(false);
+  const auto refused = [kind](int status, const std::string& message) {
+    if (kind != Commit::dry_run) observe::record_reload(false);
     return error_response(status, message);
   };
 
@@ -366,6 +409,23 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, cons
 
   json canonical = config::to_json(next);
   std::string serialized = canonical.dump();
+  // A whole configuration replaces the running one: what it changes (the
+  // live changes it undoes, among them) is answered, and logged once applied.
+  std::vector<config::JsonChange> changes;
+  if (kind != Commit::write) changes = config::diff_json(config_json(), canonical);
+  const auto answer = [&](const std::string& tag) {
+    AdminResponse r;
+    if (kind == Commit::write) {
+      r.body = "{}\n";
+    } else {
+      json body = {{"changes", changes_json(changes)}};
+      if (kind == Commit::dry_run) body["dry_run"] = true;
+      r.body = body.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+    }
+    r.headers.emplace_back("ETag", tag);
+    return r;
+  };
+  if (kind == Commit::dry_run) return answer(etag());
   if (canonical == config_json()) {  // nothing to change: the same answer as a change
     // ... but backend names may resolve elsewhere now, and a reload of an
     // unchanged file is how an operator picks that up (nginx -s reload).
@@ -375,10 +435,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, cons
       std::string error;
       if (!hooks_.apply(next, error)) return refused(422, error.empty() ? "the proxy refused the configuration" : error);
     }
-    AdminResponse r;
-    r.body = "{}\n";
-    r.headers.emplace_back("ETag", etag());
-    return r;
+    return answer(etag());
   }
   // Saved exactly when applied: the new text waits in a temporary file (a
   // save that cannot even start refuses the change before it touches the
@@ -410,7 +467,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, cons
   }
   std::string tag = make_etag(serialized);
   observe::ConfigChange change;
-  change.source = source;
+  change.source = request.method.empty() ? source : "admin API";
   change.remote = request.remote;
   change.method = request.method;
   change.path = path_of(request.target);
@@ -425,10 +482,8 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, cons
   admin_.token = next.admin.token;
   observe::record_reload(true);
   observe::audit_config_change(change);
-  AdminResponse r;
-  r.body = "{}\n";
-  r.headers.emplace_back("ETag", tag);
-  return r;
+  if (!changes.empty()) log_undone_changes(source.empty() ? "a load" : source, changes);
+  return answer(tag);
 }
 
 }  // namespace heft::admin

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/diff.h"
 #include "config/json.h"
 #include "config/model.h"
 
@@ -36,7 +37,22 @@ struct AdminHooks {
   std::function<void()> stop;
   // Called about once a second on the admin thread (e.g. to sample counters).
   std::function<void()> tick;
+  // GET /heft/instance: which configuration file and state file this heft
+  // serves, so that the `heft` command can tell it talks to the right one.
+  std::function<nlohmann::json()> instance;
 };
+
+// The changes a whole new configuration makes to the one running (what a
+// /load, `heft reload` or SIGHUP undoes of the live changes), as the /load
+// answer lists them: [{"pointer", "before", "after", "text"}], "before"
+// left out for an addition and "after" for a removal.
+nlohmann::json changes_json(const std::vector<config::JsonChange>& changes);
+
+// Logs each change `source` ("POST /load", "SIGHUP reload of FILE") makes at
+// warning level, in one record of a line each ("SOURCE undoes POINTER:
+// BEFORE → AFTER"), at most kMaxLoggedChanges and a count of the rest.
+void log_undone_changes(const std::string& source, const std::vector<config::JsonChange>& changes);
+inline constexpr size_t kMaxLoggedChanges = 50;
 
 // Why `admin` cannot be served as configured ("" if it can): a non-loopback
 // address requires a token.
@@ -91,9 +107,10 @@ class AdminApi {
   // status 0: the transport asks before it reads a body (or says 100 Continue).
   AdminResponse check_access(const AdminRequest& request) const;
   // A whole new configuration from elsewhere (SIGHUP): the same transaction
-  // as POST /load; `source` says where from in the audit trail.
+  // as POST /load; `source` names it in the warnings of what it undoes and
+  // in the audit trail.
   AdminResponse load(const config::Config& next, const std::string& source) {
-    return commit(AdminRequest{}, config::to_json(next), source);
+    return commit(AdminRequest{}, config::to_json(next), Commit::load, source);
   }
   void tick() {
     if (hooks_.tick) hooks_.tick();
@@ -114,10 +131,15 @@ class AdminApi {
   AdminResponse handle_load(const AdminRequest& request);
   AdminResponse route(const AdminRequest& request);
   AdminResponse handle_history(const AdminRequest& request, const std::string& method);
-  // Validates, applies, persists, publishes and audits `candidate`; `source`
-  // is where it comes from ("admin API" for a request).
-  AdminResponse commit(const AdminRequest& request, nlohmann::json candidate, const std::string& source = "admin API");
-
+  // A change to part of the tree, a whole configuration loaded (answered with
+  // the changes it made, each logged as a warning), or one only checked and
+  // compared (`POST /load?dry_run=1`: nothing applied, saved or counted).
+  enum class Commit { write, load, dry_run };
+  // Validates, applies, persists, publishes and audits `candidate`. `source`
+  // names a load from elsewhere (SIGHUP) in the warnings and the audit trail;
+  // a request is named by its method, path and client.
+  AdminResponse commit(const AdminRequest& request, nlohmann::json candidate, Commit kind = Commit::write,
+                       const std::string& source = "");
 
   AdminHooks hooks_;
   std::string state_path_;

@@ -345,6 +345,12 @@ AdminServer::AdminServer(const config::Config& running, AdminHooks hooks, std::s
 AdminServer::~AdminServer() { stop(); }
 
 void AdminServer::start() {
+  listen();
+  serve();
+}
+
+void AdminServer::listen() {
+  if (impl_->acceptor) return;
   const config::AdminConfig& admin = impl_->api.admin();
   if (std::string problem = admin_config_error(admin); !problem.empty()) throw std::runtime_error(problem);
   auto split = config::split_host_port(admin.address, 0);
@@ -362,6 +368,10 @@ void AdminServer::start() {
   if (ec) throw std::runtime_error(fmt::format("admin API cannot listen on {}: {}", admin.address, ec.message()));
   impl_->port = acceptor.local_endpoint().port();
   impl_->acceptor.emplace(std::move(acceptor));
+}
+
+void AdminServer::serve() {
+  if (!impl_->acceptor || impl_->thread.joinable()) return;
   asio::co_spawn(impl_->io, accept_loop(*impl_), asio::detached);
   schedule_tick(*impl_);
   impl_->thread = std::thread([impl = impl_.get()] {
@@ -385,7 +395,7 @@ void AdminServer::stop() {
   impl_->thread.join();
 }
 
-bool AdminServer::load(const config::Config& next, const std::string& source, std::string& error) {
+bool AdminServer::load(const config::Config& next, std::string& error, const std::string& source) {
   AdminResponse response;
   if (!impl_->thread.joinable() || std::this_thread::get_id() == impl_->thread.get_id()) {
     response = impl_->api.load(next, source);

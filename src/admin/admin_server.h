@@ -5,6 +5,7 @@
 //   POST   /load                      replaces everything (application/json,
 //                                     or a Heftfile as text/heftfile)
 //   POST   /stop                      stops heft gracefully
+//   GET    /heft/instance             the configuration and state files served
 //   GET    /reverse_proxy/upstreams   per-backend runtime state
 //   GET    /metrics                   Prometheus text exposition
 //
@@ -54,13 +55,19 @@ class AdminServer {
   // Binds the admin address and starts the thread. Throws std::runtime_error
   // naming the address (or the config problem) on failure.
   void start();
+  // start() in two steps: listen() binds (and throws as start() does); the
+  // connections that come wait in the backlog until serve() starts the thread.
+  // For `heft run`, which binds everything before it serves anything.
+  void listen();
+  void serve();
   // Closes the listener and connections and joins the thread. Idempotent.
   void stop();
 
   // Runs `next` through the same transaction as POST /load, on the admin
   // thread (for SIGHUP reloads, so the API's tree stays what is in service);
-  // `source` names it in the audit trail. False with `error` set when refused.
-  bool load(const config::Config& next, const std::string& source, std::string& error);
+  // `source` names it in the warnings of what it undoes and in the audit
+  // trail. False with `error` set when refused.
+  bool load(const config::Config& next, std::string& error, const std::string& source);
 
   // The port actually bound (useful with port 0 in tests).
   uint16_t port() const;

@@ -134,7 +134,13 @@ std::vector<observe::QueueGauge> queue_gauges(proxy::Proxy& proxy, const config:
   return gauges;
 }
 
-std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string state_path) {
+std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string state_path, nlohmann::json instance) {
+  std::unique_ptr<ProxyAdmin> admin = listen(proxy, std::move(state_path), std::move(instance));
+  if (admin) admin->serve();
+  return admin;
+}
+
+std::unique_ptr<ProxyAdmin> ProxyAdmin::listen(proxy::Proxy& proxy, std::string state_path, nlohmann::json instance) {
   config::Config running = proxy.snapshot_config();
   if (!running.admin.enabled) return nullptr;
   std::unique_ptr<ProxyAdmin> admin(new ProxyAdmin());
@@ -159,8 +165,9 @@ std::unique_ptr<ProxyAdmin> ProxyAdmin::start(proxy::Proxy& proxy, std::string s
   // The grace period in service when the stop comes (a reload may have changed it).
   hooks.stop = [&proxy] { proxy.shutdown(proxy.snapshot_config().grace_period); };
   hooks.tick = [&proxy, self] { self->shares_.sample(proxy); };
+  hooks.instance = [instance = std::move(instance)] { return instance; };
   admin->server_ = std::make_unique<AdminServer>(running, std::move(hooks), std::move(state_path));
-  admin->server_->start();
+  admin->server_->listen();
   return admin;
 }
 

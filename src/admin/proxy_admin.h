@@ -69,14 +69,21 @@ class ProxyAdmin {
  public:
   // Starts the admin API for `proxy` (its running config says where), or
   // returns null when the config disables it. `state_path` empty = no
-  // autosave. Throws std::runtime_error if it cannot listen.
-  static std::unique_ptr<ProxyAdmin> start(proxy::Proxy& proxy, std::string state_path);
+  // autosave. `instance` is what GET /heft/instance answers. Throws
+  // std::runtime_error if it cannot listen.
+  static std::unique_ptr<ProxyAdmin> start(proxy::Proxy& proxy, std::string state_path,
+                                           nlohmann::json instance = nlohmann::json::object());
+  // start() without serving yet: bound (or thrown), requests wait until serve().
+  static std::unique_ptr<ProxyAdmin> listen(proxy::Proxy& proxy, std::string state_path,
+                                            nlohmann::json instance = nlohmann::json::object());
+  void serve() { server_->serve(); }
   ~ProxyAdmin();
   uint16_t port() const { return server_->port(); }
   // Puts `next` in service through the admin transaction (validate, apply,
-  // autosave), so the API's tree follows SIGHUP reloads. False + `error` if refused.
-  bool load(const config::Config& next, const std::string& source, std::string& error) {
-    return server_->load(next, source, error);
+  // autosave), so the API's tree follows SIGHUP reloads; `source` names it
+  // in the warnings of what it undoes and in the audit trail. False + `error` if refused.
+  bool load(const config::Config& next, std::string& error, const std::string& source) {
+    return server_->load(next, error, source);
   }
 
  private:

@@ -6,6 +6,8 @@
 // never a torn mix. Not synchronised: one writer (the admin thread) at a time.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -13,9 +15,55 @@
 
 namespace heft::admin {
 
-// $XDG_DATA_HOME/heft/autosave.json, else $HOME/.local/share/heft/autosave.json,
-// else ./heft-autosave.json.
-std::string default_state_path();
+// Where heft keeps its state files: $STATE_DIRECTORY (systemd's StateDirectory=;
+// the first of several), else $XDG_DATA_HOME/heft, else $HOME/.local/share/heft,
+// else the working directory.
+std::string state_directory();
+
+// The absolute path of a configuration file, symbolic links and "." / ".."
+// resolved where the file exists: what names an instance (its state file's
+// name, GET /heft/instance, and the `heft` command's check against it).
+std::string config_identity(const std::string& config_path);
+
+// The state file of an instance serving `config_path` (empty: the embedded
+// demo): in state_directory(), named from the file's absolute path (symbolic
+// links resolved) so that two configurations never share one:
+// "Heftfile-3f9a01c2.json", the file's name and 8 hex digits of a hash of
+// its path. The demo's is "embedded-demo.json".
+std::string default_state_path(const std::string& config_path);
+
+// The lock beside a state file ("STATE.lock"; the state file itself is
+// replaced by rename, so it cannot hold one), held while an instance uses the
+// state: flock(2), released by the kernel when the process ends, however it
+// ends. The lock file holds the holder's PID.
+class StateLock {
+ public:
+  enum class Outcome { locked, held_by_another, unavailable };
+  // Tries once, without waiting. `holder` gets the PID written by the
+  // instance holding it (0 if it wrote none yet); `error` what went wrong
+  // when the lock file cannot be created or locked.
+  static std::unique_ptr<StateLock> acquire(const std::string& state_path, Outcome& outcome, long& holder,
+                                            std::string& error);
+  ~StateLock();
+  StateLock(const StateLock&) = delete;
+  StateLock& operator=(const StateLock&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  StateLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_;
+};
+
+// Removes what writes into `state_path` left behind when their process was
+// killed between writing and renaming ("STATE.tmp.PID"). Only for the
+// holder of its StateLock: nobody else writes there then.
+void remove_stale_temporary_files(const std::string& state_path);
+
+// Moves `state_path` aside within its directory, to a name with the time in
+// UTC ("Heftfile-3f9a01c2.20250102T030405Z.json"; "-2", "-3"... when taken)
+// and makes the rename durable. The new path, or nullopt with `error` set.
+std::optional<std::string> keep_state_aside(const std::string& state_path, std::string& error);
 
 // Replacing the state file in two steps, so that a change is saved exactly
 // when it is applied: prepare() writes and fsyncs the text to a temporary file
@@ -45,7 +93,8 @@ class StateFileWrite {
 bool write_state_file(const std::string& path, const std::string& text, std::string& error);
 
 // Reads and validates the saved configuration (JSON, Caddy's shape). A missing
-// file is one diagnostic "PATH: no saved configuration".
+// file is one diagnostic "PATH: no saved configuration"; one that cannot be
+// read says why ("cannot read: Permission denied").
 config::Result<config::Config> load_state_file(const std::string& path);
 
 }  // namespace heft::admin

@@ -16,9 +16,9 @@
 //   Sizes come from this fixed ladder rather than from 100 * n itself, so
 //   adding or removing one member almost never changes M: it changes only
 //   when the pool crosses 655, 1310, 2621, ... members, and then every key is
-//   re-mapped, as after a restart with another table size. (We tried adding a
-//   term for the lightest member's weight; it made M jump whenever the
-//   lightest member left, so it is gone.)
+//   re-mapped, as after a restart with another table size. (No term for the
+//   lightest member's weight: it would make M jump whenever the lightest
+//   member left.)
 //   Accuracy: with the claims below, member i owns c_i slots with
 //   M w_i / W - n w_i / W <= c_i <= M w_i / W + 1, so its relative error is
 //   at most max(n / M, W / (M w_i)): 1 % for n <= 655 members as long as

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "admin/state_file.h"
 #include "cli/command.h"
 #include "config/heftfile.h"
 #include "config/values.h"
@@ -40,7 +41,8 @@ void add_admin_options(CLI::App* command, AdminClientOptions& options, bool conf
                       "Bearer token, if the admin API requires one (default: " + source + " admin token)");
   if (config_option)
     command->add_option("-c,--config", options.config,
-                        "Heftfile or .json configuration of the running heft: its admin address and token are used")
+                        "Heftfile or .json configuration of the running heft: its admin address and token are "
+                        "used, and a heft serving another file is refused")
         ->check(not_empty("the running heft's Heftfile or .json configuration"));
 }
 
@@ -170,6 +172,41 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
     reply.transport_error = "cannot reach the admin API at " + options.address + ": " + e.what();
   }
   return reply;
+}
+
+bool check_instance(const AdminClientOptions& options, const std::string& config_path, const std::string& doing,
+                    bool required) {
+  if (config_path.empty()) return true;
+  const std::string wanted = admin::config_identity(config_path);
+  AdminReply reply = admin_request(options, "GET", "/heft/instance");
+  if (reply.status == 404) {
+    if (required) {
+      fmt::print(stderr, "heft: the heft at {} does not say which configuration it serves (no /heft/instance: an "
+                         "older heft): {}\n", options.address, doing);
+      return false;
+    }
+    fmt::print(stderr, "heft: warning: the heft at {} does not say which configuration it serves (no /heft/instance: "
+                       "an older heft); going on as if it served {}\n", options.address, wanted);
+    return true;
+  }
+  if (reply.status != 200) {
+    fmt::print(stderr, "heft: {}\n", reply.error_message());
+    return false;
+  }
+  const auto instance = nlohmann::json::parse(reply.body, nullptr, false);
+  if (!instance.is_object() || !instance.contains("config")) {
+    fmt::print(stderr, "heft: unexpected answer from {}/heft/instance: {}\n", options.address, reply.body_excerpt());
+    return false;
+  }
+  const nlohmann::json& serving = instance["config"];
+  if (serving.is_string() && serving.get<std::string>() == wanted) return true;
+  const std::string what = serving.is_string() ? serving.get<std::string>() : std::string("the embedded demo");
+  const std::string state = instance.value("state", std::string());
+  fmt::print(stderr,
+             "heft: the heft at {} serves {}{}, not {}: {}. Give the admin address of the heft that serves {} "
+             "(--address), or the file this one serves.\n",
+             options.address, what, state.empty() ? "" : " (state file " + state + ")", wanted, doing, wanted);
+  return false;
 }
 
 }  // namespace heft::cli

@@ -54,4 +54,15 @@ AdminReply admin_request(const AdminClientOptions& options, const std::string& m
                          const std::string& body = "", const std::string& content_type = "application/json",
                          const std::string& if_match = "");
 
+// Whether the heft at options.address is the one serving `config_path` (the
+// command's --config, or reload's FILE; nothing is checked when it is empty):
+// GET /heft/instance names the configuration file it serves, compared as
+// absolute paths with links resolved (admin::config_identity). False after
+// printing why, `doing` naming what is refused ("not reloading"), when it
+// serves another file or the embedded demo, or cannot be asked. A heft too old
+// to answer is a warning, unless `required` (a dry run that an older heft would
+// apply for real).
+bool check_instance(const AdminClientOptions& options, const std::string& config_path, const std::string& doing,
+                    bool required = false);
+
 }  // namespace heft::cli

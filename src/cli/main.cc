@@ -34,13 +34,34 @@ int main(int argc, char** argv) {
   std::stable_sort(commands.begin(), commands.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : commands) setup(app);
+  // Bare `heft` and `heft help [COMMAND]` print the usage (CLI11 would say "A
+  // subcommand is required", and take "help" for an unknown command).
+  if (argc == 1) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
+  if (std::string(argv[1]) == "help") {
+    if (argc == 2) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
+    const std::string word = argv[2];
+    auto named = app.get_subcommands([&word](CLI::App* sub) { return sub->check_name(word); });
+    if (named.empty() || argc > 3) {
+      std::fprintf(stderr, "heft: help: %s (see heft help)\n",
+                   named.empty() ? ("unknown command \"" + word + "\"").c_str() : "one command at a time");
+      return kBadArguments;
+    }
+    std::fputs(named.front()->help("heft").c_str(), stdout);  // "Usage: heft COMMAND", as --help says
+    return 0;
+  }
   // A first word that names no command is that, not a missing command (CLI11 says "A
   // subcommand is required"), as `caddy nosuch` says: unknown command "nosuch".
   if (argc > 1 && argv[1][0] != '-') {
     const std::string word = argv[1];
     auto named = app.get_subcommands([&word](CLI::App* sub) { return sub->check_name(word); });
     if (named.empty()) {
-      std::fprintf(stderr, "heft: unknown command \"%s\" (see heft --help)\n", word.c_str());
+      std::fprintf(stderr, "heft: unknown command \"%s\" (see heft help)\n", word.c_str());
       return kBadArguments;
     }
   }

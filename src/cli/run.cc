@@ -1,9 +1,16 @@
 // `heft run`: serves a Heftfile (or, with none present, an embedded demo) until
 // SIGTERM/SIGINT; SIGHUP reloads the file. Signals are handled on the main
 // thread's own io_context; the proxy's workers run on their own threads.
+//
+// A start binds everything before it serves anything: the proxy's ports and
+// the admin API's, each failure ending the start with its address and reason
+// (exit 1). The state file is locked first (one heft per state) and replaced
+// only once everything is bound (run_state.h).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -16,11 +23,15 @@
 #include <boost/asio/signal_set.hpp>
 #include <fmt/format.h>
 
+#include "admin/admin_api.h"
 #include "admin/proxy_admin.h"
 #include "admin/state_file.h"
 #include "cli/command.h"
+#include "cli/run_state.h"
+#include "config/diff.h"
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "config/values.h"
 #include "proxy/demo_backend.h"
 #include "observe/access_log.h"
 #include "observe/audit.h"
@@ -34,8 +45,56 @@ namespace {
 struct RunOptions {
   std::string config;   // empty: ./Heftfile, or the demo when there is none
   bool resume = false;  // start from the state file when it exists
-  std::string state;    // empty: admin::default_state_path()
+  std::string state;    // empty: admin::default_state_path(config)
+  std::vector<std::string> listen;  // the demo's listen addresses (default 127.0.0.1:8080)
 };
+
+// Where the embedded demo listens.
+struct DemoListen {
+  uint16_t port = 8080;
+  std::vector<std::string> bind{"127.0.0.1"};  // loopback unless --listen says otherwise
+};
+
+// --listen ADDR...: "IP:PORT", "[IPv6]:PORT", ":PORT" (every address) or an
+// IP alone (port 8080), all on one port. Throws BadArguments.
+DemoListen demo_listen(const std::vector<std::string>& listen) {
+  DemoListen out;
+  if (listen.empty()) return out;
+  out.bind.clear();
+  bool every_address = false;
+  for (size_t i = 0; i < listen.size(); ++i) {
+    const std::string& text = listen[i];
+    // A bare IPv6 literal has colons but no port: take it whole.
+    std::optional<std::string> bare = config::listen_address(text);
+    config::HostPortResult split;
+    if (bare) split.value = config::HostPort{text, 8080};
+    else split = config::split_host_port(text, 8080);
+    if (!split.value || split.value->port == 0)
+      throw BadArguments(fmt::format("--listen {}: {}", text, split.value ? "port 0 cannot be served" : split.error));
+    if (i > 0 && split.value->port != out.port)
+      throw BadArguments(fmt::format("--listen {}: every --listen must use one port (the first uses {})", text,
+                                     out.port));
+    out.port = split.value->port;
+    if (split.value->host.empty()) {
+      every_address = true;
+      continue;
+    }
+    std::optional<std::string> ip = config::listen_address(split.value->host);
+    if (!ip)
+      throw BadArguments(fmt::format("--listen {}: the address must be an IP address (e.g. 127.0.0.1:8080, "
+                                     "[::1]:8080, 0.0.0.0:8080, or :8080 for every address), got \"{}\"",
+                                     text, split.value->host));
+    if (auto v4 = config::ipv4_of_mapped(*ip))
+      throw BadArguments(fmt::format("--listen {}: an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 "
+                                     "only) cannot listen on: write it as {}",
+                                     text, config::join_host_port(*v4, out.port)));
+    if (std::find(out.bind.begin(), out.bind.end(), *ip) == out.bind.end()) out.bind.push_back(*ip);
+  }
+  if (every_address && listen.size() > 1)
+    throw BadArguments(":PORT (every address) must be the only --listen");
+  if (every_address) out.bind.clear();
+  return out;
+}
 
 // Loads and resolves a configuration file; every problem goes to `errors`.
 std::optional<config::Config> load(const std::string& path, std::string& errors) {
@@ -50,29 +109,30 @@ std::optional<config::Config> load(const std::string& path, std::string& errors)
   return std::nullopt;
 }
 
-// Proxy::reload, counted in heft_config_reloads_total and audited (when no
-// admin API does, as for a change through it).
-bool reload_counted(proxy::Proxy& proxy, config::Config next, const std::string& source, std::string& error) {
-  const nlohmann::json before = config::to_json(proxy.snapshot_config());
-  const nlohmann::json after = config::to_json(next);
+// Proxy::reload, counted in heft_config_reloads_total, audited, and each
+// change it makes logged as a warning (as the admin API does when there is one).
+bool reload_logged(proxy::Proxy& proxy, config::Config next, const std::string& source, std::string& error) {
+  observe::ConfigChange change;
+  change.source = source;
+  change.before = config::to_json(proxy.snapshot_config());
+  change.after = config::to_json(next);
+  const std::vector<config::JsonChange> changes = config::diff_json(change.before, change.after);
   const bool ok = proxy.reload(std::move(next), error);
   observe::record_reload(ok);
-  if (ok && before != after) {
-    observe::ConfigChange change;
-    change.source = source;
-    change.before = before;
-    change.after = after;
+  if (ok && !changes.empty()) {
     observe::audit_config_change(change);
+    admin::log_undone_changes(source, changes);
   }
   return ok;
 }
 
-// The embedded demo: a, b, c with weights 5, 3, 2 behind :8080.
-config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>>& backends) {
+// The embedded demo: a, b, c with weights 5, 3, 2 behind 127.0.0.1:8080 (or --listen).
+config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>>& backends, const DemoListen& listen) {
   config::Config c;
   c.admin.address = "127.0.0.1:2019";
   config::SiteConfig site;
-  site.port = 8080;
+  site.port = listen.port;
+  site.bind = listen.bind;
   site.file = "(embedded demo)";
   const uint32_t weights[] = {5, 3, 2};
   for (std::size_t i = 0; i < backends.size(); ++i) {
@@ -117,9 +177,23 @@ int run(const RunOptions& options) {
 
   const bool demo = options.config.empty() && !std::filesystem::exists("Heftfile");
   const std::string path = options.config.empty() ? "Heftfile" : options.config;
+  if (!demo && !options.listen.empty())
+    throw BadArguments(fmt::format("--listen is for the embedded demo only: {} says where its sites listen (their "
+                                   "addresses, bind, default_bind)",
+                                   path));
+  const DemoListen listen = demo_listen(options.listen);
   boost::asio::io_context demo_io(1);
   std::vector<std::unique_ptr<proxy::DemoBackend>> demo_backends;
   std::thread demo_thread;
+  // Every early return stops the demo's backends first.
+  struct DemoStop {
+    std::vector<std::unique_ptr<proxy::DemoBackend>>& backends;
+    std::thread& thread;
+    ~DemoStop() {
+      for (auto& b : backends) b->stop();
+      if (thread.joinable()) thread.join();
+    }
+  } demo_stop{demo_backends, demo_thread};
   config::Config config;
   if (demo) {
     for (const char* name : {"a", "b", "c"}) {
@@ -128,7 +202,7 @@ int run(const RunOptions& options) {
       demo_backends.push_back(std::make_unique<proxy::DemoBackend>(demo_io, o));
       demo_backends.back()->start();
     }
-    config = demo_config(demo_backends);
+    config = demo_config(demo_backends, listen);
     demo_thread = std::thread([&demo_io] {
       pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
       demo_io.run();
@@ -142,24 +216,18 @@ int run(const RunOptions& options) {
     }
     config = std::move(*loaded);
   }
-  // Every change accepted by the admin API is saved here (Caddy's autosave);
-  // --resume starts from it instead of the file.
-  const std::string state_path = options.state.empty() ? admin::default_state_path() : options.state;
-  const bool resumed = options.resume && std::filesystem::exists(state_path);
-  if (resumed) {
-    config::Result<config::Config> saved = admin::load_state_file(state_path);
-    std::vector<config::Diagnostic> problems = saved.errors;
-    if (saved.ok()) problems = config::resolve(*saved);
-    if (!problems.empty()) {
-      std::string errors;
-      for (const config::Diagnostic& d : problems) errors += d.to_string() + "\n";
-      observe::error("{}{} is not valid, not starting", errors, state_path);
-      for (auto& b : demo_backends) b->stop();
-      if (demo_thread.joinable()) demo_thread.join();
-      return 1;
-    }
-    config = std::move(*saved);
-    observe::info("resuming from {}", state_path);
+  // Every change accepted by the admin API is saved to the state file
+  // (Caddy's autosave), one per configuration file, locked while in use;
+  // --resume starts from it instead of the file. Without an admin API
+  // nothing is saved, and only --resume reads it.
+  RunState state = choose_state(demo ? "" : path, options.state);
+  const bool uses_state = config.admin.enabled || options.resume;
+  if (uses_state && !lock_state(state)) return 1;
+  bool resumed = false;
+  if (options.resume) {
+    const Resume outcome = resume_from_state(state, config);
+    if (outcome == Resume::refused) return 1;
+    resumed = outcome == Resume::resumed;
   }
 
   // A site over the admin API's address (the default one, most likely: an
@@ -167,55 +235,74 @@ int run(const RunOptions& options) {
   // serving without its admin API. Checked here, not by the parser: a SIGHUP
   // or `heft reload` of the same file keeps the running API's address.
   if (std::optional<config::Diagnostic> conflict = config::admin_start_conflict(config)) {
-    observe::error("{}\n{} is not valid, not starting", conflict->to_string(), resumed ? state_path : path);
-    for (auto& b : demo_backends) b->stop();
-    if (demo_thread.joinable()) demo_thread.join();
+    if (demo && !resumed)
+      throw BadArguments(fmt::format("--listen: port {} is the embedded demo's admin API's ({}): give another port",
+                                     config.sites[0].port, config.admin.address));
+    observe::error("{}\n{} is not valid, not starting", conflict->to_string(), resumed ? state.path : path);
     return 1;
   }
-  // Construction opens the access logs, start() binds the ports: either may refuse.
+  // Construction opens the access logs; the admin API and then the proxy
+  // bind their ports: any may refuse, and then nothing has been served.
+  // Nothing is served until the state is saved either (below).
   std::unique_ptr<proxy::Proxy> proxy_owner;
+  std::unique_ptr<admin::ProxyAdmin> admin_api;
   try {
     proxy_owner = std::make_unique<proxy::Proxy>(config);
-    proxy_owner->start();
+    // What the `heft` command checks it talks to (GET /heft/instance).
+    const nlohmann::json instance = {
+        {"config", demo ? nlohmann::json(nullptr) : nlohmann::json(admin::config_identity(path))},
+        {"state", admin::config_identity(state.path)},
+        {"resumed", resumed},
+        {"pid", ::getpid()}};
+    admin_api = admin::ProxyAdmin::listen(*proxy_owner, uses_state && config.admin.enabled ? state.path : "", instance);
+    proxy_owner->bind();
   } catch (const std::exception& e) {
-    observe::error("{}", e.what());
-    for (auto& b : demo_backends) b->stop();
-    if (demo_thread.joinable()) demo_thread.join();
+    observe::error("{}\nnot starting", e.what());
     return 1;
   }
   proxy::Proxy& proxy = *proxy_owner;
   // The configuration served from the start is saved too (Caddy's autosave
   // does so): else a crash before the first change would --resume whatever
-  // an earlier run saved. Not the embedded demo's, which nobody wrote. Before
-  // the API listens, so no change it accepts can be overwritten by this.
-  if (config.admin.enabled && !resumed && !demo) {
+  // an earlier run saved. What an earlier run saved and this one does not
+  // serve (its live changes) is kept aside first, never overwritten. Not the
+  // embedded demo's, which nobody wrote. Before anything is served: a crash
+  // after a request was served resumes what served it, and no change the
+  // API accepts can be overwritten by this.
+  if (config.admin.enabled && !resumed) {
+    if (!keep_live_changes_aside(state, config)) return 1;
     std::string error;
-    if (!admin::write_state_file(state_path, config::to_json(config).dump(2) + "\n", error))
+    if (!demo && !admin::write_state_file(state.path, config::to_json(config).dump(2) + "\n", error))
       observe::warn("cannot save the configuration to {}: {} (admin API changes are refused until it can be)",
-                    state_path, error);
+                    state.path, error);
   }
-  // The admin API beside the data plane. A start failure (its port taken) is
-  // reported and the proxy keeps serving: losing control beats losing traffic.
-  std::unique_ptr<admin::ProxyAdmin> admin_api;
-  try {
-    admin_api = admin::ProxyAdmin::start(proxy, state_path);
-  } catch (const std::exception& e) {
-    observe::warn("admin API not started: {}", e.what());
-  }
+  // Everything is bound and saved: serve. (Connections made meanwhile waited in the backlogs.)
+  proxy.start();
+  if (admin_api) admin_api->serve();
   observe::install_reopen_on_sigusr1();
   std::string banner = proxy::describe(config);
   if (demo) {
-    banner += "no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on loopback "
-              "behind :8080, admin 127.0.0.1:2019\n";
-    banner += "try  curl -si localhost:8080\n";
+    const config::SiteConfig& site = config.sites[0];
+    std::string where;
+    for (const std::string& address : site.bind) where += (where.empty() ? "" : " ") + config::join_host_port(address, site.port);
+    if (where.empty()) where = fmt::format(":{} (every address)", site.port);
+    // localhost reaches a loopback or wildcard listener; else the first address.
+    const bool local = site.bind.empty() || std::any_of(site.bind.begin(), site.bind.end(), [](const std::string& a) {
+      return a == "127.0.0.1" || a == "0.0.0.0" || a == "::1" || a == "::";
+    });
+    const std::string try_at = local ? fmt::format("localhost:{}", site.port) : config::join_host_port(site.bind[0], site.port);
+    banner += fmt::format("no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on "
+                          "loopback, behind {}; admin 127.0.0.1:2019 (--listen ADDR listens elsewhere)\n",
+                          where);
+    banner += fmt::format("try  curl -si {}\n", try_at);
   } else {
     banner += fmt::format("serving {} (SIGHUP reloads it)\n", path);
   }
+  if (uses_state && config.admin.enabled) banner += fmt::format("state file {}\n", state.path);
   observe::info("{}", banner);
   for (const std::string& warning : config::config_warnings(config)) observe::warn("{}", warning);
   // The first entry of the audit trail: what heft serves from the start (revision 1).
   observe::ConfigChange start;
-  start.source = demo ? std::string("start: the embedded demo") : resumed ? "start: resumed from " + state_path
+  start.source = demo ? std::string("start: the embedded demo") : resumed ? "start: resumed from " + state.path
                                                                           : "start: " + path;
   start.after = config::to_json(config);
   observe::audit_config_change(start);
@@ -239,11 +326,11 @@ int run(const RunOptions& options) {
         if (!next) {
           observe::record_reload(false);
           observe::error("{}reload of {} failed, keeping the old configuration", errors, path);
-        } else if (std::string error, source = "SIGHUP reload of " + path;
-                   // Through the admin API when it runs (it counts and audits the
-                   // change), so its config tree and ETag follow.
-                   admin_api ? !admin_api->load(*next, source, error)
-                             : !reload_counted(proxy, std::move(*next), source, error)) {
+        } else if (std::string error;
+                   // Through the admin API when it runs (it counts and audits the change,
+                   // and logs each one as a warning), so its config tree and ETag follow.
+                   admin_api ? !admin_api->load(*next, error, "SIGHUP reload of " + path)
+                             : !reload_logged(proxy, std::move(*next), "SIGHUP reload of " + path, error)) {
           observe::error("reload of {} failed ({}), keeping the old configuration", path, error);
         } else {
           const config::Config now = proxy.snapshot_config();
@@ -295,9 +382,14 @@ void setup(CLI::App& root) {
       ->check(not_empty("a file's path, or leave it out for ./Heftfile"));
   command->add_flag("--resume", options->resume, "Start from the configuration last saved to --state, if there is one");
   command->add_option("--state", options->state,
-                      "Autosave file: the configuration served, saved at start and at every admin API change or "
-                      "SIGHUP reload; none with admin off (default $XDG_DATA_HOME/heft/autosave.json)")
-      ->check(not_empty("a file's path, or leave it out for $XDG_DATA_HOME/heft/autosave.json"));
+                      "State file: the configuration served, saved at start and at every admin API change or SIGHUP "
+                      "reload; none with admin off; locked while heft runs (default: one per configuration file in "
+                      "$STATE_DIRECTORY, else $XDG_DATA_HOME/heft, else ~/.local/share/heft)")
+      ->check(not_empty("a file's path, or leave it out for the configuration file's own"));
+  command->add_option("--listen", options->listen,
+                      "Where the embedded demo listens: IP:PORT, [IPv6]:PORT or :PORT (every address); may be "
+                      "repeated, one port (default 127.0.0.1:8080)")
+      ->check(not_empty("an address such as 127.0.0.1:8080 or :8080, or leave it out for 127.0.0.1:8080"));
   command->callback([options] { set_exit_code(run(*options)); });
 }
 

@@ -24,6 +24,7 @@ void setup(CLI::App& root) {
   add_admin_options(command, *options);
   command->callback([options] {
     settle_admin_options(*options);
+    if (!check_instance(*options, options->config, "not stopping it")) return set_exit_code(1);
     set_exit_code(run_stop(*options));
   });
 }

@@ -68,6 +68,7 @@ void setup(CLI::App& root) {
   command->add_flag("--json", options->json, "Print the API's JSON instead of a table");
   command->callback([options] {
     settle_admin_options(options->admin);
+    if (!check_instance(options->admin, options->admin.config, "not reading it")) return set_exit_code(1);
     set_exit_code(run_upstreams(*options));
   });
 }

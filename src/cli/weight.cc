@@ -67,6 +67,7 @@ void setup(CLI::App& root) {
   add_admin_options(command, options->admin);
   command->callback([options] {
     settle_admin_options(options->admin);
+    if (!check_instance(options->admin, options->admin.config, "not changing it")) return set_exit_code(1);
     set_exit_code(run_weight(*options));
   });
 }

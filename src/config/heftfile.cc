@@ -32,7 +32,7 @@ using syntax::Token;
 constexpr std::string_view kGlobalOptions[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
     "max_connections", "default_bind", "log_format"};
-constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default"};
+constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default", "bind"};
 constexpr std::string_view kProxyOptions[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
@@ -67,10 +67,12 @@ struct PendingUpstream {
   std::map<std::string, Token> options;  // where each option was set for this backend
 };
 
-// Where a site's address and `default` were written, for cross-site errors.
+// Where a site's address, `default` and `bind` were written, for cross-site errors.
 struct SitePlaces {
   std::vector<Token> addresses;  // one per host (or one for "any host")
   std::optional<Token> default_marker;
+  std::optional<Token> bind_at;  // its `bind` directive, when it has one
+  std::vector<std::pair<std::string, Token>> ip_addresses;  // IP-literal site addresses (canonical), where written
 };
 
 // The global options block `{ ... }`: a directive without a name (a quoted
@@ -131,6 +133,7 @@ class Parser {
     if (config.sites.empty() && errors_.empty() && syntax_ok_)
       errors_.push_back({file_, 0, 0, "", "no site blocks: nothing to serve"});
     check_sites(config, places);
+    listen_addresses(config, places);
     if (admin_at_) check_admin_port(config, places);
     group_by_port(config);
     return config;
@@ -256,7 +259,7 @@ class Parser {
       }
       if (!first_time(seen, d)) continue;
       if (name == "default_bind") {
-        default_bind(d, config);
+        bind_addresses(d, default_bind_);
         continue;
       }
       const Token* arg = single(d);
@@ -304,23 +307,25 @@ class Parser {
       error(*admin_at, fmt::format("admin address \"{}\" is not loopback: it needs an admin_token", admin_at->text));
   }
 
-  // `default_bind ADDR...`: the addresses every port is listened on.
-  void default_bind(const Directive& d, Config& config) {
+  // `default_bind ADDR...` (global) and `bind ADDR...` (a site): IP
+  // literals to listen on, into `out`.
+  void bind_addresses(const Directive& d, std::vector<std::string>& out) {
     if (!no_block(d)) return;
-    if (d.args.empty()) error(d.name, "missing value for \"default_bind\" (e.g. \"default_bind 127.0.0.1 ::1\")");
+    const std::string& name = d.name.text;
+    if (d.args.empty()) error(d.name, fmt::format("missing value for \"{0}\" (e.g. \"{0} 127.0.0.1 ::1\")", name));
     for (const Token& arg : d.args) {
       auto address = listen_address(arg.text);
       if (!address) {
-        error(arg, fmt::format("default_bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"{}\"",
+        error(arg, fmt::format("{} needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"{}\"", name,
                                arg.text));
       } else if (auto v4 = ipv4_of_mapped(*address)) {
         error(arg, fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 only) "
                                "cannot listen on: write it as {}",
                                arg.text, *v4));
-      } else if (std::find(config.bind.begin(), config.bind.end(), *address) != config.bind.end()) {
-        error(arg, fmt::format("duplicate address \"{}\" in default_bind", arg.text));
+      } else if (std::find(out.begin(), out.end(), *address) != out.end()) {
+        error(arg, fmt::format("duplicate address \"{}\" in {}", arg.text, name));
       } else {
-        config.bind.push_back(*address);
+        out.push_back(*address);
       }
     }
   }
@@ -401,6 +406,16 @@ class Parser {
         error(address, fmt::format("duplicate address \"{}\" in this site", address.text));
         continue;
       }
+      // An IP literal is listened on, not only matched (a host name only matches).
+      if (std::optional<std::string> ip = listen_address(split.value->host)) {
+        if (auto v4 = ipv4_of_mapped(*ip)) {
+          error(address, fmt::format("\"{}\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 "
+                                     "only) cannot listen on: write it as {}",
+                                     address.text, join_host_port(*v4, site.port)));
+          continue;
+        }
+        place.ip_addresses.emplace_back(*ip, address);
+      }
       site.hosts.push_back(host);
       Token placed = address;
       placed.text = host;
@@ -437,6 +452,11 @@ class Parser {
         if (first_time(seen, *d) && no_args(*d) && no_block(*d)) {
           site.is_default = true;
           place.default_marker = d->name;
+        }
+      } else if (name == "bind") {
+        if (first_time(seen, *d)) {
+          bind_addresses(*d, site.bind);
+          place.bind_at = d->name;
         }
       }
     }
@@ -1085,6 +1105,54 @@ class Parser {
     }
   }
 
+  // Where each site listens: its `bind`, else its IP-literal addresses (a
+  // host name only matches requests, as in Caddy), else default_bind, else
+  // every address. The sites of a port are one listener set (one JSON server,
+  // one route table per port), so they must agree: a site that listens on
+  // 127.0.0.1 alone beside one on every address would be reached everywhere
+  // (by its Host), which is what it asked not to be.
+  void listen_addresses(Config& config, const std::vector<SitePlaces>& places) {
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      SiteConfig& site = config.sites[s];
+      if (places[s].bind_at) continue;
+      if (!places[s].ip_addresses.empty()) {
+        site.bind.clear();
+        for (const auto& [ip, at] : places[s].ip_addresses)
+          if (std::find(site.bind.begin(), site.bind.end(), ip) == site.bind.end()) site.bind.push_back(ip);
+      } else {
+        site.bind = default_bind_;
+      }
+    }
+    std::map<uint16_t, size_t> first_of_port;
+    for (size_t s = 0; s < config.sites.size(); ++s) {
+      SiteConfig& site = config.sites[s];
+      auto [first, inserted] = first_of_port.emplace(site.port, s);
+      if (inserted) continue;
+      const SiteConfig& other = config.sites[first->second];
+      std::vector<std::string> mine = site.bind, theirs = other.bind;
+      std::sort(mine.begin(), mine.end());
+      std::sort(theirs.begin(), theirs.end());
+      if (mine == theirs) {
+        site.bind = other.bind;  // the first site's order: the JSON server's `listen` order
+        continue;
+      }
+      const Token& at = places[s].bind_at ? *places[s].bind_at
+                        : places[s].addresses.empty() ? Token{} : places[s].addresses.front();
+      const Token& other_at = places[first->second].addresses.empty() ? Token{} : places[first->second].addresses.front();
+      error(at, fmt::format("this site listens on {}, but the site at {}:{} on port {} listens on {}: the sites of "
+                            "a port listen on the same addresses (give them the same bind, or another port)",
+                            describe_bind(site.bind), other_at.line, other_at.column, site.port,
+                            describe_bind(other.bind)));
+    }
+  }
+
+  static std::string describe_bind(const std::vector<std::string>& bind) {
+    if (bind.empty()) return "every address";
+    std::string out;
+    for (const std::string& address : bind) out += (out.empty() ? "" : " ") + address;
+    return out;
+  }
+
   // Sites sharing a port become one JSON server; keep that order here so that
   // the JSON form round-trips exactly.
   static void group_by_port(Config& config) {
@@ -1101,6 +1169,7 @@ class Parser {
   std::string file_;
   std::vector<Diagnostic>& errors_;
   std::optional<Token> admin_at_;  // where the admin address was written, when it was
+  std::vector<std::string> default_bind_;  // the global default_bind: for sites without addresses of their own
   bool syntax_ok_;
 };
 

@@ -367,13 +367,6 @@ class Reader {
     return config;
   }
 
-  // Whether two address lists hold the same addresses, in any order.
-  static bool same_addresses(std::vector<std::string> a, std::vector<std::string> b) {
-    std::sort(a.begin(), a.end());
-    std::sort(b.begin(), b.end());
-    return a == b;
-  }
-
   // A server's "listen": [":PORT"] (every address) or ["ADDR:PORT", ...] with IP
   // literals and one port; the port and the addresses (empty for ":PORT").
   std::optional<std::pair<uint16_t, std::vector<std::string>>> listen_addresses(const json& listen,
@@ -430,21 +423,15 @@ class Reader {
   void server(const json& value, const std::string& path, Config& config, std::map<uint16_t, std::string>& ports) {
     if (!object(value, path, {"listen", "routes"})) return;
     uint16_t port = 0;
+    std::vector<std::string> bind;  // the server's addresses: each of its sites listens on them (`bind`)
     if (const json* listen = array_field(value, "listen", path, true)) {
       std::string listen_path = member(path, "listen");
       auto parsed = listen_addresses(*listen, listen_path);
       if (parsed) {
         port = parsed->first;
+        bind = std::move(parsed->second);
         auto [it, inserted] = ports.emplace(port, listen_path);
         if (!inserted) error(element(listen_path, 0), fmt::format("port {} is also used by {}", port, it->second));
-        // heft listens on every port at the same addresses (default_bind).
-        if (!bind_from_) {
-          bind_from_ = listen_path;
-          config.bind = std::move(parsed->second);
-        } else if (!same_addresses(parsed->second, config.bind)) {
-          error(listen_path, fmt::format("must listen on the same addresses as {} (heft binds every port to one "
-                                         "set of addresses, the Heftfile's default_bind)", *bind_from_));
-        }
       }
     }
     const json* routes = array_field(value, "routes", path, true);
@@ -457,6 +444,7 @@ class Reader {
     for (size_t i = 0; i < routes->size(); ++i) {
       SiteConfig site;
       site.port = port;
+      site.bind = bind;
       std::string route_path = element(routes_path, i);
       route((*routes)[i], route_path, site);
       if (site.hosts.empty()) {
@@ -855,7 +843,6 @@ class Reader {
  private:
   std::vector<Diagnostic>& errors_;
   size_t error_count_ = 0;  // listed or not
-  std::optional<std::string> bind_from_;  // the first server's listen path: its addresses are Config::bind
 };
 
 }  // namespace
@@ -877,9 +864,11 @@ nlohmann::json to_json(const Config& config) {
   for (size_t i = 0; i < ports.size(); ++i) {
     json routes = json::array();
     for (const SiteConfig* site : sites_of[ports[i]]) routes.push_back(route_to_json(*site));
+    // The sites of a port share their addresses (SiteConfig::bind): the first one's.
+    const std::vector<std::string>& bind = sites_of[ports[i]].front()->bind;
     json listen = json::array();
-    for (const std::string& address : config.bind) listen.push_back(join_host_port(address, ports[i]));
-    if (config.bind.empty()) listen.push_back(fmt::format(":{}", ports[i]));
+    for (const std::string& address : bind) listen.push_back(join_host_port(address, ports[i]));
+    if (bind.empty()) listen.push_back(fmt::format(":{}", ports[i]));
     servers[fmt::format("srv{}", i)] = {{"listen", std::move(listen)},
                                         {"routes", std::move(routes)}};
   }

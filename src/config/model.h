@@ -144,10 +144,17 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
-// One site block: the hosts and port it answers, and its proxy.
+// One site block: the hosts and port it answers, the addresses it listens
+// on, and its proxy.
 struct SiteConfig {
   std::vector<std::string> hosts;  // empty = any host
   uint16_t port = 80;
+  // The addresses its port is listened on: IP literals in canonical form,
+  // IPv6 without brackets (Caddy's `bind`; the Heftfile also takes them from
+  // IP-literal site addresses and default_bind). Empty = every IPv4 address
+  // and, where the host has IPv6, every IPv6 address. Every site of a port
+  // has the same addresses (one JSON server per port: its `listen`).
+  std::vector<std::string> bind;
   bool is_default = false;  // answers requests no other site on its port matches
   PoolConfig proxy;
   LogConfig log;
@@ -157,7 +164,7 @@ struct SiteConfig {
 
   // Compares what the site means, not where it was written.
   bool operator==(const SiteConfig& other) const {
-    return hosts == other.hosts && port == other.port && is_default == other.is_default &&
+    return hosts == other.hosts && port == other.port && bind == other.bind && is_default == other.is_default &&
            proxy == other.proxy && log == other.log;
   }
 };
@@ -194,10 +201,6 @@ struct Config {
   milliseconds idle_timeout{60000};
   milliseconds header_timeout{10000};
   uint32_t max_connections = 10000;
-  // The addresses every site's port is listened on (Caddy's default_bind): IP
-  // literals in canonical form, IPv6 without brackets. Empty = every IPv4
-  // address and, where the host has IPv6, every IPv6 address.
-  std::vector<std::string> bind;
   std::vector<SiteConfig> sites;
 
   bool operator==(const Config&) const = default;
@@ -205,17 +208,21 @@ struct Config {
 
 // Why the admin API could not listen beside the sites ("" if it can): its
 // address is, or overlaps (a wildcard of the same family, or every address when
-// no default_bind is set), one the sites on its port listen on, e.g.
+// they have no `bind`), one the sites on its port listen on, e.g.
 // "admin address \"127.0.0.1:8080\" is taken by the sites on port 8080, which
 // listen on 127.0.0.1: give the admin API another port". heft ran without its
 // admin API then ("Address already in use"). `port` gets the admin's port.
 std::string admin_listen_conflict(const Config& config, uint16_t& port);
 
 // Where the sites on the admin API's port listen over its address: "every
-// address" (no default_bind) or the default_bind address that overlaps it;
+// address" (no `bind`) or the bind address that overlaps it;
 // "" when none does (another port or address, admin off, or an address that
 // does not parse, another error's). `port` gets the admin's port.
 std::string admin_listen_overlap(const Config& config, uint16_t& port);
+
+// The addresses the sites on `port` listen on (their common `bind`; empty =
+// every address, also when no site uses the port).
+const std::vector<std::string>& port_bind(const Config& config, uint16_t port);
 
 // A problem found in a configuration. For Heftfiles, file/line/column name the
 // token; for JSON, `path` names the field (file empty, line 0).

@@ -395,10 +395,18 @@ std::string admin_listen_overlap(const Config& config, uint16_t& port) {
     if (admin_v6 != (listen.find(':') != std::string::npos)) return false;
     return admin == listen || admin == "0.0.0.0" || listen == "0.0.0.0" || listen == "::";
   };
-  if (config.bind.empty()) return "every address";
-  for (const std::string& listen : config.bind)
+  const std::vector<std::string>& bind = port_bind(config, port);
+  if (bind.empty()) return "every address";
+  for (const std::string& listen : bind)
     if (overlaps(listen)) return listen;
   return "";
+}
+
+const std::vector<std::string>& port_bind(const Config& config, uint16_t port) {
+  static const std::vector<std::string> every_address;
+  for (const SiteConfig& site : config.sites)
+    if (site.port == port) return site.bind;
+  return every_address;
 }
 
 std::string admin_listen_conflict(const Config& config, uint16_t& port) {

@@ -55,6 +55,8 @@ class DateField {
   }
   // "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
   std::string_view line() const { return {text_, sizeof text_ - 1}; }
+  // "Sun, 06 Nov 1994 08:49:37 GMT"
+  std::string_view value() const { return {text_ + 6, sizeof text_ - 9}; }
 
  private:
   std::time_t second_ = -1;

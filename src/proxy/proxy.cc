@@ -208,13 +208,12 @@ upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_
 
 std::string describe(const config::Config& config) {
   std::string listeners;
-  if (config.bind.empty()) {  // ":PORT": every address
-    std::set<uint16_t> ports;
-    for (const auto& site : config.sites) ports.insert(site.port);
-    for (uint16_t p : ports) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", p);
-  } else {
-    for (const auto& endpoint : listen_endpoints(config))
-      listeners += (listeners.empty() ? "" : ", ") + listen_label(endpoint, config);
+  std::map<uint16_t, const std::vector<std::string>*> ports;  // each port's addresses (its sites share them)
+  for (const auto& site : config.sites) ports.try_emplace(site.port, &site.bind);
+  for (const auto& [port, bind] : ports) {
+    if (bind->empty()) listeners += fmt::format("{}:{}", listeners.empty() ? "" : ", ", port);  // every address
+    for (const std::string& address : *bind)
+      listeners += (listeners.empty() ? "" : ", ") + config::join_host_port(address, port);
   }
   unsigned workers = worker_count(config);
   std::string out = fmt::format("listening on {} with {} worker{}; {} site{}\n", listeners, workers,
@@ -483,25 +482,25 @@ bool host_has_ipv6() {
 }  // namespace
 
 std::set<tcp::endpoint> listen_endpoints(const config::Config& config) {
-  std::vector<asio::ip::address> addresses;
-  if (config.bind.empty()) {
-    addresses.push_back(asio::ip::address_v4::any());
-    if (host_has_ipv6()) addresses.push_back(asio::ip::address_v6::any());
-  } else {
-    for (const std::string& text : config.bind) {
+  std::set<tcp::endpoint> out;
+  for (const auto& site : config.sites) {
+    if (site.bind.empty()) {
+      out.emplace(asio::ip::address_v4::any(), site.port);
+      if (host_has_ipv6()) out.emplace(asio::ip::address_v6::any(), site.port);
+    }
+    for (const std::string& text : site.bind) {
       boost::system::error_code ec;
       auto address = asio::ip::make_address(text, ec);  // validated by the config parsers
-      if (!ec) addresses.push_back(address);
+      if (!ec) out.emplace(address, site.port);
     }
   }
-  std::set<tcp::endpoint> out;
-  for (const auto& site : config.sites)
-    for (const auto& address : addresses) out.emplace(address, site.port);
   return out;
 }
 
 std::string listen_label(const tcp::endpoint& endpoint, const config::Config& config) {
-  if (config.bind.empty() && endpoint.address().is_v4()) return fmt::format(":{}", endpoint.port());
+  if (endpoint.address().is_v4() && endpoint.address().to_v4() == asio::ip::address_v4::any() &&
+      config::port_bind(config, endpoint.port()).empty())
+    return fmt::format(":{}", endpoint.port());
   return config::join_host_port(endpoint.address().to_string(), endpoint.port());
 }
 
@@ -586,19 +585,10 @@ void preallocate_socket_states(asio::io_context& io, std::size_t count) {
 }  // namespace
 
 void Proxy::start() {
+  bind();
   Impl& impl = *impl_;
+  if (impl.started) return;
   auto table = impl.current();
-  unsigned count = worker_count(table->config);
-  raise_descriptor_limit(impl.max_connections.load());
-  for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
-  // As many as nginx's usual worker_connections (4,096), fewer when
-  // max_connections is lower: client and upstream sockets of a busy worker.
-  const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
-  for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
-  const std::set<tcp::endpoint> endpoints = listen_endpoints(table->config);
-  for (const auto& endpoint : endpoints) claim(endpoint, table->config);
-  for (auto& w : impl.workers)
-    for (const auto& endpoint : endpoints) w->acceptors[endpoint] = impl.listen(*w, endpoint, table->config);
   for (auto& w : impl.workers) {
     for (const auto& [endpoint, acceptor] : w->acceptors) w->start_accepting(endpoint);
     asio::co_spawn(w->io, sweep_loop(*w), asio::detached);
@@ -612,6 +602,28 @@ void Proxy::start() {
   // Active health checks (off the request path, on their own thread).
   impl.health = std::make_unique<health::HealthChecker>();
   impl.health->set_pools(health_targets(*table));
+}
+
+void Proxy::bind() {
+  Impl& impl = *impl_;
+  if (!impl.workers.empty()) return;
+  auto table = impl.current();
+  unsigned count = worker_count(table->config);
+  raise_descriptor_limit(impl.max_connections.load());
+  for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
+  // As many as nginx's usual worker_connections (4,096), fewer when
+  // max_connections is lower: client and upstream sockets of a busy worker.
+  const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);
+  for (auto& w : impl.workers) preallocate_socket_states(w->io, states);
+  const std::set<tcp::endpoint> endpoints = listen_endpoints(table->config);
+  try {
+    for (const auto& endpoint : endpoints) claim(endpoint, table->config);
+    for (auto& w : impl.workers)
+      for (const auto& endpoint : endpoints) w->acceptors[endpoint] = impl.listen(*w, endpoint, table->config);
+  } catch (...) {
+    impl.workers.clear();  // nothing half bound stays: a later bind() starts over
+    throw;
+  }
 }
 
 bool Proxy::reload(config::Config next, std::string& error) {

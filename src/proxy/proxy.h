@@ -42,6 +42,10 @@ class Proxy {
   // Binds every listener (throws std::runtime_error naming the address if one
   // cannot be bound) and starts the worker threads. Returns at once.
   void start();
+  // start()'s first half: every listener bound (or thrown), nothing served
+  // yet; connections wait in the listen backlog until start(). `heft run`
+  // binds everything, then saves its state, then serves.
+  void bind();
 
   // Swaps in `next` without dropping a connection or a request: sites whose
   // (hosts, port) stayed keep their Pool (pool->update), so backends that stayed

@@ -7,7 +7,7 @@
 //   the body is then a count of octets. Beast's tokenizer and field handling
 //   took ~2,600 user-space instructions for a 4-field head, a fifth of what a
 //   proxied request cost (callgrind; mostly per-octet loops); this path
-//   takes ~1,150 (BENCHMARKS.md, sixth session).
+//   takes ~1,150 (BENCHMARKS.md, "Where heft's user time goes").
 // * Everything else goes to Beast's HTTP/1.1 parser (basic_parser: status
 //   line, fields, Content-Length / chunked, limits), so anything unusual —
 //   chunked bodies, bodies delimited by close, interim 1xx, lists in

@@ -1,5 +1,6 @@
 // Internals of the proxy shared by proxy.cc (workers, listeners, reload) and
-// session.cc (one client connection): the route table and the per-worker state.
+// the request path (http1_session.cc and the stages after it): the route
+// table and the per-worker state.
 //
 // Thread safety: a RouteTable is immutable once published and shared by all
 // workers. A Worker and everything it holds belongs to its own thread (its
@@ -34,6 +35,7 @@
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "proxy/ready_watch.h"
+#include "proxy/upstream_connection.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
 #include "observe/access_log.h"
@@ -85,41 +87,7 @@ struct RouteTable {
   const SiteRoute* route(uint16_t port, std::string_view host) const;
 };
 
-// An idle, reusable connection to a backend.
-struct UpstreamConnection {
-  UpstreamConnection(asio::io_context& io, BlockPool& blocks) : socket(io), buffer(blocks) {}
-  Socket socket;
-  BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
-  std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
-  // When its pool's keepalive_timeout ends that idle time (max: never). Kept
-  // per connection: sites whose pools differ share a backend's idle list.
-  std::chrono::steady_clock::time_point idle_deadline = std::chrono::steady_clock::time_point::max();
-  bool watched = false;  // in the worker's ReadyWatch
-  // Pooled after a read that filled its room: bytes may have followed the
-  // response unseen by the ReadyWatch (see take_idle_connection()).
-  bool maybe_more = false;
-  // TCP_NODELAY is set (set_nodelay_once()): only before a request's second
-  // write. A request that goes out in one write never waits for Nagle: by
-  // then the backend has acknowledged everything sent before (its response did).
-  bool nodelay = false;
-};
-// Sets TCP_NODELAY on `socket` unless `set` says it is already (a syscall:
-// client and upstream connections pay it only before a second write).
-inline void set_nodelay_once(Socket& socket, bool& set) {
-  if (set) return;
-  boost::system::error_code ignored;
-  socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
-  set = true;
-}
-
-struct IdleList : std::vector<std::unique_ptr<UpstreamConnection>> {
-  // No site uses this backend address since a reload: a connection finishing
-  // its request here is closed, not pooled (the list stays, as requests begun
-  // before the reload hold it).
-  bool retired = false;
-};
-
-class Session;
+class Http1Session;
 struct Worker;
 
 // A worker's view of one site: its cached pool snapshot and, per snapshot, the
@@ -151,7 +119,7 @@ struct Worker {
   BlockPool blocks;  // before io: sessions (destroyed with io) give their blocks back
   // Before io too: sessions still running when a grace period ran out are
   // destroyed with io's pending operations, and leave this list then.
-  std::list<Session*> sessions;            // for the timeout sweep and draining
+  std::list<Http1Session*> sessions;            // for the timeout sweep and draining
   std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
   // One thread runs it and only that thread touches its sockets (others post
   // to it), so the reactor's per-socket locks are off; posting stays locked.
@@ -225,37 +193,37 @@ struct Proxy::Impl {
   std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
 
-// Where a configuration listens: each site's port on each default_bind
-// address (every IPv4 and, where the host has it, every IPv6 address when
-// default_bind is not set).
+// Where a configuration listens: each site's port on each of its `bind`
+// addresses (every IPv4 and, where the host has it, every IPv6 address when
+// it has none).
 std::set<tcp::endpoint> listen_endpoints(const config::Config& config);
 // An endpoint as messages name it: ":PORT" for every IPv4 address under the
 // default binding, else "ADDRESS:PORT" ("[::]:PORT", "127.0.0.1:PORT").
 std::string listen_label(const tcp::endpoint& endpoint, const config::Config& config);
 
-// Runs one client connection to its end (session.cc).
+// Runs one client connection to its end (http1_session.cc).
 void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
-// Runs a new session on a connection back from parking (session.cc).
+// Runs a new session on a connection back from parking (http1_session.cc).
 // `head_deadline`: the header timeout of a first request the connection has
 // not sent yet (it runs from the connection), else max.
 void resume_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip,
                     Clock::time_point head_deadline);
-// A parked connection was closed (idle timeout, drain): counted closed (session.cc).
+// A parked connection was closed (idle timeout, drain): counted closed (http1_session.cc).
 void parked_connection_closed(Worker& worker);
-// Checks every session of the worker for an expired deadline (session.cc).
+// Checks every session of the worker for an expired deadline (http1_session.cc).
 void sweep_timeouts(Worker& worker, Clock::time_point now);
 // Records every request still in flight (metrics, access log), when the
-// grace period ends and the worker is about to stop with them (session.cc).
+// grace period ends and the worker is about to stop with them (http1_session.cc).
 void cut_requests(Worker& worker);
-// Closes sessions waiting for a request (session.cc), for draining.
+// Closes sessions waiting for a request (http1_session.cc), for draining.
 void close_idle_sessions(Worker& worker);
 // Closes the worker's pooled upstream connections that the backend closed (or
 // wrote to unasked) while they waited: they would sit in CLOSE_WAIT until
-// their next use; and those idle past their pool's keepalive_timeout at `now` (session.cc).
+// their next use; and those idle past their pool's keepalive_timeout at `now` (upstream_connection.cc).
 void sweep_idle_upstream_connections(Worker& worker, Clock::time_point now);
 // Closes the worker's idle client connections that came in on `port`, parked ones included.
 void close_idle_sessions(Worker& worker, uint16_t port);
-// Lets go of Worker::dropped_port_routes of ports no session is on any more (session.cc).
+// Lets go of Worker::dropped_port_routes of ports no session is on any more (http1_session.cc).
 void forget_dropped_ports(Worker& worker);
 
 }  // namespace heft::proxy

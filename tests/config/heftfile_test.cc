@@ -514,9 +514,13 @@ TEST(HeftfileErrors, BracketsHoldAValidIPv6Address) {
             "Heftfile:1:1: invalid site address \"[zz:zz]:8080\": not a valid IPv6 address");
   EXPECT_EQ(only_error("a.test:8080, [1:2:3:4:5:6:7:8:9]:8080 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:14: invalid site address \"[1:2:3:4:5:6:7:8:9]:8080\": not a valid IPv6 address");
-  const Config ok = parse_ok("[::FFFF:127.0.0.1]:8080, [2001:DB8::1]:8080 {\n\treverse_proxy [::1]:1 [::ffff:10.0.0.1]:2\n}\n");
+  const Config ok = parse_ok("[0::1]:8080, [2001:DB8::1]:8080 {\n\treverse_proxy [::1]:1 [::ffff:10.0.0.1]:2\n}\n");
   ASSERT_EQ(ok.sites.size(), 1u);
-  EXPECT_EQ(ok.sites[0].hosts, (std::vector<std::string>{"::ffff:127.0.0.1", "2001:db8::1"}));
+  EXPECT_EQ(ok.sites[0].hosts, (std::vector<std::string>{"0::1", "2001:db8::1"}));
+  // An IP literal is also listened on, and heft's IPv6 listeners cannot take an IPv4-mapped one.
+  EXPECT_EQ(only_error("[::FFFF:127.0.0.1]:8080 {\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:1:1: \"[::FFFF:127.0.0.1]:8080\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners "
+            "(IPv6 only) cannot listen on: write it as 127.0.0.1:8080");
 }
 
 // A zone ID was dropped: "to [fe80::1%lo]:46623" dialed [fe80::1]:46623 on
@@ -958,9 +962,68 @@ TEST(HeftfileErrors, ThreeMistakesGiveThreeErrorsInFileOrder) {
 }
 
 TEST(Heftfile, DefaultBindListsAddressesInCanonicalForm) {
-  EXPECT_TRUE(parse_ok(":80 {\n\treverse_proxy a:1\n}\n").bind.empty());  // every address
-  EXPECT_EQ(parse_ok("{\n\tdefault_bind 127.0.0.1 [0::1] 2001:DB8::1\n}\n:80 {\n\treverse_proxy a:1\n}\n").bind,
+  EXPECT_TRUE(parse_ok(":80 {\n\treverse_proxy a:1\n}\n").sites[0].bind.empty());  // every address
+  EXPECT_EQ(parse_ok("{\n\tdefault_bind 127.0.0.1 [0::1] 2001:DB8::1\n}\n:80 {\n\treverse_proxy a:1\n}\n").sites[0].bind,
             (std::vector<std::string>{"127.0.0.1", "::1", "2001:db8::1"}));
+}
+
+// A site address that is an IP literal is listened on (that address only);
+// a host name only matches requests, as in Caddy; `bind` chooses the
+// addresses whatever the site's addresses are.
+TEST(Heftfile, IpLiteralSiteAddressesAndBindChooseWhereASiteListens) {
+  const auto bind_of = [](std::string_view text) { return parse_ok(text).sites.at(0).bind; };
+  using Addresses = std::vector<std::string>;
+  EXPECT_EQ(bind_of("127.0.0.1:8080 {\n\treverse_proxy a:1\n}\n"), Addresses{"127.0.0.1"});
+  EXPECT_EQ(bind_of("[0::1]:8080 {\n\treverse_proxy a:1\n}\n"), Addresses{"::1"});
+  EXPECT_EQ(bind_of("127.0.0.1:8080, [::1]:8080, localhost:8080 {\n\treverse_proxy a:1\n}\n"),
+            (Addresses{"127.0.0.1", "::1"}));
+  EXPECT_EQ(parse_ok("127.0.0.1:8080, localhost:8080 {\n\treverse_proxy a:1\n}\n").sites[0].hosts,
+            (Addresses{"127.0.0.1", "localhost"}));  // both still match requests
+  EXPECT_EQ(bind_of("example.com:8080 {\n\treverse_proxy a:1\n}\n"), Addresses{});  // every address
+  EXPECT_EQ(bind_of(":8080 {\n\treverse_proxy a:1\n}\n"), Addresses{});
+  EXPECT_EQ(bind_of("{\n\tdefault_bind 10.0.0.1\n}\nexample.com:8080 {\n\treverse_proxy a:1\n}\n"),
+            Addresses{"10.0.0.1"});
+  // An IP literal is more specific than default_bind; bind is more specific than both.
+  EXPECT_EQ(bind_of("{\n\tdefault_bind 10.0.0.1\n}\n127.0.0.1:8080 {\n\treverse_proxy a:1\n}\n"),
+            Addresses{"127.0.0.1"});
+  EXPECT_EQ(bind_of("{\n\tdefault_bind 10.0.0.1\n}\n127.0.0.1:8080 {\n\tbind 127.0.0.2 [0::1]\n"
+                    "\treverse_proxy a:1\n}\n"),
+            (Addresses{"127.0.0.2", "::1"}));
+  EXPECT_EQ(bind_of("example.com:8080 {\n\tbind 0.0.0.0\n\treverse_proxy a:1\n}\n"), Addresses{"0.0.0.0"});
+  // Sites of one port listen together: the same addresses in any order are
+  // one set (in the first site's order); different ones are an error.
+  const Config shared = parse_ok("127.0.0.1:8080, [::1]:8080 {\n\treverse_proxy a:1\n}\n"
+                                 "example.com:8080 {\n\tbind ::1 127.0.0.1\n\treverse_proxy b:1\n}\n");
+  ASSERT_EQ(shared.sites.size(), 2u);
+  EXPECT_EQ(shared.sites[1].bind, (Addresses{"127.0.0.1", "::1"}));
+  EXPECT_EQ(only_error("127.0.0.1:8080 {\n\treverse_proxy a:1\n}\nexample.com:8080 {\n\treverse_proxy b:1\n}\n"),
+            "Heftfile:4:1: this site listens on every address, but the site at 1:1 on port 8080 listens on "
+            "127.0.0.1: the sites of a port listen on the same addresses (give them the same bind, or another port)");
+  EXPECT_EQ(only_error("127.0.0.1:8080 {\n\treverse_proxy a:1\n}\n127.0.0.2:8080 {\n\tbind 127.0.0.3\n"
+                       "\treverse_proxy b:1\n}\n"),
+            "Heftfile:5:2: this site listens on 127.0.0.3, but the site at 1:1 on port 8080 listens on 127.0.0.1: the "
+            "sites of a port listen on the same addresses (give them the same bind, or another port)");
+  // Other ports are other listeners.
+  const Config ports = parse_ok("127.0.0.1:8080 {\n\treverse_proxy a:1\n}\n:8081 {\n\treverse_proxy b:1\n}\n");
+  EXPECT_EQ(ports.sites[0].bind, Addresses{"127.0.0.1"});
+  EXPECT_EQ(ports.sites[1].bind, Addresses{});
+}
+
+TEST(HeftfileErrors, BindTakesIpAddresses) {
+  const auto site = [](std::string_view bind) {
+    return fmt::format("example.com:8080 {{\n\t{}\n\treverse_proxy a:1\n}}\n", bind);
+  };
+  EXPECT_EQ(only_error(site("bind localhost")),
+            "Heftfile:2:7: bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"localhost\"");
+  EXPECT_EQ(only_error(site("bind 127.0.0.1:8080")),
+            "Heftfile:2:7: bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, ::1), got \"127.0.0.1:8080\"");
+  EXPECT_EQ(only_error(site("bind ::1 [0::1]")), "Heftfile:2:11: duplicate address \"[0::1]\" in bind");
+  EXPECT_EQ(only_error(site("bind")), "Heftfile:2:2: missing value for \"bind\" (e.g. \"bind 127.0.0.1 ::1\")");
+  EXPECT_EQ(only_error(site("bind ::ffff:127.0.0.1")),
+            "Heftfile:2:7: \"::ffff:127.0.0.1\" is an IPv4-mapped IPv6 address, which heft's IPv6 listeners (IPv6 "
+            "only) cannot listen on: write it as 127.0.0.1");
+  EXPECT_EQ(only_error(site("bind 127.0.0.1\n\tbind ::1")), "Heftfile:3:2: duplicate option \"bind\" (first set at 2:2)");
+  EXPECT_EQ(only_error(site("bind 127.0.0.1 {\n\t}")), "Heftfile:2:17: \"bind\" takes no block");
 }
 
 TEST(HeftfileErrors, DefaultBindTakesIpAddresses) {
@@ -1098,7 +1161,8 @@ TEST(Format, TokenStartingWithAByteOrderMarkKeepsItsQuotes) {
 
 // "Did you mean" filled an edit-distance table of the word's length for every
 // known name: a 8 MB unknown option took seconds (22 s for 1 MB under ASAN).
-// Its time per byte is bench/config_bench's (BENCHMARKS.md); here, what is said.
+// Its time per byte is bench/config_bench's (BENCHMARKS.md, "Reading
+// configurations"); here, what is said.
 TEST(HeftfileErrors, AHugeUnknownWordIsReportedWithoutASuggestion) {
   const std::string word(8 << 20, 'x');
   Result<Config> result = parse_heftfile(":80 {\n\treverse_proxy a:1 {\n\t\t" + word + " 1\n\t}\n}\n");
@@ -1109,8 +1173,8 @@ TEST(HeftfileErrors, AHugeUnknownWordIsReportedWithoutASuggestion) {
 
 // Sites were grouped by port with a search of the port list per comparison
 // of the sort: 59,000 sites on as many ports took 8 s, and as long again in
-// to_json(). The time per site is bench/config_bench's (BENCHMARKS.md); here,
-// that the grouping is right at that size.
+// to_json(). The time per site is bench/config_bench's (BENCHMARKS.md,
+// "Reading configurations"); here, that the grouping is right at that size.
 TEST(Heftfile, FiftyNineThousandPortsAreGroupedInOrder) {
   std::string text;
   for (int port = 1; port <= 59'000; ++port) text += fmt::format(":{} {{\n\treverse_proxy a:1\n}}\n", 60'000 - port);

@@ -248,8 +248,9 @@ TEST_F(AdminProcessTest, ControlCommands) {
   write_file(dir + "/bad.json", R"({"apps":{"http":{"servers":{"srv0":{"listen":[":1"],"routes":[{"handle":[{"handler":"subroute","routes":[{"handle":[{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:1","weight":-3}]}]}]}]}]}}}}})");
   EXPECT_EQ(heft(dir, {"reload", "--config", dir + "/bad.json", "--address", address()}, out), 1);
   EXPECT_NE(out.find("weight"), std::string::npos) << out;
-  write_file(dir + "/Heftfile2", heftfile(1, 0));
-  ASSERT_EQ(heft(dir, {"reload", "--config", dir + "/Heftfile2", "--address", address()}, out), 0) << out;
+  // The file heft serves, edited: b drained. (Another file is refused: this heft does not serve it.)
+  write_file(dir + "/Heftfile", heftfile(1, 0));
+  ASSERT_EQ(heft(dir, {"reload", "--config", dir + "/Heftfile", "--address", address()}, out), 0) << out;
   EXPECT_EQ(measure(50)["a"], 50);
 
   ASSERT_EQ(heft(dir, {"stop", "--address", address()}, out), 0) << out;
@@ -278,9 +279,9 @@ TEST_F(AdminProcessTest, CommandsFindTheAdminAddressAndTokenInTheConfiguration) 
   EXPECT_NE(out.find(b), std::string::npos) << out;
   ASSERT_EQ(heft(dir, {"weight", "0", b, "3", "-c", heftfile_path}, out), 0) << out;
   EXPECT_NEAR(measure(400)["b"], 300, 2);
-  // reload's own FILE says where: this one drains b.
-  write_file(dir + "/Heftfile2", with_token(1, 0));
-  ASSERT_EQ(heft(dir, {"reload", dir + "/Heftfile2"}, out), 0) << out;
+  // reload's own FILE says where: the served file, edited to drain b.
+  write_file(heftfile_path, with_token(1, 0));
+  ASSERT_EQ(heft(dir, {"reload", heftfile_path}, out), 0) << out;
   EXPECT_EQ(measure(50)["a"], 50);
   // --address and --token still win over the file.
   EXPECT_EQ(heft(dir, {"upstreams", "-c", heftfile_path, "--address", "127.0.0.1:1"}, out), 1) << out;
@@ -288,10 +289,12 @@ TEST_F(AdminProcessTest, CommandsFindTheAdminAddressAndTokenInTheConfiguration) 
   EXPECT_EQ(heft(dir, {"upstreams", "-c", heftfile_path, "--token", "wrong"}, out), 1) << out;
   // Only the global options count: a site's error, or a variable only heft's
   // own environment has, does not keep the command from its admin API.
-  std::string broken = with_token(1, 1);
+  // (The served file itself, edited: a --config naming another file is refused.)
+  std::string broken = with_token(1, 0);
   broken.replace(broken.find("\t\tto "), 0, "\t\tto {$HEFT_TEST_NOT_HERE}\n");
-  write_file(dir + "/Broken", broken);
-  EXPECT_EQ(heft(dir, {"upstreams", "-c", dir + "/Broken"}, out), 0) << out;
+  write_file(heftfile_path, broken);
+  EXPECT_EQ(heft(dir, {"upstreams", "-c", heftfile_path}, out), 0) << out;
+  write_file(heftfile_path, with_token(1, 0));
   // A --config whose admin settings are not valid, or that has no admin API, names the reason.
   write_file(dir + "/Bad", "{\n\tadmin 127.0.0.1:1\n\twieght 2\n}\n");
   EXPECT_EQ(heft(dir, {"stop", "-c", dir + "/Bad"}, out), 2) << out;
@@ -314,9 +317,9 @@ TEST_F(AdminProcessTest, ReloadOfALargeConfiguration) {
   std::string big = fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n", admin_port);
   for (int i = 0; i < 1500; ++i)
     big += fmt::format("site{}.test:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", i, port, backends[i % 2].port);
-  write_file(dir + "/Big", big);
+  write_file(dir + "/Heftfile", big);  // the file heft serves, grown
   std::string out;
-  ASSERT_EQ(heft(dir, {"reload", "--config", dir + "/Big", "--address", address()}, out), 0) << out;
+  ASSERT_EQ(heft(dir, {"reload", "--config", dir + "/Heftfile", "--address", address()}, out), 0) << out;
   const std::string config = admin("GET", "/config/").body;
   EXPECT_GT(config.size(), 1u << 20);
   HttpClient client(port);
@@ -419,10 +422,13 @@ TEST_F(AdminProcessTest, AcceptFailingForWantOfDescriptorsDoesNotSpin) {
 // ("::1", no brackets) as well as bracketed; "::1" was split at its last colon.
 TEST_F(AdminProcessTest, SiteNamedByAnIPv6LiteralIsFoundWithOrWithoutBrackets) {
   write_file(dir + "/Heftfile",
+             // a.test listens where the [::1] site does: the sites of a port share their addresses.
              fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n[::1]:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n"
-                         "a.test:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
+                         "a.test:{} {{\n\tbind ::1\n\treverse_proxy 127.0.0.1:{}\n}}\n",
                          admin_port, port, backends[0].port, port, backends[1].port));
-  Process p = run("heft.log");
+  // Port `port` is served on ::1 alone now: wait for the admin API only.
+  Process p({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", state}, dir + "/heft.log");
+  ASSERT_TRUE(wait_for_port(admin_port)) << p.log();
   std::string out;
   const std::string a = fmt::format("127.0.0.1:{}", backends[0].port);
   EXPECT_EQ(heft(dir, {"weight", "::1", a, "3", "--address", address()}, out), 0) << out;

@@ -1,8 +1,10 @@
 // Where heft listens: every IPv4 and IPv6 address by default, the addresses of
-// `default_bind` when set, moved by a reload; real processes, real sockets.
+// `default_bind` when set, a site's IP-literal address or its `bind`, moved by
+// a reload; real processes, real sockets.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "process_util.h"
 
@@ -189,6 +191,79 @@ TEST(ListenAddresses, APortTakenOnIPv6AloneIsRefused) {
   EXPECT_NE(heft.log().find(fmt::format("cannot listen on [::]:{}: Address already in use", port)), std::string::npos)
       << heft.log();
   ::close(other);
+}
+
+// A site written with an IP literal listens on that address only; a host
+// name only matches requests (as in Caddy): a `127.0.0.1:PORT` site is not
+// reached on 127.0.0.2:PORT (all of 127.0.0.0/8 is this host's loopback).
+TEST(ListenAddresses, AnIpLiteralSiteListensOnThatAddressOnly) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  Process heft = start_heft(
+      dir, fmt::format("{{\n\tadmin off\n}}\n127.0.0.1:{0}, localhost:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n",
+                       port, a.port),
+      port);
+  EXPECT_TRUE(wait_for_log(heft, fmt::format("Z info listening on 127.0.0.1:{} with", port))) << heft.log();
+  EXPECT_FALSE(accepts("127.0.0.2", port));
+  if (has_ipv6_loopback()) EXPECT_FALSE(accepts("::1", port));
+  HttpClient client(port);
+  EXPECT_EQ(client.request(fmt::format("GET / HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", port)).header("x-backend"),
+            "a");
+  EXPECT_EQ(client.get("/").header("x-backend"), "a");  // Host: localhost matches, as written
+  // Before, heft listened on every address: the same site is reached through 127.0.0.2 once it says so.
+  write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin off\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
+                                            port, a.port));
+  heft.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
+  bool reached = false;
+  for (int i = 0; i < 100 && !reached; ++i) {  // the workers open it just after the reload
+    reached = accepts("127.0.0.2", port);
+    if (!reached) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(reached) << heft.log();
+}
+
+// `bind ADDR...` in a site chooses its addresses, a host-named site's too;
+// `heft adapt` writes them as the server's listen addresses, and the JSON
+// form runs the same.
+TEST(ListenAddresses, BindChoosesWhereASiteListensAndAdaptKeepsIt) {
+  std::string dir = make_temp_dir();
+  Backend a = start_backend(dir, "a");
+  uint16_t port = free_port();
+  const std::string heftfile = fmt::format(
+      "{{\n\tadmin off\n}}\napp.test:{} {{\n\tbind 127.0.0.2\n\treverse_proxy 127.0.0.1:{}\n}}\n", port, a.port);
+  write_file(dir + "/Heftfile", heftfile);
+  Process adapt({HEFT_BINARY, "adapt", dir + "/Heftfile"}, dir + "/adapt.json");
+  ASSERT_EQ(adapt.wait(10s), std::optional<int>(0)) << read_file(dir + "/adapt.json");
+  const auto document = nlohmann::json::parse(read_file(dir + "/adapt.json"), nullptr, false);
+  ASSERT_TRUE(document.is_object()) << read_file(dir + "/adapt.json");
+  EXPECT_EQ(document["apps"]["http"]["servers"]["srv0"]["listen"],
+            nlohmann::json::array({fmt::format("127.0.0.2:{}", port)}));
+  for (const std::string config : {dir + "/Heftfile", dir + "/adapt.json"}) {
+    SCOPED_TRACE(config);
+    Process heft({HEFT_BINARY, "run", "--config", config}, dir + "/heft.log");
+    bool listening = false;
+    for (int i = 0; i < 500 && !listening; ++i) {
+      listening = accepts("127.0.0.2", port);
+      if (!listening) std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(listening) << heft.log();
+    EXPECT_FALSE(accepts("127.0.0.1", port));
+    HttpClient client("127.0.0.2", port);
+    EXPECT_EQ(client.request("GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").header("x-backend"), "a");
+    heft.signal(SIGTERM);
+    EXPECT_EQ(heft.wait(10s), std::optional<int>(0)) << heft.log();
+  }
+  // A bad address is located, by validate and by the JSON reader alike.
+  write_file(dir + "/Bad", "app.test:8080 {\n\tbind app.test\n\treverse_proxy 127.0.0.1:1\n}\n");
+  Process validate({HEFT_BINARY, "validate", dir + "/Bad"}, dir + "/validate.log");
+  EXPECT_EQ(validate.wait(10s), std::optional<int>(1));
+  EXPECT_NE(validate.log().find(fmt::format("{}/Bad:2:7: bind needs IP addresses (e.g. 0.0.0.0, ::, 127.0.0.1, "
+                                            "::1), got \"app.test\"",
+                                            dir)),
+            std::string::npos)
+      << validate.log();
 }
 
 }  // namespace

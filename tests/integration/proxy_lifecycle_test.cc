@@ -678,8 +678,10 @@ TEST(ProxyLifecycle, DefaultHostIsAHostName) {
                   "*.w.test:{1}, b.test:{1} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
                   "*.w.test:{2} {{\n\tdefault\n\treverse_proxy 127.0.0.1:{3}\n}}\n",
                   v6, named, wildcard, origin_port),
-      v6);
+      named);
   ASSERT_TRUE(wait_for_port(named) && wait_for_port(wildcard)) << heft.log();
+  // The [::1] site listens there alone (an IP-literal site address is bound).
+  EXPECT_LT(connect_to("127.0.0.1", v6, 1s), 0) << "the [::1] site answers on 127.0.0.1";
   const std::vector<std::pair<uint16_t, std::string>> cases = {
       {v6, "GET / HTTP/1.0\r\n\r\n"},
       {v6, "GET / HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n"},
@@ -697,7 +699,7 @@ TEST(ProxyLifecycle, DefaultHostIsAHostName) {
       ::send(c, reply, sizeof reply - 1, MSG_NOSIGNAL);
       ::close(c);
     });
-    Response r = HttpClient(port).request(request);
+    Response r = HttpClient(port == v6 ? "::1" : "127.0.0.1", port).request(request);
     origin.join();
     EXPECT_EQ(r.status, 200) << request << heft.log();
     const auto at = head.find("\r\nHost:");
@@ -1737,11 +1739,13 @@ TEST(ProxyLifecycle, HostsRouteExactThenWildcardThenAnyHost) {
           broad = start_backend(dir, "broad");
   uint16_t port = free_port();
   Process heft = start_heft(dir,
-                            fmt::format("{{\n\tadmin off\n\tworkers 1\n}}\n"
+                            // One listener set for the port: the [::1] site would listen there alone.
+                            fmt::format("{{\n\tadmin off\n\tworkers 1\n\tdefault_bind 127.0.0.1 ::1\n}}\n"
                                         ":{0} {{\n\treverse_proxy 127.0.0.1:{3}\n}}\n"
                                         "*.*.test:{0} {{\n\treverse_proxy 127.0.0.1:{4}\n}}\n"
                                         "*.wild.test:{0} {{\n\treverse_proxy 127.0.0.1:{2}\n}}\n"
-                                        "a.wild.test:{0}, [::1]:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n",
+                                        "a.wild.test:{0}, [::1]:{0} {{\n\tbind 127.0.0.1 ::1\n"
+                                        "\treverse_proxy 127.0.0.1:{1}\n}}\n",
                                         port, exact.port, wild.port, any.port, broad.port),
                             port);
   HttpClient client(port);

@@ -387,7 +387,8 @@ TEST(ResponseBody, ABackendsLatencyIsTheTimeToItsHeadNotTheBodysRelay) {
 // A backend's chunks that reach heft together go out together, re-chunked
 // (as nginx does): one send and one chunk for what one read brought.
 // Relayed chunk by chunk, a backend writing 1 KiB chunks got a
-// sixth of nginx's throughput, a send per chunk (BENCHMARKS.md). The body
+// sixth of nginx's throughput, a send per chunk (BENCHMARKS.md, "Other
+// shapes of traffic"). The body
 // arrives whole and in order, to an HTTP/1.1 client chunked and to an
 // HTTP/1.0 one delimited by the close.
 TEST(ResponseBody, ChunksThatArriveTogetherGoOutAsOne) {

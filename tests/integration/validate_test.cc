@@ -399,6 +399,26 @@ TEST_F(ConfigCommands, ValidateRefusesALogFileRunCouldNotOpen) {
   EXPECT_FALSE(std::filesystem::exists(fresh));
 }
 
+// Bare `heft` and `heft help [COMMAND]` print the usage; `heft help` of a
+// command that does not exist says so.
+TEST_F(ConfigCommands, BareHeftAndHelpPrintTheUsage) {
+  for (const std::string args : {"", "help"}) {
+    CommandResult usage = heft(args);
+    EXPECT_EQ(usage.exit_code, 0) << args;
+    EXPECT_NE(usage.out.find("Usage: heft [OPTIONS] SUBCOMMAND"), std::string::npos) << usage.out;
+    EXPECT_NE(usage.out.find("reload"), std::string::npos) << usage.out;
+    EXPECT_EQ(usage.err, "");
+  }
+  CommandResult reload = heft("help reload");
+  EXPECT_EQ(reload.exit_code, 0);
+  EXPECT_NE(reload.out.find("Usage: heft reload [OPTIONS] [FILE]"), std::string::npos) << reload.out;
+  EXPECT_NE(reload.out.find("--dry-run"), std::string::npos) << reload.out;
+  EXPECT_EQ(heft("help run").out.find("--listen") != std::string::npos, true);
+  CommandResult unknown = heft("help nosuch");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.err, "heft: help: unknown command \"nosuch\" (see heft help)\n");
+}
+
 // A misspelt command is named as unknown (as `caddy nosuch` does), not reported as a
 // missing one ("A subcommand is required", which is what a bare `heft` gets).
 TEST_F(ConfigCommands, UnknownCommandIsNamed) {

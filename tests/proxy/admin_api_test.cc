@@ -304,6 +304,57 @@ TEST_F(AdminApiTest, TokenIsRequiredWhenSetAndForNonLoopback) {
   EXPECT_EQ(admin_config_error(open), "");
 }
 
+// A whole configuration loaded answers what it changed in the running one
+// (live changes it undoes among them); ?dry_run=1 answers the same and
+// changes nothing: no apply, no save, the same tree and ETag.
+TEST_F(AdminApiTest, LoadAnswersWhatItChangesAndADryRunChangesNothing) {
+  const std::string state = test::make_temp_dir() + "/state.json";
+  AdminApi api(sample_config(), hooks(), state);
+  ASSERT_EQ(api.handle(request("PATCH", std::string(kUpstreams) + "/1/weight", "50")).status, 200);
+  ASSERT_EQ(applied.size(), 1u);
+  const std::string tag = api.etag();
+  const std::string saved = test::read_file(state);
+  const std::string file = config::to_json(sample_config()).dump();
+  const std::string pointer = std::string(kUpstreams).substr(7) + "/1/weight";
+  AdminResponse r = api.handle(request("POST", "/load?dry_run=1", file));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"dry_run": true, "changes": [{"pointer": ")" + pointer +
+                                             R"(", "before": 50, "after": 5, "text": ")" + pointer + R"(: 50 → 5"}]})"));
+  EXPECT_EQ(applied.size(), 1u);
+  EXPECT_EQ(api.etag(), tag);
+  EXPECT_EQ(test::read_file(state), saved);
+  // A dry run of a configuration that would be refused is refused the same way.
+  r = api.handle(request("POST", "/load?dry_run=true", R"({"apps":{"http":{"workers":"two"}}})"));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(api.handle(request("POST", "/load?dry_run=maybe", file)).status, 400);
+  // Loaded for real: the same list, now applied and saved.
+  r = api.handle(request("POST", "/load", file));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["changes"][0]["text"], pointer + ": 50 → 5");
+  EXPECT_FALSE(json::parse(r.body).contains("dry_run"));
+  EXPECT_EQ(applied.size(), 2u);
+  EXPECT_NE(api.etag(), tag);
+  EXPECT_EQ(load_state_file(state)->sites[0].proxy.upstreams[1].weight, 5u);
+  // Nothing left to change: an empty list.
+  r = api.handle(request("POST", "/load?dry_run=0", file));
+  EXPECT_EQ(json::parse(r.body), json::parse(R"({"changes": []})"));
+  // A SIGHUP reload is the same transaction.
+  EXPECT_EQ(api.load(sample_config("{\n\tworkers 0\n}\n"), "SIGHUP reload of Heftfile").status, 200);
+}
+
+TEST_F(AdminApiTest, InstanceIsWhatTheHookSays) {
+  AdminHooks h = hooks();
+  h.instance = [] { return json{{"config", "/etc/heft/Heftfile"}, {"state", "/var/lib/heft/Heftfile-1.json"}}; };
+  AdminApi api(sample_config(), std::move(h), "");
+  AdminResponse r = api.handle(request("GET", "/heft/instance"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["config"], "/etc/heft/Heftfile");
+  EXPECT_EQ(api.handle(request("POST", "/heft/instance", "{}")).status, 405);
+  AdminRequest stranger = request("GET", "/heft/instance");
+  stranger.headers["host"] = "evil.example:2019";
+  EXPECT_EQ(api.handle(stranger).status, 403);  // checked as every endpoint is
+}
+
 TEST(StateFile, WritesAtomicallyAndLoads) {
   std::string dir = test::make_temp_dir();
   std::string path = dir + "/nested/autosave.json";

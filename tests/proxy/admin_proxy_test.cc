@@ -71,7 +71,9 @@ struct Stack {
       try {
         proxy = std::make_unique<proxy::Proxy>(*parsed);
         proxy->start();
-        admin = ProxyAdmin::start(*proxy, dir + "/autosave.json");
+        // As `heft run --config DIR/Heftfile` would report itself (the tests write that file).
+        admin = ProxyAdmin::start(*proxy, dir + "/autosave.json",
+                                  {{"config", dir + "/Heftfile"}, {"state", dir + "/autosave.json"}});
         return;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "Stack: attempt %d: %s; trying other ports\n", attempt, e.what());
@@ -597,6 +599,13 @@ TEST(AdminProxy, ControlCommands) {
   test::write_file(stack.dir + "/Heftfile", heftfile);
   ASSERT_EQ(heft_command(stack, {"reload", "--config", stack.dir + "/Heftfile"}, out), 0) << out;
   EXPECT_EQ(stack.measure(50)["v1"], 50);
+  // Another file is not this heft's: refused before anything is sent.
+  test::write_file(stack.dir + "/Other", heftfile);
+  EXPECT_EQ(heft_command(stack, {"reload", "--config", stack.dir + "/Other"}, out), 1);
+  EXPECT_NE(out.find(fmt::format("serves {}/Heftfile (state file {}/autosave.json), not {}/Other: not reloading",
+                                 stack.dir, stack.dir, stack.dir)),
+            std::string::npos)
+      << out;
 
   ASSERT_EQ(heft_command(stack, {"stop"}, out), 0) << out;
   stack.proxy->wait();  // POST /stop shut the proxy down
