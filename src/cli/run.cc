@@ -216,6 +216,7 @@ int run(const RunOptions& options) {
     }
     config = std::move(*loaded);
   }
+  observe::set_log_format(config.log_format);  // the file's from here on (the proxy follows reloads)
   // Every change accepted by the admin API is saved to the state file
   // (Caddy's autosave), one per configuration file, locked while in use;
   // --resume starts from it instead of the file. Without an admin API
@@ -228,6 +229,7 @@ int run(const RunOptions& options) {
     const Resume outcome = resume_from_state(state, config);
     if (outcome == Resume::refused) return 1;
     resumed = outcome == Resume::resumed;
+    observe::set_log_format(config.log_format);
   }
 
   // A site over the admin API's address (the default one, most likely: an
