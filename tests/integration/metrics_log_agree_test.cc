@@ -666,7 +666,7 @@ TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
   EXPECT_EQ(cut["status"], 200) << cut;
   EXPECT_EQ(cut["size"], 1000) << cut;
   EXPECT_EQ(cut["upstream"], fmt::format("127.0.0.1:{}", origin_port)) << cut;
-  EXPECT_NE(heft.log().find("heft: GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
+  EXPECT_NE(heft.log().find("GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
 }
 
 // Sites sharing a port are one server with a pool each: every per-backend
