@@ -1,6 +1,8 @@
 // Active health checks against in-process demo backends (health/health_checker.h).
 #include <gtest/gtest.h>
 
+#include "test_deadline.h"
+
 #include <atomic>
 #include <functional>
 #include <mutex>
@@ -163,8 +165,8 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
     EXPECT_GE(checker.checks_failed(), 2u);
   }
   const std::string all = log.text();
-  EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
-  EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
+  EXPECT_NE(all.find("healthy → unhealthy (status 500"), std::string::npos) << all;
+  EXPECT_NE(all.find("unhealthy → healthy"), std::string::npos) << all;
   EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
   // health_fails 2, health_passes 1: the count agrees with its noun.
   EXPECT_NE(all.find("; 2 consecutive failures)"), std::string::npos) << all;
@@ -293,6 +295,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
     tcp::socket poke(origin_io);
     poke.connect(acceptor.local_endpoint(), ec);
   }
+  test::WaitingFor waiting("the origin thread to end (its accept and read have no timeout)");
   origin.join();
   EXPECT_GE(answered.load(), 6);
   const std::string all = log.text();
