@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -201,8 +202,17 @@ TEST(Calibrate, ApplyUnderLoadChangesTheSplitWithNoFailedRequest) {
   // Each backend drained from heft's traffic for its ramp, and put back.
   EXPECT_NE(e.err.find(fmt::format("[1/2] {}: drained (weight 1 -> 0)", dial(pool.fast))), std::string::npos) << e.err;
   EXPECT_NE(e.err.find(fmt::format("[2/2] {}: weight 1 restored", dial(pool.slow))), std::string::npos) << e.err;
-  EXPECT_NE(e.out.find("calibrated weights applied"), std::string::npos) << e.out;
-  EXPECT_EQ(pool.weights(), (std::vector<int>{2, 1})) << e.out << e.err;
+  // About 375 : 187 req/s, measured beside heft and its clients on a busy
+  // machine: 2:1 or near it. Whatever was measured is what heft has now.
+  int fast_weight = 0, slow_weight = 0;
+  const std::string done = fmt::format("calibrated weights applied: {} {{}} : {} {{}}", dial(pool.fast), dial(pool.slow));
+  const size_t at = e.out.find("calibrated weights applied: ");
+  ASSERT_NE(at, std::string::npos) << e.out;
+  ASSERT_EQ(std::sscanf(e.out.c_str() + at + done.find('{'), "%d", &fast_weight), 1) << e.out;
+  ASSERT_EQ(std::sscanf(e.out.c_str() + e.out.find(" : ", at) + 3 + dial(pool.slow).size(), "%d", &slow_weight), 1)
+      << e.out;
+  EXPECT_NEAR(double(fast_weight) / slow_weight, 2, 0.4) << e.out;
+  EXPECT_EQ(pool.weights(), (std::vector<int>{fast_weight, slow_weight})) << e.out << e.err;
   std::this_thread::sleep_for(1500ms);
   load.stop();
   const std::vector<Sample> all = load.all();
@@ -214,7 +224,7 @@ TEST(Calibrate, ApplyUnderLoadChangesTheSplitWithNoFailedRequest) {
     fast += s.backend == "fast";
   }
   ASSERT_GT(total, 50);
-  EXPECT_NEAR(double(fast) / total, 2.0 / 3, 0.1) << fast << " of " << total;
+  EXPECT_NEAR(double(fast) / total, double(fast_weight) / (fast_weight + slow_weight), 0.1) << fast << " of " << total;
 }
 
 // A wrong measurement (the failing backend "measured" as the strong one):
