@@ -66,6 +66,8 @@ void run(DemoBackendFlags& flags) {
   if (!options.health_path.empty() && options.health_path.front() != '/') {
     throw BadArguments(fmt::format("--health-path must start with '/', got '{}'", options.health_path));
   }
+  if (!(options.fail_above >= 0 && options.fail_above <= 1e9))
+    throw BadArguments(fmt::format("--fail-above wants requests a second, 0 (off) to 1e9, got {}", options.fail_above));
   if (options.threads == 0) throw BadArguments("--threads must be at least 1");
   if (options.name.empty()) throw BadArguments("--name must not be empty");
   try {
@@ -95,6 +97,9 @@ void setup(CLI::App& root) {
       ->check(CLI::Range(std::size_t{0}, std::size_t{1'000'000}))
       ->capture_default_str();
   cmd->add_option("--fail-rate", o.fail_rate, "Fraction 0..1 of requests answered 503, evenly spread")
+      ->capture_default_str();
+  cmd->add_option("--fail-above", o.fail_above,
+                  "Requests arriving faster than this many a second are answered 503 (0: no limit)")
       ->capture_default_str();
   cmd->add_option("--health-path", o.health_path, "Path answering 200 ok (e.g. /healthz); none by default");
   cmd->add_option("--threads", o.threads, "Event-loop threads")->check(CLI::Range(1u, 256u))->capture_default_str();

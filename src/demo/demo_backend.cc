@@ -1,5 +1,6 @@
 #include "demo/demo_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -186,6 +187,7 @@ struct DemoBackend::State {
         body(make_demo_body(options.body_bytes)),
         delay_ms(options.delay.count()),
         fail_ppm(to_parts_per_million(options.fail_rate)),
+        fail_above(options.fail_above),
         slots(options.workers) {}
 
   asio::io_context& io;
@@ -200,8 +202,14 @@ struct DemoBackend::State {
   std::atomic<int64_t> delay_ms;
   std::atomic<uint32_t> fail_ppm;
   std::atomic<unsigned> health_status{200};
+  std::atomic<double> fail_above;  // requests per second; 0 = no limit
   std::atomic<bool> stopped{false};
   WorkerSlots slots;
+
+  // The --fail-above token bucket, taken only while a limit is set.
+  std::mutex bucket_mutex;
+  double bucket_tokens = -1;  // < 0: not used yet (starts full)
+  std::chrono::steady_clock::time_point bucket_filled;
 
   std::mutex connections_mutex;
   std::unordered_set<std::shared_ptr<Connection>> connections;  // to close them on stop()
@@ -213,6 +221,24 @@ struct DemoBackend::State {
     if (ppm == 0) return false;
     const uint64_t n = fail_sequence.fetch_add(1, std::memory_order_relaxed);
     return (n + 1) * ppm / kPartsPerMillion > n * ppm / kPartsPerMillion;
+  }
+
+  // Whether a request arriving now exceeds --fail-above: the bucket fills at
+  // that rate and holds a tenth of a second's worth (at least one request),
+  // so an even stream just under the limit passes whatever its jitter, and
+  // past the limit exactly the excess fails.
+  bool over_rate_limit() {
+    const double rate = fail_above.load(std::memory_order_relaxed);
+    if (rate <= 0) return false;
+    const auto now = std::chrono::steady_clock::now();
+    const double burst = std::max(1.0, rate / 10);
+    std::lock_guard lock(bucket_mutex);
+    if (bucket_tokens < 0) bucket_tokens = burst;
+    else bucket_tokens = std::min(burst, bucket_tokens + rate * std::chrono::duration<double>(now - bucket_filled).count());
+    bucket_filled = now;
+    if (bucket_tokens < 1) return true;
+    bucket_tokens -= 1;
+    return false;
   }
 };
 
@@ -293,12 +319,18 @@ awaitable<bool> serve_control(State& s, Connection& c, RequestParser& parser, st
     double rate = 0;
     ok = parse_number(query_param(query, "value"), rate) && rate >= 0 && rate <= 1;
     if (ok) s.fail_ppm.store(to_parts_per_million(rate));
+  } else if (knob == "fail_above") {
+    double rps = 0;
+    ok = parse_number(query_param(query, "rps"), rps) && rps >= 0 && rps <= 1e9;
+    if (ok) s.fail_above.store(rps);
   } else {
     co_await write_text(s, c, 404, count, keep_alive, version, "unknown control\n");
     co_return keep_alive;
   }
   co_await write_text(s, c, ok ? 200 : 400, count, keep_alive, version,
-                      ok ? "ok\n" : "bad value: health?status=100..599, delay?ms=N, fail_rate?value=0..1\n");
+                      ok ? "ok\n"
+                         : "bad value: health?status=100..599, delay?ms=N, fail_rate?value=0..1, "
+                           "fail_above?rps=R (0: off)\n");
   co_return keep_alive;
 }
 
@@ -446,7 +478,13 @@ awaitable<bool> serve_request(State& s, Connection& c, RequestParser& parser) {
     co_return false;
   }
 
-  // Regular traffic: wait for a worker, then the delay, then maybe fail.
+  // Regular traffic: shed past --fail-above, else wait for a worker, then the
+  // delay, then maybe fail.
+  if (s.over_rate_limit()) {
+    co_await drain_body(c, parser);
+    co_await write_text(s, c, 503, count, keep_alive, version, "over the request rate (--fail-above)\n");
+    co_return keep_alive;
+  }
   if (!co_await s.slots.acquire()) co_return false;
   SlotGuard slot(s.slots);
   if (const int64_t delay = s.delay_ms.load(std::memory_order_relaxed); delay > 0) {
@@ -580,6 +618,8 @@ DemoBackend::DemoBackend(asio::io_context& io, DemoBackendOptions options) {
     throw std::invalid_argument(fmt::format("health path must start with '/', got '{}'", options.health_path));
   }
   if (options.delay.count() < 0) throw std::invalid_argument("delay must not be negative");
+  if (!(options.fail_above >= 0 && options.fail_above <= 1e9))
+    throw std::invalid_argument(fmt::format("fail-above must be 0 (off) to 1e9 requests a second, got {}", options.fail_above));
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(options.address, ec);
   if (ec) throw std::invalid_argument(fmt::format("'{}' is not an IP address", options.address));

@@ -10,8 +10,9 @@
 //   /ws (Upgrade)       WebSocket echo
 //   GET /_control/stats  {"requests":N,"connections":M} (connections accepted)
 //   POST /_control/health?status=500|200, /_control/delay?ms=N,
-//   POST /_control/fail_rate?value=F     change behaviour at runtime
-// Workers, delay and fail rate apply to everything but the health path and
+//   POST /_control/fail_rate?value=F, /_control/fail_above?rps=R
+//                                        change behaviour at runtime
+// Fail-above, workers, delay and fail rate apply to everything but the health path and
 // /_control/*, so a test can always steer a busy backend.
 //
 // Thread-safety: the io_context may be run by any number of threads (each
@@ -37,6 +38,10 @@ struct DemoBackendOptions {
   std::chrono::milliseconds delay{0};  // added latency per request (a timer, no thread blocks)
   std::size_t workers = 0;             // requests served at once; 0 = unlimited, more wait FIFO
   double fail_rate = 0;                // 0..1 of requests answered 503, spread evenly and exactly
+  // Requests arriving faster than this many a second are answered 503 at once
+  // (a backend that sheds load past its rate); 0 = off. A token bucket filled
+  // at this rate, holding a tenth of a second's worth (at least one request).
+  double fail_above = 0;
   std::string health_path;             // empty: no health endpoint
   // Used by run_demo_backend() only:
   unsigned threads = 1;   // event-loop threads
@@ -51,7 +56,7 @@ class DemoBackend {
  public:
   // Opens, binds and listens right away (throws std::runtime_error "cannot listen
   // on ADDR:PORT: reason" if it cannot), so port() is valid before start(). Throws std::invalid_argument on
-  // bad options (fail_rate outside 0..1, health_path not starting with '/').
+  // bad options (fail_rate outside 0..1, fail_above negative, health_path not starting with '/').
   DemoBackend(boost::asio::io_context& io, DemoBackendOptions options);
   ~DemoBackend();
   DemoBackend(const DemoBackend&) = delete;

@@ -248,6 +248,46 @@ TEST(DemoBackendTest, FailRateIsExactOverTime) {
   EXPECT_EQ(failures, 25);
 }
 
+// --fail-above: a burst far past the rate gets the bucket's tenth of a
+// second's worth (plus what refills meanwhile) and 503 for the rest, the
+// health path still answering; an even stream under the rate all passes.
+TEST(DemoBackendTest, FailAboveShedsTheExcessOfABurst) {
+  DemoBackendOptions options = options_named("capped");
+  options.fail_above = 50;  // a bucket of 5
+  options.health_path = "/healthz";
+  RunningBackend backend(options);
+  Client client(backend.port());
+  int passed = 0;
+  const auto start = Clock::now();
+  for (int i = 0; i < 100; ++i) {
+    auto res = client.get("/");
+    ASSERT_TRUE(res.result_int() == 200 || res.result_int() == 503) << res.result_int();
+    passed += res.result_int() == 200;
+    if (res.result_int() == 503) EXPECT_TRUE(res.keep_alive());
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(passed, 5);
+  EXPECT_LE(passed, 5 + int(50 * seconds) + 1) << "over " << seconds << " s";
+  EXPECT_LT(passed, 100);
+  EXPECT_EQ(client.get("/healthz").result_int(), 200);
+}
+
+TEST(DemoBackendTest, FailAbovePassesAnEvenStreamUnderTheRate) {
+  DemoBackendOptions options = options_named("capped");
+  options.fail_above = 50;
+  RunningBackend backend(options);
+  Client client(backend.port());
+  const auto start = Clock::now();
+  for (int i = 0; i < 20; ++i) {  // 25 a second, for 0.8 s
+    std::this_thread::sleep_until(start + milliseconds(40 * i));
+    EXPECT_EQ(client.get("/").result_int(), 200) << "request " << i;
+  }
+  // Turned off at run time, a burst passes whole.
+  EXPECT_EQ(client.post("/_control/fail_above?rps=0").result_int(), 200);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(client.get("/").result_int(), 200);
+  EXPECT_EQ(client.post("/_control/fail_above?rps=-1").result_int(), 400);
+}
+
 TEST(DemoBackendTest, DelayAddsAtLeastThatMuchLatency) {
   DemoBackendOptions options = options_named("slow");
   options.delay = milliseconds(100);
@@ -478,6 +518,9 @@ TEST(DemoBackendTest, BadOptionsThrow) {
   options.health_path = "healthz";
   EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
   options.health_path.clear();
+  options.fail_above = -1;
+  EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
+  options.fail_above = 0;
   options.address = "not-an-ip";
   EXPECT_THROW(DemoBackend(io, options), std::invalid_argument);
 }
