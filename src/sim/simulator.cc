@@ -148,8 +148,8 @@ class Run {
     options_.kind = policy;
     options_.hash_strategy = scenario.hash_strategy;
     result_.policy = policy;
-    needs_random_ = policy == balance::PolicyKind::random || policy == balance::PolicyKind::p2c;
-    needs_key_ = policy == balance::PolicyKind::hash;
+    needs_random_ = balance::policy_traits(policy).uses_random;
+    needs_key_ = balance::policy_traits(policy).needs_key;
     const size_t n = sc_.servers.size();
     buckets_ = bucket_count(sc_);
     servers_.resize(n);
