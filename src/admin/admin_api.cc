@@ -14,7 +14,7 @@
 #include "config/json.h"
 #include "config/values.h"
 #include "observe/metrics.h"
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
 
 namespace heft::admin {
 namespace {
@@ -54,7 +54,7 @@ IfMatch if_match_result(const std::string& field, const std::string& current) {
   const std::string wanted = bare_tag(current);
   IfMatch result = IfMatch::stale;
   // each_list_item stops as soon as the callback returns false (a match).
-  proxy::each_list_item(field, [&](std::string_view item) {
+  net::each_list_item(field, [&](std::string_view item) {
     if (item == "*" || (!item.empty() && bare_tag(std::string(item)) == wanted)) {
       if (!item.starts_with("W/")) {
         result = IfMatch::holds;

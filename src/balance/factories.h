@@ -1,6 +1,7 @@
 // Internal: one factory per policy file, dispatched by make_policy().
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <vector>
@@ -68,5 +69,41 @@ inline bool any_eligible(std::span<BackendLive* const> live, const std::vector<u
     if (eligible(live[index], index, ctx)) return true;
   return false;
 }
+
+// The members of a hash policy (ring, maglev): sorted into identity order
+// (Member::id, then pool index), since where a member lands must not depend
+// on the order the pool lists them; their weights by pool index; and the
+// parked ones (placed like the others, never picked, shown with weight 0).
+class HashedMembers {
+ public:
+  HashedMembers(std::vector<Member>& members, std::span<BackendLive* const> live) : live_(live) {
+    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+      return a.id != b.id ? a.id < b.id : a.index < b.index;
+    });
+    for (const Member& m : members) {
+      if (m.index >= weight_by_index_.size()) weight_by_index_.resize(m.index + 1, 0);
+      if (m.parked) {
+        parked_.add(m.index);
+      } else {
+        weight_by_index_[m.index] = m.weight;
+        indices_.push_back(m.index);
+      }
+    }
+  }
+  // Member pool indices that may be picked, in identity order.
+  const std::vector<uint32_t>& indices() const { return indices_; }
+  uint32_t weight(uint32_t index) const { return index < weight_by_index_.size() ? weight_by_index_[index] : 0; }
+  bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
+  // The member at pool `index` may take this attempt.
+  bool usable(uint32_t index, const PickContext& ctx) const {
+    return !parked_.contains(index) && eligible(live_[index], index, ctx);
+  }
+
+ private:
+  std::span<BackendLive* const> live_;
+  std::vector<uint32_t> weight_by_index_;
+  ParkedSet parked_;
+  std::vector<uint32_t> indices_;
+};
 
 }  // namespace heft::balance

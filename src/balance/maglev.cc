@@ -101,19 +101,7 @@ uint64_t table_size_for(size_t n) {
 
 class Maglev final : public Policy {
  public:
-  Maglev(std::vector<Member> members, std::span<BackendLive* const> live) : live_(live) {
-    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-      return a.id != b.id ? a.id < b.id : a.index < b.index;
-    });
-    for (const Member& m : members) {
-      if (m.index >= weight_by_index_.size()) weight_by_index_.resize(m.index + 1, 0);
-      if (m.parked) {
-        parked_.add(m.index);  // placed below like the others; never picked, shown with weight 0
-      } else {
-        weight_by_index_[m.index] = m.weight;
-        indices_.push_back(m.index);
-      }
-    }
+  Maglev(std::vector<Member> members, std::span<BackendLive* const> live) : members_(members, live) {
     if (members.empty()) return;
 
     const uint64_t size = table_size_for(members.size());
@@ -180,26 +168,19 @@ class Maglev final : public Policy {
       if (owner != first && usable(owner, ctx)) return owner;
     }
     // Only reachable when n > M left an eligible member without a slot.
-    for (uint32_t index : indices_)
+    for (uint32_t index : members_.indices())
       if (usable(index, ctx)) return index;
     return std::nullopt;
   }
 
-  uint32_t effective_weight(uint32_t index) const override {
-    return index < weight_by_index_.size() ? weight_by_index_[index] : 0;
-  }
+  uint32_t effective_weight(uint32_t index) const override { return members_.weight(index); }
 
  private:
-  bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
-  bool usable(uint32_t index, const PickContext& ctx) const {
-    return !parked_.contains(index) && eligible(live_[index], index, ctx);
-  }
+  bool any_eligible(const PickContext& ctx) const { return members_.any_eligible(ctx); }
+  bool usable(uint32_t index, const PickContext& ctx) const { return members_.usable(index, ctx); }
 
-  std::span<BackendLive* const> live_;
+  HashedMembers members_;
   std::vector<uint32_t> table_;  // slot -> pool index
-  std::vector<uint32_t> weight_by_index_;
-  ParkedSet parked_;
-  std::vector<uint32_t> indices_;  // member pool indices, identity order
 };
 
 }  // namespace

@@ -81,24 +81,10 @@ inline uint32_t point_position(uint64_t id, uint64_t j) {
 
 class RingHash final : public Policy {
  public:
-  RingHash(std::vector<Member> members, std::span<BackendLive* const> live) : live_(live) {
-    // Identity order (id, then pool index): the ring must not depend on the
-    // order in which the pool lists its members.
-    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
-      return a.id != b.id ? a.id < b.id : a.index < b.index;
-    });
+  RingHash(std::vector<Member> members, std::span<BackendLive* const> live) : members_(members, live) {
     const uint64_t n = members.size();
     uint64_t total_weight = 0;
-    for (const Member& m : members) {
-      total_weight += std::max<uint32_t>(m.weight, 1);
-      if (m.index >= weight_by_index_.size()) weight_by_index_.resize(m.index + 1, 0);
-      if (m.parked) {
-        parked_.add(m.index);  // placed below like the others; never picked, shown with weight 0
-      } else {
-        weight_by_index_[m.index] = m.weight;
-        indices_.push_back(m.index);
-      }
-    }
+    for (const Member& m : members) total_weight += std::max<uint32_t>(m.weight, 1);
     if (n == 0) return;
 
     // Points for a member of mean weight: K, or a power of two below
@@ -169,23 +155,16 @@ class RingHash final : public Policy {
     return std::nullopt;
   }
 
-  uint32_t effective_weight(uint32_t index) const override {
-    return index < weight_by_index_.size() ? weight_by_index_[index] : 0;
-  }
+  uint32_t effective_weight(uint32_t index) const override { return members_.weight(index); }
 
  private:
-  bool any_eligible(const PickContext& ctx) const { return balance::any_eligible(live_, indices_, ctx); }
-  bool usable(uint32_t index, const PickContext& ctx) const {
-    return !parked_.contains(index) && eligible(live_[index], index, ctx);
-  }
+  bool any_eligible(const PickContext& ctx) const { return members_.any_eligible(ctx); }
+  bool usable(uint32_t index, const PickContext& ctx) const { return members_.usable(index, ctx); }
 
-  std::span<BackendLive* const> live_;
+  HashedMembers members_;
   std::vector<Point> ring_;            // sorted by (position, identity)
   std::vector<uint32_t> bucket_;       // bucket_[b]: first point with pos >= b << shift_; last = size
   unsigned shift_ = 31;
-  std::vector<uint32_t> weight_by_index_;
-  ParkedSet parked_;
-  std::vector<uint32_t> indices_;      // member pool indices, identity order
 };
 
 }  // namespace

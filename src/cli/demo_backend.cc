@@ -1,4 +1,4 @@
-// `heft demo-backend`: runs the demo origin server (src/proxy/demo_backend.h)
+// `heft demo-backend`: runs the demo origin server (src/demo/demo_backend.h)
 // until SIGTERM or SIGINT.
 #include <charconv>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 
 namespace heft::cli {
 namespace {
@@ -19,11 +19,11 @@ namespace {
 struct DemoBackendFlags {
   std::string listen = "127.0.0.1:8081";
   std::string delay = "0";
-  proxy::DemoBackendOptions options;
+  demo::DemoBackendOptions options;
 };
 
 // "127.0.0.1:8081", "[::1]:8081", "localhost:8081".
-void parse_listen(std::string_view listen, proxy::DemoBackendOptions& options) {
+void parse_listen(std::string_view listen, demo::DemoBackendOptions& options) {
   const std::size_t colon = listen.rfind(':');
   if (colon == std::string_view::npos || colon == 0) {
     throw BadArguments(fmt::format("--listen wants HOST:PORT, got '{}'", listen));
@@ -57,7 +57,7 @@ std::chrono::milliseconds parse_delay(std::string_view text) {
 }
 
 void run(DemoBackendFlags& flags) {
-  proxy::DemoBackendOptions& options = flags.options;
+  demo::DemoBackendOptions& options = flags.options;
   parse_listen(flags.listen, options);
   options.delay = parse_delay(flags.delay);
   if (!(options.fail_rate >= 0 && options.fail_rate <= 1)) {
@@ -69,7 +69,7 @@ void run(DemoBackendFlags& flags) {
   if (options.threads == 0) throw BadArguments("--threads must be at least 1");
   if (options.name.empty()) throw BadArguments("--name must not be empty");
   try {
-    set_exit_code(proxy::run_demo_backend(options));
+    set_exit_code(demo::run_demo_backend(options));
   } catch (const std::invalid_argument& e) {
     throw BadArguments(e.what());
   } catch (const std::exception& e) {
@@ -82,7 +82,7 @@ void run(DemoBackendFlags& flags) {
 
 void setup(CLI::App& root) {
   auto flags = std::make_shared<DemoBackendFlags>();
-  proxy::DemoBackendOptions& o = flags->options;
+  demo::DemoBackendOptions& o = flags->options;
   CLI::App* cmd = root.add_subcommand("demo-backend", "Run a small, fast demo origin server (for demos, tests, benchmarks)");
   cmd->add_option("--listen", flags->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
   cmd->add_option("--name", o.name, "Sent back in the X-Backend header")->capture_default_str();

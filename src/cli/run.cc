@@ -32,7 +32,7 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "config/values.h"
-#include "proxy/demo_backend.h"
+#include "demo/demo_backend.h"
 #include "observe/access_log.h"
 #include "observe/metrics.h"
 #include "proxy/proxy.h"
@@ -119,7 +119,7 @@ bool reload_logged(proxy::Proxy& proxy, config::Config next, const std::string& 
 }
 
 // The embedded demo: a, b, c with weights 5, 3, 2 behind 127.0.0.1:8080 (or --listen).
-config::Config demo_config(const std::vector<std::unique_ptr<proxy::DemoBackend>>& backends, const DemoListen& listen) {
+config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>& backends, const DemoListen& listen) {
   config::Config c;
   c.admin.address = "127.0.0.1:2019";
   config::SiteConfig site;
@@ -175,11 +175,11 @@ int run(const RunOptions& options) {
                                    path));
   const DemoListen listen = demo_listen(options.listen);
   boost::asio::io_context demo_io(1);
-  std::vector<std::unique_ptr<proxy::DemoBackend>> demo_backends;
+  std::vector<std::unique_ptr<demo::DemoBackend>> demo_backends;
   std::thread demo_thread;
   // Every early return stops the demo's backends first.
   struct DemoStop {
-    std::vector<std::unique_ptr<proxy::DemoBackend>>& backends;
+    std::vector<std::unique_ptr<demo::DemoBackend>>& backends;
     std::thread& thread;
     ~DemoStop() {
       for (auto& b : backends) b->stop();
@@ -189,9 +189,9 @@ int run(const RunOptions& options) {
   config::Config config;
   if (demo) {
     for (const char* name : {"a", "b", "c"}) {
-      proxy::DemoBackendOptions o;
+      demo::DemoBackendOptions o;
       o.name = name;
-      demo_backends.push_back(std::make_unique<proxy::DemoBackend>(demo_io, o));
+      demo_backends.push_back(std::make_unique<demo::DemoBackend>(demo_io, o));
       demo_backends.back()->start();
     }
     config = demo_config(demo_backends, listen);

@@ -25,7 +25,7 @@
 
 #include "config/values.h"
 #include "observe/metrics.h"
-#include "proxy/endpoint.h"
+#include "net/endpoint.h"
 
 namespace heft::health {
 
@@ -239,7 +239,7 @@ awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTar
     const std::string& address = i == 0 ? backend.address : backend.other_addresses[i - 1];
     // IP literals only: config::resolve() turned names into addresses before
     // the pool was built, and the proxy reads them with the same parser.
-    std::optional<tcp::endpoint> endpoint = proxy::parse_backend_address(address);
+    std::optional<tcp::endpoint> endpoint = net::parse_backend_address(address);
     if (!endpoint) co_return std::pair{false, fmt::format("{} is not an IP address and port", address)};
     if (c.health_port) endpoint->port(c.health_port);
     if (i > 0) {

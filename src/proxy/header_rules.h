@@ -13,7 +13,7 @@
 
 #include "config/model.h"
 #include "proxy/head_builder.h"
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
 
 namespace heft::proxy {
 

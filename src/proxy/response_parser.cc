@@ -7,7 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "proxy/http_chars.h"
+#include "net/http_chars.h"
+#include "proxy/header_rules.h"
 
 namespace heft::proxy {
 namespace {
@@ -84,7 +85,7 @@ http::error status_line_error(const char* line, std::size_t size, bool whole) {
       return version ? http::error::bad_version : http::error::bad_status;
     }
     const char c = line[i];
-    const bool ok = i == 7 ? c == '0' || c == '1' : form[i] == '0' ? proxy::is_digit(c) : c == form[i];
+    const bool ok = i == 7 ? c == '0' || c == '1' : form[i] == '0' ? net::is_digit(c) : c == form[i];
     if (!ok) return version ? http::error::bad_version : http::error::bad_status;
   }
   for (const char* q = line + 13; q < line + size; ++q) {
@@ -154,18 +155,7 @@ bool simple_connection(std::string_view list, bool& close, bool& keep_alive) {
 }  // namespace
 
 http::field ResponseParser::proxy_field(field name) {
-  switch (name) {
-    case field::te:
-    case field::trailer:
-    case field::upgrade:
-    case field::connection:
-    case field::keep_alive:
-    case field::proxy_connection:
-    case field::transfer_encoding:
-    case field::content_length:
-    case field::date: return name;
-    default: return field::unknown;
-  }
+  return is_hop_by_hop(name) || name == field::date ? name : field::unknown;
 }
 
 std::size_t ResponseParser::put(boost::asio::const_buffer buffer, error_code& ec) {
@@ -434,7 +424,7 @@ ResponseParser::Simple ResponseParser::parse_simple_head(const char* const p, co
   if (end - p < 13) return std::memcmp(p, "HTTP/1.", std::min<std::size_t>(n, 7)) == 0 ? short_of_end : Simple::not_simple;
   if (std::memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ') return Simple::not_simple;
   // proxy:: — basic_parser has a private is_digit of its own.
-  if (!proxy::is_digit(p[9]) || !proxy::is_digit(p[10]) || !proxy::is_digit(p[11])) return Simple::not_simple;
+  if (!net::is_digit(p[9]) || !net::is_digit(p[10]) || !net::is_digit(p[11])) return Simple::not_simple;
   const bool http11 = p[7] == '1';
   const unsigned status = static_cast<unsigned>((p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0'));
   if (status < 200 || status > 599) return Simple::not_simple;  // interim and odd codes: Beast

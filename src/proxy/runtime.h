@@ -29,7 +29,7 @@
 
 #include "config/model.h"
 #include "proxy/block_buffer.h"
-#include "proxy/endpoint.h"
+#include "net/endpoint.h"
 #include "proxy/host_routes.h"
 #include "proxy/http_date.h"
 #include "proxy/io_types.h"

@@ -1,0 +1,26 @@
+# Fails when a source file of one layer includes a header of a layer it does
+# not link (an include upwards, or sideways past the link graph).
+#   cmake -DLAYER=name -DFOLDER=dir -DALLOWED=a,b,c -DSTAMP=file -P check_includes.cmake
+cmake_minimum_required(VERSION 3.25)
+string(REPLACE "," ";" ALLOWED "${ALLOWED}")
+file(GLOB_RECURSE sources "${FOLDER}/*.h" "${FOLDER}/*.cc")
+set(problems "")
+foreach(source IN LISTS sources)
+  file(STRINGS "${source}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"[^\"]+\"")
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]+)\".*" "\\1" header "${line}")
+    string(FIND "${header}" "/" slash)
+    if(slash LESS 0)
+      continue()  # a header beside the file
+    endif()
+    string(SUBSTRING "${header}" 0 ${slash} folder)
+    if(NOT folder IN_LIST ALLOWED)
+      file(RELATIVE_PATH where "${FOLDER}/../.." "${source}")
+      string(APPEND problems "${where}: includes \"${header}\", but layer ${LAYER} does not link ${folder}/\n")
+    endif()
+  endforeach()
+endforeach()
+if(problems)
+  message(FATAL_ERROR "include across layers (see CMakeLists.txt, 'Layers'):\n${problems}")
+endif()
+file(WRITE "${STAMP}" "")
