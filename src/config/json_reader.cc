@@ -24,7 +24,8 @@ std::string Reader::token_of(const std::string& pointer, const json& value) cons
 }
 
 void Reader::error(const std::string& pointer, std::string message) {
-  if (++error_count_ > kListedErrors) return;
+  // A Heftfile's errors are all listed, each at its place: its text bounds them.
+  if (++error_count_ > kListedErrors && !sources_) return;
   if (sources_) {
     const Source& at = sources_->nearest(pointer);
     errors_.push_back({sources_->file(), at.line, at.column, pointer, std::move(message)});

@@ -60,7 +60,7 @@ class Reader {
   std::string where(const std::string& pointer) const;
   // Problems found, listed or not (see kListedErrors).
   size_t error_count() const { return error_count_; }
-  // Errors past this many are counted, not kept: a document of a million
+  // JSON errors past this many are counted, not kept: a document of a million
   // unknown keys would otherwise take more memory in errors than in JSON.
   static constexpr size_t kListedErrors = 100;
 

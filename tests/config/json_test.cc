@@ -376,7 +376,7 @@ TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
                                       "127.0.0.1:8080"}));
 }
 
-// admin.listen where a server listens: refused (heft ran without its admin API).
+// /admin/listen where a server listens: refused (heft ran without its admin API).
 TEST(JsonErrors, AdminListenIsNotAServersAddress) {
   EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "127.0.0.1:8080"}}; }),
             std::vector<std::string>{"/admin/listen: admin address \"127.0.0.1:8080\" is taken by the sites on port "
