@@ -29,7 +29,7 @@ cmake --build build-fuzz -j "$(nproc)"
 run_target() {
   local t="$1"
   local corpus="build-fuzz/corpus/$t" artifacts="build-fuzz/artifacts/$t" log="build-fuzz/logs/$t.log"
-  mkdir -p "$corpus" "$artifacts" "fuzz/corpus/$t" "$(dirname "$log")"
+  mkdir -p "$corpus" "$artifacts" "fuzz/corpus/$t" "fuzz/regressions/$t" "$(dirname "$log")"
   rm -f "$artifacts"/*
   local status=0
   # -timeout: one input running 10 s is a hang; -rss_limit_mb: a leak or a

@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::string_view kGlobalNames[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
-    "max_connections", "default_bind"};
+    "max_connections", "default_bind", "log_format"};
 constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind"};
 constexpr std::string_view kProxyNames[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
@@ -46,6 +46,7 @@ constexpr Mapping kGlobalValues[] = {
     {"idle_timeout", "/apps/http/idle_timeout", Kind::duration},
     {"header_timeout", "/apps/http/header_timeout", Kind::duration},
     {"max_connections", "/apps/http/max_connections", Kind::integer},
+    {"log_format", "/logging/format", Kind::string},
 };
 
 // The reverse_proxy options that set one value, and where it goes in the handler.

@@ -116,7 +116,7 @@ Result<Config> load_config_file(const std::string& path) {
   auto text = read_file(path, result.errors);
   if (!text) return result;
   std::string syntax;
-  nlohmann::json document = parse_json_text(*text, syntax);
+  nlohmann::json document = parse_json_text(*text, syntax, kJsonFileLimits);
   if (document.is_discarded()) {
     result.errors.push_back({path, 0, 0, "", syntax});
     return result;

@@ -166,7 +166,8 @@ nlohmann::json to_json(const Config& config) {
                {"header_timeout", format_duration(config.header_timeout)},
                {"max_connections", config.max_connections},
                {"servers", std::move(servers)}};
-  return {{"admin", std::move(admin)}, {"apps", {{"http", std::move(http)}}}};
+  json logging = {{"format", config.log_format == LogFormat::json ? "json" : "text"}};
+  return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", {{"http", std::move(http)}}}};
 }
 
 Result<Config> from_json(const nlohmann::json& document, const SourceMap* sources) {
@@ -188,20 +189,6 @@ Result<AdminConfig> admin_from_json(const nlohmann::json& document, const Source
   AdminConfig admin = reader.admin_only(document);
   if (result.errors.empty()) result.value = std::move(admin);
   return result;
-}
-
-nlohmann::json parse_json_text(std::string_view text, std::string& error) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." without its tag.
-    std::string what = e.what();
-    if (const size_t tag_end = what.find("] "); what.starts_with("[json.exception.") && tag_end != std::string::npos)
-      what.erase(0, tag_end + 2);
-    if (what.starts_with("parse error ")) what.erase(0, 12);
-    error = "not valid JSON " + (what.starts_with("at ") ? what : ": " + what);
-    return nlohmann::json(nlohmann::json::value_t::discarded);
-  }
 }
 
 }  // namespace heft::config

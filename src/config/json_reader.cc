@@ -230,6 +230,22 @@ void Reader::admin(const json& document, AdminConfig& admin) {
   }
 }
 
+// How heft writes its own log lines: /logging/format (the Heftfile's log_format).
+void Reader::logging(const json& document, LogFormat& format) {
+  const json* section = field(document, "logging");
+  if (!section || !object(*section, "/logging", {"format"})) return;
+  std::string written;
+  if (!string_field(*section, "format", "/logging", written)) return;
+  if (written == "text") {
+    format = LogFormat::text;
+  } else if (written == "json") {
+    format = LogFormat::json;
+  } else {
+    error("/logging/format", "must be \"text\" or \"json\"",
+          fmt::format("log_format must be text or json, got \"{}\"", token_of("/logging/format", written)));
+  }
+}
+
 namespace {
 
 // srv0, srv1, ... in numeric order (JSON objects are unordered), then other names.
@@ -261,8 +277,9 @@ std::string describe_bind(const std::vector<std::string>& bind) {
 
 Config Reader::config(const json& document) {
   Config config;
-  if (!object(document, "", {"admin", "apps"})) return config;
+  if (!object(document, "", {"admin", "logging", "apps"})) return config;
   admin(document, config.admin);
+  logging(document, config.log_format);
   const json* apps = field(document, "apps");
   if (!apps) {
     missing("/apps", "required", "required");
@@ -297,7 +314,7 @@ Config Reader::config(const json& document) {
 
 AdminConfig Reader::admin_only(const json& document) {
   AdminConfig out;
-  if (object(document, "", {"admin", "apps"})) admin(document, out);
+  if (object(document, "", {"admin", "logging", "apps"})) admin(document, out);
   return out;
 }
 

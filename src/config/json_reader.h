@@ -99,6 +99,7 @@ class Reader {
 
   // json_reader.cc
   void admin(const json& document, AdminConfig& admin);
+  void logging(const json& document, LogFormat& format);
   void http(const json& http, Config& config);
   void server(const json& value, const std::string& pointer, Config& config, std::map<uint16_t, std::string>& ports);
   std::optional<std::pair<uint16_t, std::vector<std::string>>> listen_addresses(const json& listen,

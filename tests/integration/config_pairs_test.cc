@@ -97,6 +97,8 @@ std::vector<Pair> pairs() {
        "/apps/http/header_timeout", "invalid duration \"1.5ms\"", "whole milliseconds"},
       {"max_connections", global("max_connections 0"), "max_connections |0", one("/apps/http/max_connections", 0),
        "/apps/http/max_connections", "must be an integer 1..10000000"},
+      {"log_format", global("log_format yaml"), "yaml", one("/logging/format", "yaml"), "/logging/format",
+       "log_format must be text or json, got \"yaml\"", "must be \"text\" or \"json\""},
       {"default_bind", global("default_bind localhost"), "localhost",
        one("/apps/http/servers/srv0/listen", json::array({"localhost:8080"})), "/apps/http/servers/srv0/listen/0",
        "default_bind needs IP addresses", "must be an IP address"},
