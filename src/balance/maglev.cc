@@ -157,28 +157,25 @@ class Maglev final : public Policy {
     if (size == 0) return std::nullopt;
     uint64_t slot = ctx.key_hash % size;
     const uint32_t first = table_[slot];
-    if (usable(first, ctx)) return first;
+    if (members_.usable(first, ctx)) return first;
 
     const uint64_t step = 1 + mix64(ctx.key_hash ^ kProbeSeed) % (size - 1);
     for (uint64_t probe = 1; probe < size; ++probe) {
-      if (probe == kProbeCheck && !any_eligible(ctx)) return std::nullopt;
+      if (probe == kProbeCheck && !members_.any_eligible(ctx)) return std::nullopt;
       slot += step;
       if (slot >= size) slot -= size;
       const uint32_t owner = table_[slot];
-      if (owner != first && usable(owner, ctx)) return owner;
+      if (owner != first && members_.usable(owner, ctx)) return owner;
     }
     // Only reachable when n > M left an eligible member without a slot.
     for (uint32_t index : members_.indices())
-      if (usable(index, ctx)) return index;
+      if (members_.usable(index, ctx)) return index;
     return std::nullopt;
   }
 
   uint32_t effective_weight(uint32_t index) const override { return members_.weight(index); }
 
  private:
-  bool any_eligible(const PickContext& ctx) const { return members_.any_eligible(ctx); }
-  bool usable(uint32_t index, const PickContext& ctx) const { return members_.usable(index, ctx); }
-
   HashedMembers members_;
   std::vector<uint32_t> table_;  // slot -> pool index
 };

@@ -143,14 +143,14 @@ class RingHash final : public Policy {
     while (i < end && ring_[i].pos < key) ++i;
     if (i == size) i = 0;
     const uint32_t first = ring_[i].owner;
-    if (usable(first, ctx)) return first;
+    if (members_.usable(first, ctx)) return first;
 
     // Walk clockwise to the next point of a different, eligible member.
     for (size_t step = 1; step < size; ++step) {
-      if (step == kWalkCheck && !any_eligible(ctx)) return std::nullopt;
+      if (step == kWalkCheck && !members_.any_eligible(ctx)) return std::nullopt;
       if (++i == size) i = 0;
       const uint32_t owner = ring_[i].owner;
-      if (owner != first && usable(owner, ctx)) return owner;
+      if (owner != first && members_.usable(owner, ctx)) return owner;
     }
     return std::nullopt;
   }
@@ -158,9 +158,6 @@ class RingHash final : public Policy {
   uint32_t effective_weight(uint32_t index) const override { return members_.weight(index); }
 
  private:
-  bool any_eligible(const PickContext& ctx) const { return members_.any_eligible(ctx); }
-  bool usable(uint32_t index, const PickContext& ctx) const { return members_.usable(index, ctx); }
-
   HashedMembers members_;
   std::vector<Point> ring_;            // sorted by (position, identity)
   std::vector<uint32_t> bucket_;       // bucket_[b]: first point with pos >= b << shift_; last = size

@@ -109,7 +109,9 @@ std::string policy_list(const std::vector<balance::PolicyKind>& policies) {
 // without the hash policy did nothing; whoever gave it expected an effect.
 void check_hash_strategy_applies(const SimFlags& f, const FileMembers& file, const sim::Scenario& s) {
   if (!f.given("--hash-strategy") && !file.hash_strategy) return;
-  if (std::find(s.policies.begin(), s.policies.end(), balance::PolicyKind::hash) != s.policies.end()) return;
+  if (std::any_of(s.policies.begin(), s.policies.end(),
+                  [](balance::PolicyKind kind) { return balance::policy_traits(kind).uses_hash_strategy; }))
+    return;
   const std::string setting = f.given("--hash-strategy") ? "--hash-strategy" : "scenario: hash_strategy:";
   const std::string policies = f.given("--policies") ? "--policies is " + policy_list(s.policies)
                                : file.policies       ? "the scenario's policies are " + policy_list(s.policies)
@@ -240,7 +242,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   config::Config chosen = *loaded;
   chosen.sites = {sites[index]};
   for (const std::string& warning : config::config_warnings(chosen)) fmt::print(stderr, "warning: {}\n", warning);
-  const config::PoolConfig& pool = sites[index].proxy;
+  const config::ProxyConfig& pool = sites[index].proxy;
   const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;
   s.name = fmt::format("{} site {}", source, index);
@@ -249,9 +251,9 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
     throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})",
                                             s.servers.size(), s.servers.size() == 1 ? "" : "s", backends.size(),
                                             backends.size() == 1 ? "" : "s", index,
-                                            backends.size() == 1 ? backends[0].dial : "in the pool's order"));
+                                            backends.size() == 1 ? backends[0].name : "in the pool's order"));
   for (size_t i = 0; i < s.servers.size(); ++i) {
-    s.servers[i].name = backends[i].dial;
+    s.servers[i].name = backends[i].name;
     s.servers[i].weight = backends[i].weight;
     s.servers[i].down = backends[i].down;
     s.servers[i].max_conns = backends[i].max_conns;

@@ -316,7 +316,7 @@ bool Http1Session::client_keep_alive(std::optional<bool> from_connection_field) 
 
 // ---- The response sink: HTTP/1.1 framing.
 
-void Http1Session::begin_response(const ResponseParser& response, const config::PoolConfig& pool, bool switching) {
+void Http1Session::begin_response(const ResponseParser& response, const config::ProxyConfig& pool, bool switching) {
   const unsigned status = response.status();
   const bool client_http11 = request().version() >= 11;
   // A response that starts before the request body ended (an early 413, an

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "heft/balance/balancer.h"
 #include "heft/balance/policy.h"
 #include "sim/pool_settings.h"
 #include "upstream/weights.h"
@@ -22,7 +23,7 @@
 namespace heft::sim {
 
 // A weight's range, as everywhere in heft (heftfile weights, heft pick).
-inline constexpr uint32_t kMaxWeight = 1'000'000;
+using balance::kMaxWeight;
 // A server's max_conns range, as the Heftfile's (`to ADDR max_conns N`).
 inline constexpr uint32_t kMaxConns = 1'000'000;
 // Simulated workers in all servers together: the event heap reserves room for

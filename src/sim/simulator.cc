@@ -91,8 +91,8 @@ class Run {
         weights_(initial_weights(scenario)),
         pool_(pool_config(scenario, policy, weights_)) {
     result_.policy = policy;
-    needs_random_ = policy == balance::PolicyKind::random || policy == balance::PolicyKind::p2c;
-    needs_key_ = policy == balance::PolicyKind::hash;
+    needs_random_ = balance::policy_traits(policy).uses_random;
+    needs_key_ = balance::policy_traits(policy).needs_key;
     dynamic_ = dynamic_weights(sc_);
     adaptive_ = sc_.adaptive.enabled;
     // Pool::tick() changes nothing without slow start, adaptive weights or a

@@ -46,9 +46,8 @@ std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::
   std::vector<balance::BackendSpec> specs;
   specs.reserve(config.backends.size());
   for (size_t i = 0; i < config.backends.size(); ++i) {
-    const BackendConfig& b = config.backends[i];
-    specs.push_back({b.name, b.weight, b.backup, b.down, b.max_fails, scaled ? scaled_weight(b.weight, factors[i]) : 0,
-                     b.max_conns});
+    balance::BackendSpec& spec = specs.emplace_back(config.backends[i]);
+    spec.balance_weight = scaled ? scaled_weight(spec.weight, factors[i]) : 0;
   }
   return specs;
 }

@@ -65,22 +65,23 @@ namespace heft::upstream {
 using TimePoint = std::chrono::steady_clock::time_point;
 using std::chrono::milliseconds;
 
-struct BackendConfig {
-  std::string name;     // identity: the dial address as configured ("app-1:3000")
+// A backend of a running pool: what the balancer knows of it (its name, the
+// dial address as configured, e.g. "app-1:3000"; weight, backup, down,
+// max_fails, max_conns: the configuration's own values, handed down whole)
+// and what the pool adds.
+struct BackendConfig : balance::BackendSpec {
   std::string address;  // where to connect ("10.0.0.5:3000"); may equal name
   // The name's further addresses, in resolver order: tried in turn when a
   // connection to `address` fails at once (localhost as ::1 and 127.0.0.1,
   // with the backend listening on one of them; Caddy's dialer does the same).
   std::vector<std::string> other_addresses;
-  uint32_t weight = 1;
-  uint32_t max_fails = 1;
   milliseconds fail_timeout{10000};
-  bool backup = false;
-  bool down = false;
   milliseconds slow_start{0};  // 0 = no slow start
-  uint32_t max_conns = 0;      // requests in flight at once; 0 = no limit
 };
 
+// What a Pool is built from. The configuration's reverse_proxy
+// (config::ProxyConfig) holds the same policy, BackendSpecs and
+// AdaptiveOptions, which proxy::make_pool_config() hands over whole.
 struct PoolConfig {
   std::string name;  // for logs and metrics
   balance::PolicyOptions policy;

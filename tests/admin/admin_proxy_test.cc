@@ -597,7 +597,7 @@ TEST(AdminProxy, ControlCommands) {
                                      test::free_port(), stack.port, stack.backends[0]->port());
   test::write_file(stack.dir + "/Heftfile", heftfile);
   EXPECT_EQ(heft_command(stack, {"reload", "--config", stack.dir + "/Heftfile"}, out), 1);
-  EXPECT_NE(out.find("admin.listen"), std::string::npos) << out;
+  EXPECT_NE(out.find("/admin/listen"), std::string::npos) << out;
   heftfile = fmt::format("{{\n\tadmin 127.0.0.1:{}\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
                          stack.admin_port, stack.port, stack.backends[0]->port());
   test::write_file(stack.dir + "/Heftfile", heftfile);

@@ -137,7 +137,7 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
   std::vector<upstream::BackendConfig> backends{backend(a_.port()), backend(b_.port())};
   for (auto& bc : backends) bc.fail_timeout = 60s;
   auto pool = pool_of(backends);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   cfg.health_timeout = 500ms;
@@ -181,7 +181,7 @@ TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
   pc.name = "site0";
   pc.backends = {backend(a_.port())};
   auto pool = std::make_shared<upstream::Pool>(pc);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   {
@@ -211,7 +211,7 @@ TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
 // option starts its checks afresh (FollowsThePoolAcrossReloads).
 TEST_F(HealthChecking, FrequentReloadsKeepTheProbeSchedule) {
   auto pool = pool_of({backend(a_.port()), backend(b_.port())});
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 200ms;
   cfg.health_timeout = 100ms;
@@ -274,7 +274,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
   pc.name = "site0";
   pc.backends = {bc};
   auto pool = std::make_shared<upstream::Pool>(pc);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   cfg.health_timeout = 2s;
