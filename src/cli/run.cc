@@ -28,6 +28,7 @@
 #include "admin/state_file.h"
 #include "cli/command.h"
 #include "cli/run_state.h"
+#include "cli/service_notify.h"
 #include "config/diff.h"
 #include "config/heftfile.h"
 #include "config/json.h"
@@ -294,6 +295,8 @@ int run(const RunOptions& options) {
   for (const std::string& warning : config::config_warnings(config)) banner += fmt::format("heft: warning: {}\n", warning);
   fmt::print(stderr, "{}", banner);
   std::fflush(stderr);
+  // Every listener is up and serving: a Type=notify unit is started now.
+  notify_service_manager(fmt::format("READY=1\nSTATUS={}", demo ? "serving the embedded demo" : "serving " + path));
 
   std::function<void(const boost::system::error_code&, int)> on_signal;
   bool stopping = false;  // a SIGTERM or SIGINT came
@@ -307,20 +310,25 @@ int run(const RunOptions& options) {
       return;
     }
     if (signal == SIGHUP) {
+      std::string status = "serving " + path;
       if (demo) {
         fmt::print(stderr, "heft: SIGHUP: the embedded demo has no file to reload\n");
+        status = "serving the embedded demo";
       } else {
+        notify_service_manager(reloading_state());
         std::string errors;
         auto next = load(path, errors);
         if (!next) {
           observe::record_reload(false);
           fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
+          status = fmt::format("serving {}; its last reload failed (not valid), the configuration before it serves", path);
         } else if (std::string error;
                    // Through the admin API when it runs (it counts the change, and logs
                    // each one as a warning), so its config tree and ETag follow.
                    admin_api ? !admin_api->load(*next, error, "SIGHUP reload of " + path)
                              : !reload_logged(proxy, std::move(*next), "SIGHUP reload of " + path, error)) {
           fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
+          status = fmt::format("serving {}; its last reload failed ({}), the configuration before it serves", path, error);
         } else {
           const config::Config now = proxy.snapshot_config();
           fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(now));
@@ -328,6 +336,7 @@ int run(const RunOptions& options) {
         }
       }
       std::fflush(stderr);
+      notify_service_manager("READY=1\nSTATUS=" + status);
       reload_signals.async_wait(on_signal);
       return;
     }
@@ -340,6 +349,7 @@ int run(const RunOptions& options) {
       return;
     }
     stopping = true;
+    notify_service_manager("STOPPING=1\nSTATUS=stopping: finishing in-flight requests");
     // The grace period in service now: a reload may have changed it.
     const auto grace = proxy.snapshot_config().grace_period;
     fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms; send it again to stop now)\n",
@@ -358,6 +368,7 @@ int run(const RunOptions& options) {
   stop_signals.cancel();
   control.stop();
   control_thread.join();
+  if (!stopping) notify_service_manager("STOPPING=1\nSTATUS=stopping");  // a POST /stop, not a signal
   admin_api.reset();
   proxy_owner.reset();  // its access-log and health threads end with it
   for (auto& b : demo_backends) b->stop();
