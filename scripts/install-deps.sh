@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev   # unit and integration tests
   libbenchmark-dev            # micro-benchmarks in bench/
   python3 curl procps         # test drivers and process checks
+  dpkg-dev lintian            # make deb: dpkg-shlibdeps, dpkg-deb; the package's checks
+  systemd adduser logrotate   # systemd-analyze verify, and the package's install test
 )
 peers=(nginx-light haproxy caddy wrk   # benchmark peers, only with --bench
        linux-perf)                     # profiles, and bench/shapes --syscalls
