@@ -88,9 +88,9 @@ std::string media_type(const std::string& content_type) {
 std::string admin_config_error(const config::AdminConfig& admin) {
   if (!admin.enabled) return "";
   auto split = config::split_host_port(admin.address, 0);
-  if (!split.value) return "admin.listen: " + split.error;
-  if (!config::admin_listen_ip(split.value->host)) return "admin.listen: " + std::string(config::kAdminHostProblem);
-  if (std::string missing = config::admin_token_missing(admin); !missing.empty()) return "admin.token: " + missing;
+  if (!split.value) return "/admin/listen: " + split.error;
+  if (!config::admin_listen_ip(split.value->host)) return "/admin/listen: " + std::string(config::kAdminHostProblem);
+  if (std::string missing = config::admin_token_missing(admin); !missing.empty()) return "/admin/token: " + missing;
   return "";
 }
 
@@ -324,11 +324,11 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
   if (next.workers == 0) next.workers = workers_;
   if (std::string problem = admin_config_error(next.admin); !problem.empty()) return refused(400, problem);
   if (next.admin.enabled != admin_.enabled || next.admin.address != admin_.address)
-    return refused(400, fmt::format("admin.listen and admin.disabled take effect only at start (running: {}); "
+    return refused(400, fmt::format("/admin/listen and /admin/disabled take effect only at start (running: {}); "
                                            "restart heft to change them",
                                            admin_.enabled ? admin_.address : "admin off"));
   if (next.workers != workers_)
-    return refused(400, fmt::format("apps.http.workers takes effect only at start (running: {}); restart "
+    return refused(400, fmt::format("/apps/http/workers takes effect only at start (running: {}); restart "
                                            "heft to change it",
                                            workers_ ? std::to_string(workers_) : "0, one per core"));
   // The sites must leave the running API its address: checked here, where

@@ -79,8 +79,8 @@ Balancer::Balancer(PolicyOptions options, std::vector<BackendSpec> backends, con
     live_ptrs_.push_back(live_.back().get());
     if (b.max_conns > 0) limited_ = true;
     // Drained or down: listed, never a member; but a down backend keeps its
-    // place in a hash ring or table (parked), so only its own keys move.
-    if (b.weight == 0 || (b.down && options_.kind != PolicyKind::hash)) continue;
+    // place where the policy parks it (a hash ring or table), so only its own keys move.
+    if (b.weight == 0 || (b.down && !policy_traits(options_.kind).parks_down_members)) continue;
     (b.backup ? backups : primaries)
         .push_back(Member{i, b.balance_weight ? b.balance_weight : b.weight, id, b.down});
   }

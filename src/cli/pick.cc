@@ -103,18 +103,19 @@ int run_pick(const PickOptions& o) {
   auto strategy = parse_hash_strategy(o.hash_strategy);
   if (!strategy) throw BadArguments(fmt::format("--hash-strategy: \"{}\" is not ring or maglev", o.hash_strategy));
   // Flags the chosen policy never reads are errors: whoever typed them expects an effect.
+  const PolicyTraits traits = policy_traits(*kind);
   const std::string policy_given =
       fmt::format("--policy is {}{}", policy_name(*kind), o.policy_option->count() > 0 ? "" : " (the default)");
-  if (o.hash_strategy_option->count() > 0 && *kind != PolicyKind::hash)
+  if (o.hash_strategy_option->count() > 0 && !traits.uses_hash_strategy)
     throw BadArguments(fmt::format("--hash-strategy {}; {}", kHashStrategyAppliesTo, policy_given));
-  // hash draws them for picks without a key (none given, or an empty one).
-  const bool draws_random = *kind == PolicyKind::random || *kind == PolicyKind::p2c || *kind == PolicyKind::hash;
+  // A policy that hashes keys draws them for picks without a key (none given, or an empty one).
+  const bool draws_random = traits.uses_random || traits.needs_key;
   if (o.seed_option->count() > 0 && !draws_random)
     throw BadArguments(fmt::format(
         "--seed applies only to the policies that draw random bits (random, p2c, and hash for picks without a key); {}",
         policy_given));
   if (o.weights.empty()) throw BadArguments("--weights is required, e.g. --weights 5,1,1");
-  std::vector<uint32_t> weights = parse_numbers(o.weights, "weights", 1'000'000);
+  std::vector<uint32_t> weights = parse_numbers(o.weights, "weights", kMaxWeight);
   std::vector<std::string> names;
   if (!o.names.empty()) {
     names = split(o.names);
@@ -147,7 +148,7 @@ int run_pick(const PickOptions& o) {
   std::vector<uint32_t> active;
   // Only least_conn and p2c read active counts (and any policy's max_conns);
   // for the others --active printed a table of load ratios the pick never looked at.
-  const bool reads_active = *kind == PolicyKind::least_conn || *kind == PolicyKind::p2c || limited;
+  const bool reads_active = traits.uses_active_counts || limited;
   if (o.active_option->count() > 0 && !reads_active)
     throw BadArguments(fmt::format(
         "--active: policy {} does not read active counts (least_conn and p2c do, and every policy with --max-conns)",
@@ -162,7 +163,7 @@ int run_pick(const PickOptions& o) {
   if (keys_given && keys_file_given) throw BadArguments("--keys and --keys-file are exclusive");
   const char* keys_flag = keys_file_given ? "--keys-file" : "--keys";
   // Only hash reads the key; elsewhere --keys would silently set the count.
-  if ((keys_given || keys_file_given) && *kind != PolicyKind::hash)
+  if ((keys_given || keys_file_given) && !traits.needs_key)
     throw BadArguments(fmt::format("{}: policy {} does not hash keys (only hash does)", keys_flag, policy_name(*kind)));
   std::vector<std::string> keys = keys_file_given ? read_keys_file(o.keys_file)
                                   : keys_given    ? split(o.keys)
@@ -192,7 +193,7 @@ int run_pick(const PickOptions& o) {
       if (const auto* e = state.find(i)) cw[i] = e->current_weight;
     return cw;
   };
-  bool has_current = *kind == PolicyKind::weighted_round_robin || *kind == PolicyKind::least_conn;
+  bool has_current = traits.keeps_current_weights;
   uint64_t seed = 0;
   auto [seed_end, seed_ec] = std::from_chars(o.seed.data(), o.seed.data() + o.seed.size(), seed);
   if (o.seed.empty() || seed_ec != std::errc() || seed_end != o.seed.data() + o.seed.size())
@@ -207,7 +208,7 @@ int run_pick(const PickOptions& o) {
     // Without a key (no --keys, or an empty one), hash places the pick as the
     // proxy places a request without its key: at random in proportion to the
     // weights (docs/hashing.md, "Keys and identities").
-    if (*kind == PolicyKind::hash) {
+    if (traits.needs_key) {
       const bool keyed = !keys.empty() && !keys[step % keys.size()].empty();
       ctx.key_hash = keyed ? hash_key(keys[step % keys.size()]) : rng();
     }
@@ -230,7 +231,7 @@ int run_pick(const PickOptions& o) {
 
   nlohmann::json out = {{"policy", policy_name(*kind)}, {"names", names}, {"weights", weights},
                         {"sequence", sequence}};
-  if (*kind == PolicyKind::hash) out["hash_strategy"] = hash_strategy_name(*strategy);
+  if (traits.uses_hash_strategy) out["hash_strategy"] = hash_strategy_name(*strategy);
   if (!active.empty()) {
     nlohmann::json ratios = nlohmann::json::array();
     for (size_t i = 0; i < names.size(); ++i)
@@ -255,7 +256,7 @@ int run_pick(const PickOptions& o) {
 
   // hash names its strategy: ring and maglev place the same keys differently.
   const std::string strategy_note =
-      *kind == PolicyKind::hash ? fmt::format(" ({})", hash_strategy_name(*strategy)) : std::string();
+      traits.uses_hash_strategy ? fmt::format(" ({})", hash_strategy_name(*strategy)) : std::string();
   fmt::print("policy {}{}: {}\n", policy_name(*kind), strategy_note, [&] {
     std::string s;
     for (size_t i = 0; i < names.size(); ++i) s += fmt::format("{}{}={}", i ? " " : "", names[i], weights[i]);

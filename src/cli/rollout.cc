@@ -36,6 +36,7 @@
 #include "cli/command.h"
 #include "cli/site_lookup.h"
 #include "config/values.h"
+#include "heft/balance/balancer.h"
 #include "heft/balance/policy.h"
 
 namespace heft::cli {
@@ -79,8 +80,8 @@ void parse(RolloutOptions& o) {
     };
     auto colon = item.find(':');
     if (colon == std::string::npos) throw bad_stage();
-    auto a = config::parse_uint(item.substr(0, colon), 1'000'000);
-    auto b = config::parse_uint(item.substr(colon + 1), 1'000'000);
+    auto a = config::parse_uint(item.substr(0, colon), balance::kMaxWeight);
+    auto b = config::parse_uint(item.substr(colon + 1), balance::kMaxWeight);
     if (!a || !b || *a + *b == 0) throw bad_stage();
     o.stages.push_back({uint32_t(*a), uint32_t(*b)});
     if (comma == std::string::npos) break;

@@ -132,8 +132,8 @@ config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>
     config::UpstreamConfig u;
     u.host = "127.0.0.1";
     u.port = backends[i]->port();
-    u.dial = fmt::format("127.0.0.1:{}", u.port);
-    u.resolved = {u.dial};
+    u.name = fmt::format("127.0.0.1:{}", u.port);
+    u.resolved = {u.name};
     u.weight = weights[i];
     site.proxy.upstreams.push_back(u);
   }

@@ -13,6 +13,7 @@
 #include "cli/admin_client.h"
 #include "cli/command.h"
 #include "cli/site_lookup.h"
+#include "heft/balance/balancer.h"
 
 namespace heft::cli {
 namespace {
@@ -63,7 +64,7 @@ void setup(CLI::App& root) {
   CLI::App* command = root.add_subcommand("weight", "Set one backend's weight in a running heft");
   command->add_option("site", options->site, "Site: one of its host names (HOST or HOST:PORT), :PORT, or its index")->required();
   command->add_option("upstream", options->upstream, "Backend dial address as configured (host:port)")->required();
-  command->add_option("weight", options->weight, "New weight (0 drains)")->required()->check(CLI::Range(0L, 1'000'000L));
+  command->add_option("weight", options->weight, "New weight (0 drains)")->required()->check(CLI::Range(0L, long{balance::kMaxWeight}));
   add_admin_options(command, options->admin);
   command->callback([options] {
     settle_admin_options(options->admin);

@@ -1,4 +1,8 @@
-// The Heftfile: heft's Caddyfile-style configuration format (docs/heftfile.md).
+// Reading a configuration: the Heftfile, heft's Caddyfile-style format
+// (docs/heftfile.md), or its JSON form. Both go through one door: a Heftfile
+// is adapted into the JSON form (adapt.h) and every configuration is checked
+// by the one validator, from_json (json.h), which places each problem where
+// its value was written.
 //
 // parse_heftfile() turns text into a Config, collecting every error as a
 // Diagnostic "FILE:LINE:COL: message" rather than stopping at the first.
@@ -15,7 +19,8 @@
 
 namespace heft::config {
 
-// Parses a Heftfile. `file` names it in diagnostics. On success the sites are
+// Reads a Heftfile: its syntax errors, then every problem the validator finds
+// in what it says, in file order. `file` names it in diagnostics. On success the sites are
 // grouped by port in order of each port's first appearance (stable otherwise),
 // which is the order the JSON form keeps. Hostnames are not resolved.
 Result<Config> parse_heftfile(std::string_view text, std::string_view file = "Heftfile");
@@ -46,20 +51,22 @@ std::vector<Diagnostic> resolve(Config& config);
 // its admin address, the default 127.0.0.1:2019 when the file sets none): a
 // site on that port listens over it, and heft would run without its admin API
 // ("Address already in use"). Placed at the first such site ("FILE:L:C", a
-// JSON file's name with "admin.listen"). `heft validate` and `heft run` ask;
+// JSON file's name with "/admin/listen"). `heft validate` and `heft run` ask;
 // the parsers do not, since a file without an admin address is also what
 // `heft reload` and SIGHUP load into a heft whose admin API listens elsewhere
 // (the admin API checks those against its running address).
 std::optional<Diagnostic> admin_start_conflict(const Config& config);
 
 // What a valid configuration probably does not mean, one line each: a pool
-// whose lb_policy round_robin ignores the different weights it was given (the
-// weighted load balancing guide writes it so; weighted_round_robin, the
-// default, splits by them). `heft validate` and `heft run` print these.
+// whose policy ignores the different weights it was given (lb_policy
+// round_robin, as the weighted load balancing guide writes it, or first;
+// weighted_round_robin, the default, splits by them), a hash_strategy or a
+// queue that nothing uses. `heft validate` and `heft run` print these.
 std::vector<std::string> config_warnings(const Config& config);
 
-// Names of the options the parser knows, per block ("global", "site",
-// "reverse_proxy", "to", "adaptive", "log", "health_headers"). For docs and tests.
+// Names of the options a Heftfile may write, per block ("global", "site",
+// "reverse_proxy", "to", "adaptive", "log"; also "next_upstream" conditions
+// and "lb_policy" spellings): for "did you mean", docs and tests.
 std::vector<std::string_view> known_options(std::string_view block);
 
 }  // namespace heft::config

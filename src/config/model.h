@@ -1,5 +1,6 @@
-// heft's configuration model: plain values the Heftfile parser and the JSON
-// adapter produce and the proxy consumes.
+// heft's configuration model: plain values the JSON reader (from_json, json.h)
+// produces, from a JSON document or from a Heftfile adapted into one, and the
+// proxy consumes.
 //
 // Everything here is a value type: copy it, compare it with ==, hand it to
 // another thread. Nothing in this header does I/O. Durations are
@@ -16,28 +17,24 @@
 #include <utility>
 #include <vector>
 
+#include "heft/balance/balancer.h"
 #include "heft/balance/policy.h"
+#include "upstream/weights.h"
 
 namespace heft::config {
 
 using std::chrono::milliseconds;
 
-// Largest weight a backend may have (0 drains it).
-inline constexpr uint32_t kMaxWeight = 1'000'000;
-
-// One backend of a pool (one `to` address).
-struct UpstreamConfig {
-  std::string dial;                   // "host:port" as written
-  std::string host;                   // host part of dial (no brackets for IPv6)
-  uint16_t port = 0;                  // port part of dial
+// One backend of a pool (one `to` address): its balancing fields
+// (BackendSpec: `name` is the dial address "host:port" as written, then
+// weight 0..balance::kMaxWeight, backup, down, max_fails, max_conns), handed
+// to the run-time pool whole, and what the configuration adds.
+struct UpstreamConfig : balance::BackendSpec {
+  std::string host;                   // host part of name (no brackets for IPv6)
+  uint16_t port = 0;                  // port part of name
   std::vector<std::string> resolved;  // "ip:port" after resolve(); empty before
-  uint32_t weight = 1;                // 0..kMaxWeight; 0 = no new requests
-  uint32_t max_fails = 1;             // nginx: failures within fail_timeout that mark it down; 0 = never
   milliseconds fail_timeout{10000};   // nginx: failure window and how long it stays down
-  bool backup = false;                // used only when every non-backup backend is unavailable
-  bool down = false;                  // administratively down: never picked
-  std::optional<milliseconds> slow_start;  // per-backend override of PoolConfig::slow_start
-  uint32_t max_conns = 0;             // nginx: requests in flight to it at once; 0 = no limit
+  std::optional<milliseconds> slow_start;  // per-backend override of ProxyConfig::slow_start
 
   bool operator==(const UpstreamConfig&) const = default;
 };
@@ -76,22 +73,10 @@ struct NextUpstream {
   bool operator==(const NextUpstream&) const = default;
 };
 
-// Weight adaptation from observed latency and errors (used by the adaptive
-// controller; parsed and validated here).
-struct AdaptiveConfig {
-  bool enabled = false;
-  milliseconds interval{30000};
-  milliseconds latency_threshold{0};  // 0 = use median_factor x pool median
-  double median_factor = 2.0;
-  double error_threshold = 0.05;      // fraction 0..1 (Heftfile accepts "5%")
-  double cut = 0.25;                  // fraction of weight removed per interval
-  double min_weight_ratio = 0.1;      // never below this fraction of the configured weight
-
-  bool operator==(const AdaptiveConfig&) const = default;
-};
-
-// One reverse_proxy: a pool of backends and how requests are spread and retried.
-struct PoolConfig {
+// One reverse_proxy: a pool of backends and how requests are spread,
+// retried and proxied. Its backends' BackendSpecs and its AdaptiveOptions are
+// the run-time pool's (upstream::PoolConfig) own types, handed over whole.
+struct ProxyConfig {
   std::vector<UpstreamConfig> upstreams;
   balance::PolicyKind policy = balance::PolicyKind::weighted_round_robin;
   HashKey hash_key;  // set iff policy == hash
@@ -132,9 +117,10 @@ struct PoolConfig {
   uint32_t health_passes = 1;  // consecutive passes to become healthy
   uint32_t health_fails = 1;   // consecutive failures to become unhealthy
 
-  AdaptiveConfig adaptive;
+  // Weight adaptation from observed latency and errors (upstream/weights.h).
+  upstream::AdaptiveOptions adaptive;
 
-  bool operator==(const PoolConfig&) const = default;
+  bool operator==(const ProxyConfig&) const = default;
 };
 
 struct LogConfig {
@@ -156,7 +142,7 @@ struct SiteConfig {
   // has the same addresses (one JSON server per port: its `listen`).
   std::vector<std::string> bind;
   bool is_default = false;  // answers requests no other site on its port matches
-  PoolConfig proxy;
+  ProxyConfig proxy;
   LogConfig log;
   std::string file;  // where the site was declared (diagnostics); not in JSON
   int line = 0;
@@ -220,13 +206,14 @@ std::string admin_listen_overlap(const Config& config, uint16_t& port);
 // every address, also when no site uses the port).
 const std::vector<std::string>& port_bind(const Config& config, uint16_t port);
 
-// A problem found in a configuration. For Heftfiles, file/line/column name the
-// token; for JSON, `path` names the field (file empty, line 0).
+// A problem found in a configuration. For a Heftfile, file/line/column name
+// the token the value came from (and `path` the value's JSON pointer, when
+// the validator found it); for JSON, `path` names the value (file empty, line 0).
 struct Diagnostic {
   std::string file;
   int line = 0;
   int column = 0;
-  std::string path;  // JSON path, e.g. "apps.http.servers.srv0.listen[0]"
+  std::string path;  // RFC 6901 JSON pointer, e.g. "/apps/http/servers/srv0/listen/0"
   std::string message;
 
   // "FILE:LINE:COL: message" or "PATH: message".

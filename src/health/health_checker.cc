@@ -94,7 +94,7 @@ struct ProbeSettings {
   bool operator==(const ProbeSettings&) const = default;
 };
 
-ProbeSettings probe_settings(const config::PoolConfig& c, const std::string& address) {
+ProbeSettings probe_settings(const config::ProxyConfig& c, const std::string& address) {
   return {address,         c.health_uri,  c.health_port,    c.health_interval, c.health_timeout,
           c.health_status, c.health_body, c.health_headers, c.health_passes,   c.health_fails};
 }
@@ -227,7 +227,7 @@ awaitable<void> HealthChecker::Impl::probe_loop(std::shared_ptr<Probe> p) {
 
 awaitable<std::pair<bool, std::string>> HealthChecker::Impl::probe(const PoolTarget& target,
                                                                    const upstream::BackendConfig& backend) {
-  const config::PoolConfig& c = target.config;
+  const config::ProxyConfig& c = target.config;
   const std::string& name = backend.name;
   beast::tcp_stream stream(io);
   const auto deadline = std::chrono::steady_clock::now() + c.health_timeout;

@@ -52,7 +52,7 @@ struct HealthCounter {
 struct PoolTarget {
   std::string label;  // for logs, e.g. "site0"
   std::shared_ptr<upstream::Pool> pool;
-  config::PoolConfig config;  // health_* options
+  config::ProxyConfig config;  // health_* options
   // The pool's labels in /metrics (observe/metrics.h), where its health
   // changes and weight decisions are counted.
   std::string server;

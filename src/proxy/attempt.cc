@@ -25,7 +25,7 @@ bool untried_available(const upstream::PoolSnapshot& snapshot, const balance::Tr
 // write to the backend; once the body is out, read_timeout for the response
 // (nginx's proxy_read_timeout starts when the request has been sent).
 Task<error_code> send_rest_of_body(Exchange& ex, UpstreamConnection& conn, bool chunked, bool& client_failed,
-                                   const config::PoolConfig& pool) {
+                                   const config::ProxyConfig& pool) {
   set_nodelay_once(conn.socket, conn.nodelay);  // the body goes out in writes after the head's
   // Its own buffer: scratch() is used by the response side at the same time.
   auto piece = std::make_unique<char[]>(kChunk);
@@ -55,7 +55,7 @@ Task<error_code> send_rest_of_body(Exchange& ex, UpstreamConnection& conn, bool 
 // attempt() once the request head is out and the request body is not all
 // in: the rest is relayed while the response may already be coming.
 Task<AttemptResult> attempt_streaming_body(Exchange& ex, std::unique_ptr<UpstreamConnection>& conn,
-                                           ResponseParser& response, const config::PoolConfig& pool, bool upgrade,
+                                           ResponseParser& response, const config::ProxyConfig& pool, bool upgrade,
                                            IdleList& idle_list) {
   using namespace asio::experimental::awaitable_operators;
   bool client_failed = false;
@@ -118,7 +118,7 @@ Task<AttemptResult> attempt_streaming_body(Exchange& ex, std::unique_ptr<Upstrea
 Task<AttemptResult> attempt(Exchange& ex, const SiteRoute& route, WorkerSite& site,
                             const upstream::PoolSnapshot& snapshot, uint32_t backend, const balance::TriedSet& tried,
                             bool last_chance, bool upgrade) {
-  const config::PoolConfig& pool = route.site.proxy;
+  const config::ProxyConfig& pool = route.site.proxy;
   ex.ignore_client_abort_ = pool.ignore_client_abort;
   // `backend` indexes this request's snapshot; the site's endpoints may follow
   // another request's since (a change published while this one read its body).

@@ -135,7 +135,7 @@ namespace {
 // wait_for_place() without the record of how long it took.
 Task<std::optional<uint32_t>> wait_in_queue(Exchange& ex, WorkerSite& site,
                                             std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
-                                            const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                            const balance::PickContext& ctx, const config::ProxyConfig& pool,
                                             bool& full, Clock::time_point deadline);
 
 // Waits in the pool's queue until a backend has room, at most the pool's
@@ -144,7 +144,7 @@ Task<std::optional<uint32_t>> wait_in_queue(Exchange& ex, WorkerSite& site,
 // or the time ran out (`full` set), or nothing is available any more.
 Task<std::optional<uint32_t>> wait_for_place(Exchange& ex, WorkerSite& site,
                                                       std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
-                                                      const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                                      const balance::PickContext& ctx, const config::ProxyConfig& pool,
                                                       bool& full) {
   const auto since = Clock::now();
   std::optional<uint32_t> pick = co_await wait_in_queue(ex, site, snapshot, ctx, pool, full, since + pool.queue_timeout);
@@ -154,7 +154,7 @@ Task<std::optional<uint32_t>> wait_for_place(Exchange& ex, WorkerSite& site,
 
 Task<std::optional<uint32_t>> wait_in_queue(Exchange& ex, WorkerSite& site,
                                                      std::shared_ptr<const upstream::PoolSnapshot>& snapshot,
-                                                     const balance::PickContext& ctx, const config::PoolConfig& pool,
+                                                     const balance::PickContext& ctx, const config::ProxyConfig& pool,
                                                      bool& full, Clock::time_point deadline) {
   const std::shared_ptr<upstream::PlaceQueue> places = snapshot->places();
   auto wait = std::make_shared<PlaceWait>(ex.w.io.get_executor());
@@ -264,7 +264,7 @@ Task<bool> serve(Exchange& ex) {
     ex.refuse(417, "417 Expectation Failed\n", false);
     co_return false;
   }
-  const config::PoolConfig& pool = route->site.proxy;
+  const config::ProxyConfig& pool = route->site.proxy;
   WorkerSite& site = routes->sites[route->index];
   // Replaced only by a wait for a place (wait_for_place()), before any attempt.
   std::shared_ptr<const upstream::PoolSnapshot> snapshot = site.cache.get();

@@ -36,7 +36,7 @@
 
 namespace heft::config {
 struct Config;
-struct PoolConfig;
+struct ProxyConfig;
 }  // namespace heft::config
 
 namespace heft::proxy {
@@ -127,7 +127,7 @@ class Exchange {
   // Prepares the response head from the backend's `response` (held until
   // the first send): its status, the fields `pool` lets through, and the
   // framing this client's protocol needs. `switching`: a 101 to a requested upgrade.
-  virtual void begin_response(const ResponseParser& response, const config::PoolConfig& pool, bool switching) = 0;
+  virtual void begin_response(const ResponseParser& response, const config::ProxyConfig& pool, bool switching) = 0;
   // Whether the client connection may carry another request once this
   // response is done (known after begin_response()).
   virtual bool response_keeps_connection() const = 0;

@@ -63,7 +63,7 @@ class Http1Session final : public Exchange {
   bool body_declared() const override { return parser_->get().has_content_length() || parser_->get().chunked(); }
   Task<BodyPiece> read_body(char* out, std::size_t capacity) override;
   Task<bool> send_continue() override;
-  void begin_response(const ResponseParser& response, const config::PoolConfig& pool, bool switching) override;
+  void begin_response(const ResponseParser& response, const config::ProxyConfig& pool, bool switching) override;
   bool response_keeps_connection() const override { return response_keep_alive_; }
   bool send_body(std::string_view piece, bool last, SendResult& result) override;
   Task<void> finish_send(SendResult& result) override;

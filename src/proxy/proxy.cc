@@ -174,31 +174,17 @@ std::vector<health::PoolTarget> health_targets(const RouteTable& table) {
 upstream::PoolConfig make_pool_config(const config::SiteConfig& site, std::size_t site_index) {
   upstream::PoolConfig pool;
   pool.name = fmt::format("site{}", site_index);
-  pool.policy.kind = site.proxy.policy;
-  pool.policy.hash_strategy = site.proxy.hash_strategy;
+  pool.policy = {site.proxy.policy, site.proxy.hash_strategy};
+  pool.adaptive = site.proxy.adaptive;
   for (const config::UpstreamConfig& u : site.proxy.upstreams) {
-    upstream::BackendConfig b;
-    b.name = u.dial;
+    upstream::BackendConfig& b = pool.backends.emplace_back();
+    static_cast<balance::BackendSpec&>(b) = u;  // name, weight, backup, down, max_fails, max_conns
     // The first address the resolver returned; the others if it refuses.
-    b.address = u.resolved.empty() ? u.dial : u.resolved.front();
+    b.address = u.resolved.empty() ? u.name : u.resolved.front();
     if (u.resolved.size() > 1) b.other_addresses.assign(u.resolved.begin() + 1, u.resolved.end());
-    b.weight = u.weight;
-    b.max_fails = u.max_fails;
     b.fail_timeout = u.fail_timeout;
-    b.backup = u.backup;
-    b.down = u.down;
     b.slow_start = u.slow_start.value_or(site.proxy.slow_start.value_or(std::chrono::milliseconds(0)));
-    b.max_conns = u.max_conns;
-    pool.backends.push_back(std::move(b));
   }
-  const config::AdaptiveConfig& a = site.proxy.adaptive;
-  pool.adaptive.enabled = a.enabled;
-  pool.adaptive.interval = a.interval;
-  pool.adaptive.latency_threshold = a.latency_threshold;
-  pool.adaptive.median_factor = a.median_factor;
-  pool.adaptive.error_threshold = a.error_threshold;
-  pool.adaptive.cut = a.cut;
-  pool.adaptive.min_weight_ratio = a.min_weight_ratio;
   return pool;
 }
 
@@ -219,8 +205,8 @@ std::string describe(const config::Config& config) {
     out += fmt::format("  site {}{} -> pool site{} ({}):", observe::site_label(site), site.is_default ? " (default)" : "", i,
                        balance::policy_name(site.proxy.policy));
     for (const auto& u : site.proxy.upstreams) {
-      out += fmt::format(" {}", u.dial);
-      if (!u.resolved.empty() && u.resolved.front() != u.dial) out += fmt::format(" ({})", u.resolved.front());
+      out += fmt::format(" {}", u.name);
+      if (!u.resolved.empty() && u.resolved.front() != u.name) out += fmt::format(" ({})", u.resolved.front());
       out += fmt::format(" weight {}", u.weight);
       if (u.backup) out += " backup";
       if (u.down) out += " down";

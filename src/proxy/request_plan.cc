@@ -97,7 +97,7 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
   ex.routed_host_ = host;
   plan.route = routes.table->route(ex.local_port, host);
   if (!plan.route) return plan;
-  const config::PoolConfig& pool = plan.route->site.proxy;
+  const config::ProxyConfig& pool = plan.route->site.proxy;
   const std::string_view extras = connection_extras(connection);
   // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8). So is an
   // upgrade to h2c (cleartext HTTP/2, deprecated by RFC 9113 3.1): once
@@ -109,7 +109,7 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
   // Any expectation besides 100-continue cannot be met: 417.
   plan.expectation_failed = other_expectation;
   plan.expect_continue = continue_expected && !other_expectation;
-  if (pool.policy == balance::PolicyKind::hash) {
+  if (balance::policy_traits(pool.policy).needs_key) {
     std::string_view key;
     switch (pool.hash_key.kind) {
       case config::HashKey::client_ip: key = ex.client_ip; break;
@@ -119,7 +119,7 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
           key = cookie_value(at->value(), pool.hash_key.name);
         break;
       case config::HashKey::uri: key = target; break;
-      case config::HashKey::none: key = ex.client_ip; break;
+      case config::HashKey::none: break;  // never: from_json gives a policy that needs a key one
     }
     // A request without the key (no such header or cookie) is placed at
     // random, in proportion to the weights, instead of all such requests

@@ -7,7 +7,7 @@
 
 namespace heft::proxy {
 
-Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::PoolConfig& pool) {
+Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::ProxyConfig& pool) {
   ex.arm(pool.send_timeout);
   // Not `if (!co_await ex.send_interim(...))`: GCC 12 compiled that into a
   // frame resumed at an invalid suspension point (SIGILL) once the relay of
@@ -19,7 +19,7 @@ Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::P
 }
 
 Task<AttemptResult> relay_response(Exchange& ex, UpstreamConnection& conn, ResponseParser& response,
-                                   const config::PoolConfig& pool, bool upgrade) {
+                                   const config::ProxyConfig& pool, bool upgrade) {
   if (!response.is_header_done()) {
     // (A streamed body's head: the client is watched once the body is out;
     // see attempt().)

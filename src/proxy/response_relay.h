@@ -20,11 +20,11 @@ namespace heft::proxy {
 // Relays the response of `conn` (its head read already, or not yet when the
 // request body was streamed) to the client of `ex`.
 Task<AttemptResult> relay_response(Exchange& ex, UpstreamConnection& conn, ResponseParser& response,
-                                   const config::PoolConfig& pool, bool upgrade);
+                                   const config::ProxyConfig& pool, bool upgrade);
 
 // Relays an interim (1xx) response as the client's protocol allows, then
 // readies the parser for the next head. False when the client is gone.
-Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::PoolConfig& pool);
+Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::ProxyConfig& pool);
 
 // The fields of the backend's response head that reach the client, as
 // `field(name, value)` calls: hop-by-hop fields and those its Connection
@@ -34,7 +34,7 @@ Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::P
 // the number the parser read. `connection_lines` is scratch space for
 // several Connection lines.
 template <typename Field>
-void for_each_forwarded_field(const ResponseParser& response, const config::PoolConfig& pool,
+void for_each_forwarded_field(const ResponseParser& response, const config::ProxyConfig& pool,
                               std::string& connection_lines, std::string_view date, Field&& field) {
   const unsigned status = response.status();
   const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)

@@ -45,9 +45,8 @@ std::vector<balance::BackendSpec> specs_of(const PoolConfig& config, const std::
   std::vector<balance::BackendSpec> specs;
   specs.reserve(config.backends.size());
   for (size_t i = 0; i < config.backends.size(); ++i) {
-    const BackendConfig& b = config.backends[i];
-    specs.push_back({b.name, b.weight, b.backup, b.down, b.max_fails, scaled ? scaled_weight(b.weight, factors[i]) : 0,
-                     b.max_conns});
+    balance::BackendSpec& spec = specs.emplace_back(config.backends[i]);
+    spec.balance_weight = scaled ? scaled_weight(spec.weight, factors[i]) : 0;
   }
   return specs;
 }
@@ -206,17 +205,8 @@ void PoolSnapshot::return_expired(TimePoint now) const {
 }
 
 std::optional<uint32_t> PoolSnapshot::pick(const balance::PickContext& ctx, TimePoint now) const {
-  return choose(ctx, now, false, nullptr);
-}
-
-std::optional<uint32_t> PoolSnapshot::acquire(const balance::PickContext& ctx, TimePoint now, bool* full) const {
-  return choose(ctx, now, true, full);
-}
-
-std::optional<uint32_t> PoolSnapshot::choose(const balance::PickContext& ctx, TimePoint now, bool count,
-                                             bool* full) const {
   if (ticks(now) >= next_return_.load(std::memory_order_relaxed)) return_expired(now);
-  const std::optional<uint32_t> chosen = count ? balancer_->acquire(ctx, full) : balancer_->pick(ctx);
+  const std::optional<uint32_t> chosen = balancer_->pick(ctx);
   if (chosen && states_[*chosen]->trial.load(std::memory_order_relaxed)) [[unlikely]]
     hold_trial(*chosen, now);
   return chosen;
@@ -284,9 +274,8 @@ uint32_t PoolSnapshot::recent_fails(uint32_t i, TimePoint now) const {
   return s.recent_failures.count(now, config_.backends[i].fail_timeout);
 }
 
-void PoolSnapshot::report_success(uint32_t i) const {
+void PoolSnapshot::settle_trial(uint32_t i) const {
   BackendState& s = *states_[i];
-  if (!s.trial.load(std::memory_order_relaxed)) return;  // the usual case: nothing to settle
   bool released = false;
   {
     std::lock_guard lock(s.mu);

@@ -101,7 +101,7 @@ TEST_F(AdminApiTest, PatchPostDeleteChangeOneThingEach) {
   const auto& ups = applied.back().sites[0].proxy.upstreams;
   ASSERT_EQ(ups.size(), 2u);
   EXPECT_EQ(ups[0].weight, 50u);
-  EXPECT_EQ(ups[1].dial, "127.0.0.1:9003");
+  EXPECT_EQ(ups[1].name, "127.0.0.1:9003");
 }
 
 // A pool's transport options go through the JSON reader: keepalive_timeout
@@ -121,7 +121,7 @@ TEST_F(AdminApiTest, PatchOfKeepaliveTimeoutIsAppliedAndABadOneNamesItsPath) {
     EXPECT_EQ(r.status, 400) << method << " " << target << " " << body << " → " << r.body;
     const json error = json::parse(r.body, nullptr, false);
     ASSERT_TRUE(error.is_object()) << r.body;
-    EXPECT_NE(error.value("error", "").find("apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].transport."
+    EXPECT_NE(error.value("error", "").find("/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/transport/"
                                             "keepalive_timeout: must be a duration"),
               std::string::npos)
         << r.body;
@@ -260,7 +260,7 @@ TEST_F(AdminApiTest, LoadReplacesEverythingFromJsonOrHeftfile) {
   EXPECT_EQ(applied.back().sites[0].proxy.upstreams.size(), 1u);
   AdminResponse r = api.handle(request("POST", "/load", ":8080 {\n\treverse_proxy 127.0.0.1:9005\n}\n", "text/heftfile"));
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(applied.back().sites[0].proxy.upstreams[0].dial, "127.0.0.1:9005");
+  EXPECT_EQ(applied.back().sites[0].proxy.upstreams[0].name, "127.0.0.1:9005");
   r = api.handle(request("POST", "/load", ":8080 {\n\treverse_proxy {\n", "text/heftfile"));
   EXPECT_EQ(r.status, 400);
 }
@@ -296,7 +296,7 @@ TEST_F(AdminApiTest, TokenIsRequiredWhenSetAndForNonLoopback) {
 
   config::AdminConfig open;
   open.address = "0.0.0.0:2019";
-  EXPECT_NE(admin_config_error(open).find("admin.token"), std::string::npos);
+  EXPECT_NE(admin_config_error(open).find("/admin/token"), std::string::npos);
   open.token = "t";
   EXPECT_EQ(admin_config_error(open), "");
   open.token.clear();

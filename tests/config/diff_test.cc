@@ -122,7 +122,7 @@ TEST(DiffJson, NamesTheLiveChangesBetweenTwoConfigurations) {
   ASSERT_EQ(live.sites.size(), 1u);
   live.sites[0].proxy.upstreams[1].weight = 5;
   live.sites[0].proxy.upstreams.push_back(live.sites[0].proxy.upstreams[0]);
-  live.sites[0].proxy.upstreams.back().dial = "127.0.0.1:9003";
+  live.sites[0].proxy.upstreams.back().name = "127.0.0.1:9003";
   const std::vector<JsonChange> changes = diff_json(to_json(live), to_json(*file));
   ASSERT_EQ(changes.size(), 2u);
   EXPECT_EQ(changes[0].pointer.substr(changes[0].pointer.rfind("/upstreams/")), "/upstreams/1/weight");

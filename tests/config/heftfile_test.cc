@@ -74,7 +74,7 @@ TEST(Heftfile, SeedStructuredSyntax) {
   EXPECT_EQ(site.line, 2);
   EXPECT_EQ(site.proxy.policy, balance::PolicyKind::round_robin);
   ASSERT_EQ(site.proxy.upstreams.size(), 3u);
-  EXPECT_EQ(site.proxy.upstreams[0].dial, "backend-1:3000");
+  EXPECT_EQ(site.proxy.upstreams[0].name, "backend-1:3000");
   EXPECT_EQ(site.proxy.upstreams[0].host, "backend-1");
   EXPECT_EQ(site.proxy.upstreams[0].port, 3000);
   EXPECT_EQ(site.proxy.upstreams[0].weight, 5u);
@@ -130,9 +130,9 @@ TEST(Heftfile, DefaultsWhenNothingIsSet) {
   ASSERT_EQ(config.sites.size(), 1u);
   EXPECT_TRUE(config.sites[0].hosts.empty());
   EXPECT_EQ(config.sites[0].port, 8080);
-  PoolConfig expected;
+  ProxyConfig expected;
   UpstreamConfig upstream;
-  upstream.dial = "127.0.0.1:9001";
+  upstream.name = "127.0.0.1:9001";
   upstream.host = "127.0.0.1";
   upstream.port = 9001;
   expected.upstreams.push_back(upstream);
@@ -229,7 +229,7 @@ api.example.com:8080, www.example.com:8080 {
   EXPECT_EQ(site.port, 8080);
   EXPECT_TRUE(site.is_default);
   EXPECT_EQ(site.log, (LogConfig{true, "/var/log/heft/api.log"}));
-  const PoolConfig& pool = site.proxy;
+  const ProxyConfig& pool = site.proxy;
   ASSERT_EQ(pool.upstreams.size(), 6u);
   EXPECT_EQ(pool.upstreams[0].weight, 5u);
   EXPECT_EQ(pool.upstreams[0].max_fails, 2u);      // explicit beats the pool's max_fails
@@ -244,10 +244,10 @@ api.example.com:8080, www.example.com:8080 {
   EXPECT_EQ(pool.upstreams[3].max_fails, 7u);
   EXPECT_EQ(pool.upstreams[3].max_conns, 100u);
   EXPECT_EQ(pool.upstreams[2].max_conns, 0u);  // no limit unless written
-  EXPECT_EQ(pool.upstreams[4].dial, "[::1]:9000");
+  EXPECT_EQ(pool.upstreams[4].name, "[::1]:9000");
   EXPECT_EQ(pool.upstreams[4].host, "::1");
   EXPECT_TRUE(pool.upstreams[4].down);
-  EXPECT_EQ(pool.upstreams[5].dial, "backend.internal:80");
+  EXPECT_EQ(pool.upstreams[5].name, "backend.internal:80");
   EXPECT_EQ(pool.policy, balance::PolicyKind::hash);
   EXPECT_EQ(pool.hash_key, (HashKey{HashKey::header, "X-User-ID"}));
   EXPECT_EQ(pool.hash_strategy, balance::HashStrategy::maglev);
@@ -288,13 +288,13 @@ TEST(Heftfile, PolicySpellings) {
   auto policy_of = [](std::string_view line) {
     Config config = parse_ok(std::string(":80 {\n\treverse_proxy a:1 {\n\t\tlb_policy ") + std::string(line) +
                              "\n\t}\n}\n");
-    return config.sites.empty() ? PoolConfig{} : config.sites[0].proxy;
+    return config.sites.empty() ? ProxyConfig{} : config.sites[0].proxy;
   };
   EXPECT_EQ(policy_of("weighted_round_robin").policy, balance::PolicyKind::weighted_round_robin);
   EXPECT_EQ(policy_of("random").policy, balance::PolicyKind::random);
   EXPECT_EQ(policy_of("p2c").policy, balance::PolicyKind::p2c);
   EXPECT_EQ(policy_of("first").policy, balance::PolicyKind::first);
-  PoolConfig ip_hash = policy_of("ip_hash");
+  ProxyConfig ip_hash = policy_of("ip_hash");
   EXPECT_EQ(ip_hash.policy, balance::PolicyKind::hash);
   EXPECT_EQ(ip_hash.hash_key, (HashKey{HashKey::client_ip, ""}));
   EXPECT_EQ(policy_of("hash client_ip"), ip_hash);
@@ -387,9 +387,9 @@ TEST(Heftfile, EnvironmentPlaceholdersAreReplacedWithinTokens) {
   ASSERT_EQ(config.sites.size(), 1u);
   const auto& upstreams = config.sites[0].proxy.upstreams;
   ASSERT_EQ(upstreams.size(), 2u);
-  EXPECT_EQ(upstreams[0].dial, "10.0.0.7:3000");
+  EXPECT_EQ(upstreams[0].name, "10.0.0.7:3000");
   EXPECT_EQ(upstreams[0].weight, 4u);  // not set: its default
-  EXPECT_EQ(upstreams[1].dial, "10.0.0.8:3001");
+  EXPECT_EQ(upstreams[1].name, "10.0.0.8:3001");
   EXPECT_EQ(upstreams[1].weight, 2u);  // set but empty: its value, not the default
   // heft fmt keeps them as written (it must not write secrets into the file).
   const std::string placeholders =
@@ -849,7 +849,7 @@ TEST(Heftfile, IgnoreClientAbortIsOnOrOffAndRoundTrips) {
   EXPECT_TRUE(config.sites[0].proxy.ignore_client_abort);
   EXPECT_FALSE(parse_ok(":80 {\n\treverse_proxy a:1\n}\n").sites[0].proxy.ignore_client_abort);
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy a:1 {\n\t\tignore_client_abort yes\n\t}\n}\n"),
-            "Heftfile:3:23: ignore_client_abort takes on or off, got \"yes\"");
+            "Heftfile:3:23: ignore_client_abort must be on or off, got \"yes\"");
 }
 
 // Header names are RFC 9110 tokens wherever a header is named, health_headers included.
@@ -902,8 +902,8 @@ TEST(HeftfileErrors, Schemes) {
   EXPECT_EQ(config.sites[0].hosts, std::vector<std::string>{"a.com"});
   EXPECT_EQ(config.sites[0].port, 8080);
   ASSERT_EQ(config.sites[0].proxy.upstreams.size(), 2u);
-  EXPECT_EQ(config.sites[0].proxy.upstreams[0].dial, "b:1");
-  EXPECT_EQ(config.sites[0].proxy.upstreams[1].dial, "c:2");
+  EXPECT_EQ(config.sites[0].proxy.upstreams[0].name, "b:1");
+  EXPECT_EQ(config.sites[0].proxy.upstreams[1].name, "c:2");
   EXPECT_EQ(only_error("HTTPS://a.com {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:1: \"HTTPS://a.com\": https is not supported; heft serves plain HTTP");
   EXPECT_EQ(only_error("ftp://a.com {\n\treverse_proxy a:1\n}\n"),

@@ -277,41 +277,41 @@ json& proxy_of(json& document) {
 }
 
 TEST(JsonErrors, NameThePath) {
-  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
+  const std::string up = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[1]["weight"] = -1; }),
-            std::vector<std::string>{up + "[1].weight: must be an integer 0..1000000"});
+            std::vector<std::string>{up + "/1/weight: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[1]["weight"] = 1000001; }),
-            std::vector<std::string>{up + "[1].weight: must be an integer 0..1000000"});
+            std::vector<std::string>{up + "/1/weight: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["weight"] = "5"; }),
-            std::vector<std::string>{up + "[0].weight: must be an integer 0..1000000"});
+            std::vector<std::string>{up + "/0/weight: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[2]["max_conns"] = 1000001; }),
-            std::vector<std::string>{up + "[2].max_conns: must be an integer 0..1000000"});
+            std::vector<std::string>{up + "/2/max_conns: must be an integer 0..1000000"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["wieght"] = 5; }),
-            std::vector<std::string>{up + "[0].wieght: unknown field (did you mean \"weight\"?)"});
+            std::vector<std::string>{up + "/0/wieght: unknown field (did you mean \"weight\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["fail_timeout"] = "soon"; }),
-            std::vector<std::string>{up + "[0].fail_timeout: must be a duration in whole milliseconds, at most 365d, "
+            std::vector<std::string>{up + "/0/fail_timeout: must be a duration in whole milliseconds, at most 365d, "
                                           "e.g. \"250ms\" or 250000000 (ns)"});
   // 1.5 ms, as nanoseconds or as a string: refused for its fraction of a millisecond, which the message names.
-  const std::string idle = "apps.http.idle_timeout: must be a duration in whole milliseconds, greater than 0 and at "
+  const std::string idle = "/apps/http/idle_timeout: must be a duration in whole milliseconds, greater than 0 and at "
                            "most 365d, e.g. \"30s\" or 30000000000 (ns)";
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = 1500000; }), std::vector<std::string>{idle});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle_timeout"] = "1.5ms"; }), std::vector<std::string>{idle});
-  const std::string tp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].transport";
+  const std::string tp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/transport";
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timeout"] = "-1s"; }),
-            std::vector<std::string>{tp + ".keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
+            std::vector<std::string>{tp + "/keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
                                           "e.g. \"250ms\" or 250000000 (ns)"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timeout"] = true; }),
-            std::vector<std::string>{tp + ".keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
+            std::vector<std::string>{tp + "/keepalive_timeout: must be a duration in whole milliseconds, at most 365d, "
                                           "e.g. \"250ms\" or 250000000 (ns)"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["transport"]["keepalive_timout"] = "1s"; }),
-            std::vector<std::string>{tp + ".keepalive_timout: unknown field (did you mean \"keepalive_timeout\"?)"});
+            std::vector<std::string>{tp + "/keepalive_timout: unknown field (did you mean \"keepalive_timeout\"?)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[3]["dial"] = "127.0.0.1:9001"; }),
-            std::vector<std::string>{up + "[3].dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "[0])"});
+            std::vector<std::string>{up + "/3/dial: duplicate backend \"127.0.0.1:9001\" (also at " + up + "/0/dial)"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "http://a:1"; }),
-            std::vector<std::string>{up + "[0].dial: must be \"host:port\": no scheme allowed here (write host:port "
+            std::vector<std::string>{up + "/0/dial: must be \"host:port\": no scheme allowed here (write host:port "
                                           "without \"http://\")"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0].erase("dial"); }),
-            std::vector<std::string>{up + "[0].dial: required"});
+            std::vector<std::string>{up + "/0/dial: required"});
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d) = json::array(); }),
             std::vector<std::string>{up + ": must hold at least one upstream"});
 }
@@ -319,40 +319,40 @@ TEST(JsonErrors, NameThePath) {
 // The JSON form's addresses get the Heftfile's check: what brackets hold (or
 // a matcher host with colons) must be an IPv6 address.
 TEST(JsonErrors, IPv6LiteralsMustBeValid) {
-  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
-  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  const std::string up = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+  const std::string host = "/apps/http/servers/srv0/routes/0/match/0/host";
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[::1::2]:46622"; }),
-            std::vector<std::string>{up + "[0].dial: must be \"host:port\": not a valid IPv6 address"});
+            std::vector<std::string>{up + "/0/dial: must be \"host:port\": not a valid IPv6 address"});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "[zz:zz]"; }),
-            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+            std::vector<std::string>{host + "/0: must be a host name: not a valid IPv6 address"});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::zz"; }),
-            std::vector<std::string>{host + "[0]: must be a host name: not a valid IPv6 address"});
+            std::vector<std::string>{host + "/0: must be a host name: not a valid IPv6 address"});
 }
 
 // A matcher host has no port: "a.com:80" was an error, but "a.com:1" (the
 // port the reader used as "none") was read as "a.com", its port dropped.
 TEST(JsonErrors, MatcherHostsHaveNoPort) {
-  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  const std::string host = "/apps/http/servers/srv0/routes/0/match/0/host";
   for (const char* written : {"a.com:1", "a.com:80", "[::1]:1", "a.com:0"})
     EXPECT_EQ(errors_after([&](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = written; }),
-              std::vector<std::string>{host + "[0]: must be a host name"})
+              std::vector<std::string>{host + "/0: must be a host name"})
         << written;
 }
 
 // Zone IDs: dropped from a backend's address, never in a Host.
 TEST(JsonErrors, IPv6ZoneIDsAreRefused) {
-  const std::string up = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0].upstreams";
-  const std::string host = "apps.http.servers.srv0.routes[0].match[0].host";
+  const std::string up = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
+  const std::string host = "/apps/http/servers/srv0/routes/0/match/0/host";
   EXPECT_EQ(errors_after([](json& d) { upstreams_of(d)[0]["dial"] = "[fe80::1%lo]:46623"; }),
-            std::vector<std::string>{up + "[0].dial: must be \"host:port\": IPv6 zone IDs are not supported (\"%lo\")"});
+            std::vector<std::string>{up + "/0/dial: must be \"host:port\": IPv6 zone IDs are not supported (\"%lo\")"});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["match"][0]["host"][0] = "fe80::1%lo"; }),
-            std::vector<std::string>{host + "[0]: must be a host name: IPv6 zone IDs are not supported (\"%lo\")"});
+            std::vector<std::string>{host + "/0: must be a host name: IPv6 zone IDs are not supported (\"%lo\")"});
 }
 
 // What `heft run` can listen on, as the Heftfile: an IP address or localhost in any case.
 TEST(JsonErrors, AdminListenIsAnAddressOrLocalhost) {
   EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "admin.test:2019"}, {"token", "t"}}; }),
-            std::vector<std::string>{"admin.listen: the host must be an IP address or localhost (the admin API "
+            std::vector<std::string>{"/admin/listen: the host must be an IP address or localhost (the admin API "
                                      "resolves no other name)"});
   json document = to_json(parse_ok(kEverything));
   document["admin"] = {{"listen", "LOCALHOST:2019"}};
@@ -368,10 +368,10 @@ TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
               listen(d, "srv0") = json::array({"[::FFFF:7f00:1]:80"});
               listen(d, "srv1") = json::array({"[::FFFF:7f00:1]:8080"});
             }),
-            (std::vector<std::string>{"apps.http.servers.srv0.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+            (std::vector<std::string>{"/apps/http/servers/srv0/listen/0: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
                                       "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
                                       "127.0.0.1:80",
-                                      "apps.http.servers.srv1.listen[0]: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
+                                      "/apps/http/servers/srv1/listen/0: \"::FFFF:7f00:1\" is an IPv4-mapped IPv6 "
                                       "address, which heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
                                       "127.0.0.1:8080"}));
 }
@@ -379,17 +379,17 @@ TEST(JsonErrors, ListenAddressesAreNotIPv4Mapped) {
 // admin.listen where a server listens: refused (heft ran without its admin API).
 TEST(JsonErrors, AdminListenIsNotAServersAddress) {
   EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "127.0.0.1:8080"}}; }),
-            std::vector<std::string>{"admin.listen: admin address \"127.0.0.1:8080\" is taken by the sites on port "
+            std::vector<std::string>{"/admin/listen: admin address \"127.0.0.1:8080\" is taken by the sites on port "
                                      "8080, which listen on every address: give the admin API another port "
-                                     "(apps.http.servers.srv1.listen)"});
+                                     "(/apps/http/servers/srv1/listen)"});
   EXPECT_EQ(errors_after([](json& d) {
               d["admin"] = {{"listen", "[::1]:80"}};
               d["apps"]["http"]["servers"]["srv0"]["listen"] = json::array({"[::1]:80"});
               d["apps"]["http"]["servers"]["srv1"]["listen"] = json::array({"[::1]:8080"});
             }),
-            std::vector<std::string>{"admin.listen: admin address \"[::1]:80\" is taken by the sites on port 80, "
+            std::vector<std::string>{"/admin/listen: admin address \"[::1]:80\" is taken by the sites on port 80, "
                                      "which listen on ::1: give the admin API another port "
-                                     "(apps.http.servers.srv0.listen)"});
+                                     "(/apps/http/servers/srv0/listen)"});
 }
 
 // The default admin section is what /load is sent to keep the running API's
@@ -402,131 +402,133 @@ TEST(JsonErrors, TheDefaultAdminSectionIsNotCheckedAgainstTheServers) {
   ASSERT_TRUE(result.ok()) << (result.errors.empty() ? "" : result.errors[0].to_string());
   std::optional<Diagnostic> at_start = admin_start_conflict(*result);
   ASSERT_TRUE(at_start);
-  EXPECT_EQ(at_start->to_string(), "admin.listen: the sites on port 2019 listen on every address, the admin API's "
-                                   "default 127.0.0.1:2019 among them: set admin.listen to another address, or "
-                                   "admin.disabled to true");
+  EXPECT_EQ(at_start->to_string(), "/admin/listen: the sites on port 2019 listen on every address, the admin API's "
+                                   "default 127.0.0.1:2019 among them: set /admin/listen to another address, or "
+                                   "/admin/disabled to true");
 }
 
 TEST(JsonErrors, ListenAddresses) {
-  const std::string srv0 = "apps.http.servers.srv0.listen";
-  const std::string srv1 = "apps.http.servers.srv1.listen";
+  const std::string srv0 = "/apps/http/servers/srv0/listen";
+  const std::string srv1 = "/apps/http/servers/srv1/listen";
   const std::string shape = "e.g. [\":8080\"] or [\"127.0.0.1:8080\", \"[::1]:8080\"]";
   auto listen = [](json& d, const std::string& server) -> json& { return d["apps"]["http"]["servers"][server]["listen"]; };
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array(); }),
             std::vector<std::string>{srv0 + ": must hold at least one address, " + shape});
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"127.0.0.1:80", "[::1]:81"}); }),
-            std::vector<std::string>{srv0 + "[1]: must use the port of the first address (80)"});
+            std::vector<std::string>{srv0 + "/1: must use the port of the first address (80)"});
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"localhost:80"}); }),
-            std::vector<std::string>{srv0 + "[0]: the address must be an IP address, got \"localhost\""});
+            std::vector<std::string>{srv0 + "/0: the address must be an IP address, got \"localhost\""});
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({":80", "127.0.0.1:80"}); }),
             std::vector<std::string>{srv0 + ": \":PORT\" (every address) must be the only address"});
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"::1:80"}); }),
-            std::vector<std::string>{srv0 + "[0]: must be \":PORT\" or \"ADDRESS:PORT\", " + shape});
+            std::vector<std::string>{srv0 + "/0: must be \":PORT\" or \"ADDRESS:PORT\", " + shape});
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv0") = json::array({"[::1]:80", "[0::1]:80"}); }),
-            (std::vector<std::string>{srv0 + "[1]: duplicate address"}));
+            (std::vector<std::string>{srv0 + "/1: duplicate address"}));
   EXPECT_EQ(errors_after([&](json& d) { listen(d, "srv1") = json::array({"[::ffff:127.0.0.1]:8080"}); }),
-            std::vector<std::string>{srv1 + "[0]: \"::ffff:127.0.0.1\" is an IPv4-mapped IPv6 address, which "
+            std::vector<std::string>{srv1 + "/0: \"::ffff:127.0.0.1\" is an IPv4-mapped IPv6 address, which "
                                      "heft's IPv6 listeners (IPv6 only) cannot listen on: write it as "
                                      "127.0.0.1:8080"});
 }
 
 TEST(JsonErrors, StructureAndSemantics) {
-  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0";
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["workers"] = "two"; }),
-            std::vector<std::string>{"apps.http.workers: must be an integer 0..1024"});
-  EXPECT_EQ(errors_after([](json& d) { d["extra"] = 1; }), std::vector<std::string>{"extra: unknown field"});
+            std::vector<std::string>{"/apps/http/workers: must be an integer 0..1024"});
+  EXPECT_EQ(errors_after([](json& d) { d["extra"] = 1; }), std::vector<std::string>{"/extra: unknown field"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"].erase("key"); }),
-            (std::vector<std::string>{rp + ".load_balancing.selection_policy.key: required for policy \"hash\"",
-                                      rp + ".load_balancing.selection_policy.name: only header and cookie keys take a name"}));
+            (std::vector<std::string>{rp + "/load_balancing/selection_policy/key: required for policy \"hash\"",
+                                      rp + "/load_balancing/selection_policy/name: only header and cookie keys take a name"}));
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["policy"] = "fastest"; }),
-            (std::vector<std::string>{rp + ".load_balancing.selection_policy.policy: unknown policy \"fastest\"",
-                                      rp + ".load_balancing.selection_policy.key: only policy \"hash\" takes a key"}));
+            (std::vector<std::string>{rp + "/load_balancing/selection_policy/policy: unknown policy \"fastest\""}));
+  EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["policy"] = "least_conn"; }),
+            (std::vector<std::string>{rp + "/load_balancing/selection_policy/key: only a policy that hashes a key "
+                                           "takes one (\"least_conn\" does not)"}));
   // A header name that could never match (it round-trips from the Heftfile, which refuses it too).
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["load_balancing"]["selection_policy"]["name"] = "X A\r\n"; }),
-            std::vector<std::string>{rp + ".load_balancing.selection_policy.name: must be a header or cookie name "
+            std::vector<std::string>{rp + "/load_balancing/selection_policy/name: must be a header or cookie name "
                                           "(letters, digits and !#$%&'*+-.^_`|~)"});
   // An empty log path was refused only when opened, with an empty reason.
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][0]["log"] = {{"output", ""}}; }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[0].log.output: must be \"stderr\" or a file "
+            std::vector<std::string>{"/apps/http/servers/srv0/routes/0/log/output: must be \"stderr\" or a file "
                                      "path"});
   // A token no client can send locks the admin API; a non-loopback one needs a token.
   EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = "a\nb"; }),
-            std::vector<std::string>{"admin.token: must not contain control characters"});
+            std::vector<std::string>{"/admin/token: must not contain control characters"});
   EXPECT_EQ(errors_after([](json& d) { d["admin"]["token"] = " x"; }),
-            std::vector<std::string>{"admin.token: must not start or end with a space (a header value's edge "
+            std::vector<std::string>{"/admin/token: must not start or end with a space (a header value's edge "
                                      "spaces are not part of it)"});
   EXPECT_EQ(errors_after([](json& d) { d["admin"] = {{"listen", "0.0.0.0:2019"}}; }),
-            std::vector<std::string>{"admin.token: required when the admin API listens on a non-loopback address "
+            std::vector<std::string>{"/admin/token: required when the admin API listens on a non-loopback address "
                                      "(0.0.0.0:2019)"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["handler"] = "file_server"; }),
-            std::vector<std::string>{rp + ".handler: must be \"reverse_proxy\""});
+            std::vector<std::string>{rp + "/handler: must be \"reverse_proxy\""});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv1"]["listen"][0] = ":80"; }),
-            std::vector<std::string>{"apps.http.servers.srv1.listen[0]: port 80 is also used by apps.http.servers.srv0.listen"});
+            std::vector<std::string>{"/apps/http/servers/srv1/listen/0: port 80 is also used by /apps/http/servers/srv0/listen"});
   EXPECT_EQ(errors_after([](json& d) {
               d["apps"]["http"]["servers"]["srv0"]["routes"][1]["match"][0]["host"][0] = "www.example.com";
             }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[1].match[0].host[0]: host \"www.example.com\" is "
-                                     "also matched at apps.http.servers.srv0.routes[0].match[0].host[1]"});
+            std::vector<std::string>{"/apps/http/servers/srv0/routes/1/match/0/host/0: host \"www.example.com\" is "
+                                     "also matched at /apps/http/servers/srv0/routes/0/match/0/host/1"});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1]["default"] = true; }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[1].default: a second default route (first at "
-                                     "apps.http.servers.srv0.routes[0])"});
+            std::vector<std::string>{"/apps/http/servers/srv0/routes/1/default: a second default route (first at "
+                                     "/apps/http/servers/srv0/routes/0/default)"});
 }
 
 TEST(JsonErrors, HeaderNamesAreTokens) {
-  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0";
   const std::string rule = " (use letters, digits and !#$%&'*+-.^_`|~)";
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][0]["name"] = "X A"; }),
-            std::vector<std::string>{rp + ".headers.request[0].name: invalid header name \"X A\"" + rule});
+            std::vector<std::string>{rp + "/headers/request/0/name: invalid header name \"X A\"" + rule});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["response"][0]["name"] = "X-\xc3\x89"; }),
-            std::vector<std::string>{rp + ".headers.response[0].name: invalid header name \"X-\\xC3\\x89\"" + rule});
+            std::vector<std::string>{rp + "/headers/response/0/name: invalid header name \"X-\\xC3\\x89\"" + rule});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["name"] = "Bad Name"; }),
-            std::vector<std::string>{rp + ".health_checks.active.headers[0].name: invalid header name \"Bad Name\"" +
+            std::vector<std::string>{rp + "/health_checks/active/headers/0/name: invalid header name \"Bad Name\"" +
                                      rule});
 }
 
 TEST(JsonErrors, HeaderOpsLeaveFramingAndHostAlone) {
-  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0";
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["response"][0]["name"] = "Content-Length"; }),
-            std::vector<std::string>{rp + ".headers.response[0].name: \"Content-Length\" cannot be changed: heft writes "
+            std::vector<std::string>{rp + "/headers/response/0/name: \"Content-Length\" cannot be changed: heft writes "
                                           "the message framing and hop-by-hop fields itself"});
   EXPECT_EQ(errors_after([](json& d) {
               proxy_of(d)["headers"]["request"].push_back({{"op", "delete"}, {"name", "Host"}});
             }),
-            std::vector<std::string>{rp + ".headers.request[2].name: \"-Host\" would leave the request without the "
+            std::vector<std::string>{rp + "/headers/request/2/name: \"-Host\" would leave the request without the "
                                           "Host HTTP/1.1 requires; set it instead"});
 }
 
 TEST(JsonErrors, HeaderValuesWithControlCharacters) {
-  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0";
   const std::string rule = "header values may hold no control character but tab";
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["headers"]["request"][1]["value"] = "a\nX-Injected: 1"; }),
-            std::vector<std::string>{rp + ".headers.request[1].value: contains a line feed (0x0A); " + rule});
+            std::vector<std::string>{rp + "/headers/request/1/value: contains a line feed (0x0A); " + rule});
   EXPECT_EQ(errors_after([](json& d) {
               proxy_of(d)["headers"]["response"].push_back({{"op", "add"}, {"name", "X-A"}, {"value", "a\r"}});
             }),
-            std::vector<std::string>{rp + ".headers.response[1].value: contains a carriage return (0x0D); " + rule});
+            std::vector<std::string>{rp + "/headers/response/1/value: contains a carriage return (0x0D); " + rule});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["headers"][0]["value"] = std::string("h\0", 2); }),
-            std::vector<std::string>{rp + ".health_checks.active.headers[0].value: contains a NUL byte (0x00); " + rule});
+            std::vector<std::string>{rp + "/health_checks/active/headers/0/value: contains a NUL byte (0x00); " + rule});
 }
 
 // A member name is part of the path: its line feed started a line of the
 // message that named nothing.
 TEST(JsonErrors, PathsStayOnOneLine) {
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["idle\ntimeout"] = "1s"; }),
-            std::vector<std::string>{"apps.http.idle\\ntimeout: unknown field (did you mean \"idle_timeout\"?)"});
+            std::vector<std::string>{"/apps/http/idle\\ntimeout: unknown field (did you mean \"idle_timeout\"?)"});
 }
 
 TEST(JsonErrors, DefaultRouteBesideARouteForEveryHost) {
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["routes"][1].erase("match"); }),
-            std::vector<std::string>{"apps.http.servers.srv0.routes[0].default: has no effect: the route at "
-                                     "apps.http.servers.srv0.routes[1] has no host match and answers every host "
+            std::vector<std::string>{"/apps/http/servers/srv0/routes/0/default: has no effect: the route at "
+                                     "/apps/http/servers/srv0/routes/1 has no host match and answers every host "
                                      "(remove one of the two)"});
 }
 
 TEST(JsonErrors, HealthUriIsOneRequestTarget) {
-  const std::string rp = "apps.http.servers.srv0.routes[0].handle[0].routes[0].handle[0]";
+  const std::string rp = "/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0";
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["health_checks"]["active"]["uri"] = "/h HTTP/1.1\r\nX: y"; }),
-            std::vector<std::string>{rp + ".health_checks.active.uri: may hold no space, control character or non-ASCII "
+            std::vector<std::string>{rp + "/health_checks/active/uri: may hold no space, control character or non-ASCII "
                                           "byte (percent-encode them)"});
 }
 

@@ -1,6 +1,8 @@
 // Active health checks against in-process demo backends (health/health_checker.h).
 #include <gtest/gtest.h>
 
+#include "test_deadline.h"
+
 #include <atomic>
 #include <functional>
 #include <mutex>
@@ -135,7 +137,7 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
   std::vector<upstream::BackendConfig> backends{backend(a_.port()), backend(b_.port())};
   for (auto& bc : backends) bc.fail_timeout = 60s;
   auto pool = pool_of(backends);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   cfg.health_timeout = 500ms;
@@ -179,7 +181,7 @@ TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
   pc.name = "site0";
   pc.backends = {backend(a_.port())};
   auto pool = std::make_shared<upstream::Pool>(pc);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   {
@@ -209,7 +211,7 @@ TEST_F(HealthChecking, FollowsThePoolAcrossReloads) {
 // option starts its checks afresh (FollowsThePoolAcrossReloads).
 TEST_F(HealthChecking, FrequentReloadsKeepTheProbeSchedule) {
   auto pool = pool_of({backend(a_.port()), backend(b_.port())});
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 200ms;
   cfg.health_timeout = 100ms;
@@ -272,7 +274,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
   pc.name = "site0";
   pc.backends = {bc};
   auto pool = std::make_shared<upstream::Pool>(pc);
-  config::PoolConfig cfg;
+  config::ProxyConfig cfg;
   cfg.health_uri = "/healthz";
   cfg.health_interval = 100ms;
   cfg.health_timeout = 2s;
@@ -293,6 +295,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
     tcp::socket poke(origin_io);
     poke.connect(acceptor.local_endpoint(), ec);
   }
+  test::WaitingFor waiting("the origin thread to end (its accept and read have no timeout)");
   origin.join();
   EXPECT_GE(answered.load(), 6);
   const std::string all = log.text();

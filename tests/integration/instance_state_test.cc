@@ -248,7 +248,7 @@ TEST(InstanceState, ACorruptStateFileStopsTheResume) {
   write_file(state, R"({"apps": {"http": {"workers": "two"}}})");
   Process invalid = instance.spawn("invalid.log", {"--state", state, "--resume"});
   ASSERT_EQ(invalid.wait(10s), std::optional<int>(1)) << invalid.log();
-  EXPECT_NE(invalid.log().find(state + ": apps.http.workers: must be an integer 0..1024\n"), std::string::npos)
+  EXPECT_NE(invalid.log().find(state + ": /apps/http/workers: must be an integer 0..1024\n"), std::string::npos)
       << invalid.log();
   // A directory where the state file should be.
   const std::string directory = instance.dir + "/state-dir.json";
@@ -264,8 +264,8 @@ TEST(InstanceState, ACorruptStateFileStopsTheResume) {
   Process fresh = instance.run("fresh.log", {"--state", state});
   const std::string aside = line_after(fresh.log(), "; kept it as ");
   ASSERT_FALSE(aside.empty()) << fresh.log();
-  EXPECT_NE(fresh.log().find(fmt::format("heft: the state file {0} could not be read ({0}: apps.http.workers: must be "
-                                         "an integer 0..1024; {0}: apps.http.servers: required); kept it as ",
+  EXPECT_NE(fresh.log().find(fmt::format("heft: the state file {0} could not be read ({0}: /apps/http/workers: must be "
+                                         "an integer 0..1024; {0}: /apps/http/servers: required); kept it as ",
                                          state)),
             std::string::npos)
       << fresh.log();

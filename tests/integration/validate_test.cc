@@ -104,8 +104,8 @@ TEST_F(ConfigCommands, ValidateRefusesASiteOnTheDefaultAdminAddress) {
   run = heft("validate site.json");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_EQ(run.err,
-            "site.json: admin.listen: the sites on port 2019 listen on every address, the admin API's default "
-            "127.0.0.1:2019 among them: set admin.listen to another address, or admin.disabled to true\n"
+            "site.json: /admin/listen: the sites on port 2019 listen on every address, the admin API's default "
+            "127.0.0.1:2019 among them: set /admin/listen to another address, or /admin/disabled to true\n"
             "site.json: 1 error\n");
   write("Heftfile", "{\n\tadmin off\n}\nexample.test:2019 {\n\treverse_proxy 127.0.0.1:1\n}\n");
   EXPECT_EQ(heft("validate").exit_code, 0);

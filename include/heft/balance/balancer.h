@@ -31,9 +31,17 @@ namespace heft::balance {
 template <class Entry>
 class WrrFastPath;  // internal (src/balance/weighted_round_robin.h)
 
+// The largest weight a backend may have (0 drains it): what the
+// configuration, `heft pick` and `heft sim` accept. Sums of weights stay far
+// inside 64 bits, and weight x kWeightResolution (slow start, adaptive) inside 32.
+inline constexpr uint32_t kMaxWeight = 1'000'000;
+
+// A backend as the balancer sees it. The configuration's upstreams and the
+// run-time pool's backends are this plus what they add, so a weight written
+// in a Heftfile reaches the policy as this one value.
 struct BackendSpec {
   std::string name;        // identity, e.g. "10.0.0.1:8080"
-  uint32_t weight = 1;     // 0 = drained: listed, never picked
+  uint32_t weight = 1;     // 0..kMaxWeight; 0 = drained: listed, never picked
   bool backup = false;     // picked only when no primary is eligible
   bool down = false;       // administratively down: never picked
   uint32_t max_fails = 1;  // nginx: a failure costs weight / max_fails of effective weight
@@ -45,6 +53,8 @@ struct BackendSpec {
   // nginx's max_conns (HAProxy's maxconn): at most this many requests in
   // flight at once; a full backend is passed over until one ends. 0 = no limit.
   uint32_t max_conns = 0;
+
+  bool operator==(const BackendSpec&) const = default;
 };
 
 class Balancer {

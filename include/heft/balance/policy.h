@@ -33,6 +33,37 @@ enum class PolicyKind {
 
 enum class HashStrategy { ring, maglev };
 
+// What a policy reads besides the members and their weights, declared once
+// per policy (as HAProxy's lb_ops declare theirs): the configuration's
+// validation, the simulator, `heft pick` and the proxy ask these instead of
+// naming policies, so a new policy states its needs in one place.
+struct PolicyTraits {
+  bool needs_key = false;           // picks by PickContext::key_hash: a pool must say which request key to hash
+  bool uses_random = false;         // reads PickContext::random
+  bool uses_active_counts = false;  // reads BackendLive::active (requests in flight)
+  bool uses_weights = true;         // splits by weight (round_robin gives every member an equal share)
+  bool uses_hash_strategy = false;  // builds a ring or a Maglev table (HashStrategy) over its members
+  // Keeps smooth weighted round robin's current weights, carried from one
+  // snapshot to the next (what `heft pick --trace` shows).
+  bool keeps_current_weights = false;
+  // A down backend keeps its place among the members (parked, never picked),
+  // so taking it down moves only its own keys.
+  bool parks_down_members = false;
+};
+
+constexpr PolicyTraits policy_traits(PolicyKind kind) {
+  switch (kind) {
+    case PolicyKind::round_robin: return {.uses_weights = false};
+    case PolicyKind::weighted_round_robin: return {.keeps_current_weights = true};
+    case PolicyKind::least_conn: return {.uses_active_counts = true, .keeps_current_weights = true};
+    case PolicyKind::hash: return {.needs_key = true, .uses_hash_strategy = true, .parks_down_members = true};
+    case PolicyKind::random: return {.uses_random = true};
+    case PolicyKind::p2c: return {.uses_random = true, .uses_active_counts = true};
+    case PolicyKind::first: return {.uses_weights = false};
+  }
+  return {};
+}
+
 // Parses and names policies ("weighted_round_robin", "ip_hash" -> hash, ...).
 std::optional<PolicyKind> parse_policy(std::string_view name);
 std::string_view policy_name(PolicyKind kind);
