@@ -141,6 +141,28 @@ config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>
   return c;
 }
 
+// Starts a demo origin server for each of `configured` on `io` (not run yet),
+// into `running`. False, after saying which and why, when one cannot listen.
+bool start_demo_backends(const std::vector<config::DemoBackendConfig>& configured, boost::asio::io_context& io,
+                         std::vector<std::unique_ptr<demo::DemoBackend>>& running) {
+  for (const config::DemoBackendConfig& backend : configured) {
+    demo::DemoBackendOptions options;
+    options.name = backend.name;
+    const config::HostPort where = *config::split_host_port(backend.listen, 0).value;  // checked by the config
+    options.address = where.host;
+    options.port = where.port;
+    try {
+      running.push_back(std::make_unique<demo::DemoBackend>(io, options));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "heft: demo backend {} cannot listen on {}: {}\nheft: not starting\n", backend.name,
+                 backend.listen, e.what());
+      return false;
+    }
+    running.back()->start();
+  }
+  return true;
+}
+
 // Once heft is stopping, SIGHUP, SIGTERM and SIGINT must not end it with
 // their default action (exit 128+n after "heft: stopped"). Destroying the
 // signal_set would restore that default, so they are blocked in this thread
@@ -196,10 +218,6 @@ int run(const RunOptions& options) {
       demo_backends.back()->start();
     }
     config = demo_config(demo_backends, listen);
-    demo_thread = std::thread([&demo_io] {
-      pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
-      demo_io.run();
-    });
   } else {
     std::string errors;
     auto loaded = load(path, errors);
@@ -222,6 +240,15 @@ int run(const RunOptions& options) {
     if (outcome == Resume::refused) return 1;
     resumed = outcome == Resume::resumed;
   }
+  // The configuration's own demo origin servers (demo_backends), as this
+  // start serves it (resumed or not): bound now, so that a busy address ends
+  // the start before anything is served.
+  if (!start_demo_backends(config.demo_backends, demo_io, demo_backends)) return 1;
+  if (!demo_backends.empty())
+    demo_thread = std::thread([&demo_io] {
+      pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
+      demo_io.run();
+    });
 
   // A site over the admin API's address (the default one, most likely: an
   // admin address written beside such a site is the file's error) left heft
@@ -290,6 +317,12 @@ int run(const RunOptions& options) {
     banner += fmt::format("heft: try  curl -si {}\n", try_at);
   } else {
     banner += fmt::format("heft: serving {} (SIGHUP reloads it)\n", path);
+  }
+  if (!config.demo_backends.empty()) {
+    std::string servers;
+    for (const config::DemoBackendConfig& b : config.demo_backends)
+      servers += fmt::format("{}{} on {}", servers.empty() ? "" : ", ", b.name, b.listen);
+    banner += fmt::format("heft: demo backends (demo_backends, served by this heft): {}\n", servers);
   }
   if (uses_state && config.admin.enabled) banner += fmt::format("heft: state file {}\n", state.path);
   for (const std::string& warning : config::config_warnings(config)) banner += fmt::format("heft: warning: {}\n", warning);

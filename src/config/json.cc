@@ -166,7 +166,13 @@ nlohmann::json to_json(const Config& config) {
                {"header_timeout", format_duration(config.header_timeout)},
                {"max_connections", config.max_connections},
                {"servers", std::move(servers)}};
-  return {{"admin", std::move(admin)}, {"apps", {{"http", std::move(http)}}}};
+  json apps = {{"http", std::move(http)}};
+  if (!config.demo_backends.empty()) {
+    json backends = json::array();
+    for (const DemoBackendConfig& b : config.demo_backends) backends.push_back({{"name", b.name}, {"listen", b.listen}});
+    apps["demo"] = {{"backends", std::move(backends)}};
+  }
+  return {{"admin", std::move(admin)}, {"apps", std::move(apps)}};
 }
 
 Result<Config> from_json(const nlohmann::json& document, const SourceMap* sources) {
