@@ -98,8 +98,12 @@ else
 $verify"
 fi
 
-# The default Heftfile is valid, as the packaged heft reads it.
-if out=$("$work/root/usr/bin/heft" validate "$work/root/etc/heft/Heftfile" 2>&1); then pass "default Heftfile valid"; else
+# The default Heftfile is valid, as the packaged heft reads it (its access
+# log moved into a scratch directory: validate opens it, and this machine
+# need not have /var/log/heft).
+mkdir -p "$work/log"
+sed "s|/var/log/heft/|$work/log/|" "$work/root/etc/heft/Heftfile" > "$work/Heftfile"
+if out=$("$work/root/usr/bin/heft" validate "$work/Heftfile" 2>&1); then pass "default Heftfile valid"; else
   fail "default Heftfile: $out"; fi
 grep -q '127.0.0.1:8080' "$work/root/etc/heft/Heftfile" && pass "default site on 127.0.0.1:8080" || fail "default site port"
 
