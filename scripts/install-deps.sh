@@ -14,6 +14,8 @@ packages=(
   libbenchmark-dev            # micro-benchmarks in bench/
   python3 curl procps         # test drivers and process checks
   clang-15 libfuzzer-15-dev   # fuzz targets (scripts/fuzz.sh, fuzz/)
+  dpkg-dev lintian            # make deb: dpkg-shlibdeps, dpkg-deb; the package's checks
+  systemd adduser logrotate   # systemd-analyze verify, and the package's install test
 )
 peers=(nginx-light haproxy caddy wrk   # benchmark peers, only with --bench
        linux-perf)                     # profiles, and bench/shapes --syscalls

@@ -145,7 +145,8 @@ AdminResponse error_response(int status, const std::string& message) {
 }
 
 AdminApi::AdminApi(const config::Config& running, AdminHooks hooks, std::string state_path)
-    : hooks_(std::move(hooks)), state_path_(std::move(state_path)), admin_(running.admin), workers_(running.workers) {
+    : hooks_(std::move(hooks)), state_path_(std::move(state_path)), admin_(running.admin), workers_(running.workers),
+      demo_backends_(running.demo_backends) {
   current_ = config::to_json(running);
   etag_ = make_etag(current_.dump());
 }
@@ -387,6 +388,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
   // admin block must not mean "move the API to :2019"); another value is refused.
   if (next.admin == config::AdminConfig{}) next.admin = admin_;
   if (next.workers == 0) next.workers = workers_;
+  if (next.demo_backends.empty()) next.demo_backends = demo_backends_;
   if (std::string problem = admin_config_error(next.admin); !problem.empty()) return refused(400, problem);
   if (next.admin.enabled != admin_.enabled || next.admin.address != admin_.address)
     return refused(400, fmt::format("/admin/listen and /admin/disabled take effect only at start (running: {}); "
@@ -396,6 +398,8 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
     return refused(400, fmt::format("/apps/http/workers takes effect only at start (running: {}); restart "
                                            "heft to change it",
                                            workers_ ? std::to_string(workers_) : "0, one per core"));
+  if (next.demo_backends != demo_backends_)
+    return refused(400, "/apps/demo (demo_backends) takes effect only at start; restart heft to change it");
   // The sites must leave the running API its address: checked here, where
   // that address is known (the JSON reader cannot tell a default section from
   // "keep the running one"). The proxy would refuse the port anyway, but

@@ -145,6 +145,7 @@ class AdminApi {
   std::string state_path_;
   config::AdminConfig admin_;  // the admin section in service
   unsigned workers_ = 0;       // the worker count in service (fixed at start)
+  std::vector<config::DemoBackendConfig> demo_backends_;  // served by heft run (fixed at start)
   mutable std::mutex mu_;      // guards current_ and etag_ for readers on other threads
   nlohmann::json current_;
   std::string etag_;

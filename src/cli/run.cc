@@ -28,6 +28,7 @@
 #include "admin/state_file.h"
 #include "cli/command.h"
 #include "cli/run_state.h"
+#include "cli/service_notify.h"
 #include "config/diff.h"
 #include "config/heftfile.h"
 #include "config/json.h"
@@ -148,6 +149,28 @@ config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>
   return c;
 }
 
+// Starts a demo origin server for each of `configured` on `io` (not run yet),
+// into `running`. False, after saying which and why, when one cannot listen.
+bool start_demo_backends(const std::vector<config::DemoBackendConfig>& configured, boost::asio::io_context& io,
+                         std::vector<std::unique_ptr<demo::DemoBackend>>& running) {
+  for (const config::DemoBackendConfig& backend : configured) {
+    demo::DemoBackendOptions options;
+    options.name = backend.name;
+    const config::HostPort where = *config::split_host_port(backend.listen, 0).value;  // checked by the config
+    options.address = where.host;
+    options.port = where.port;
+    try {
+      running.push_back(std::make_unique<demo::DemoBackend>(io, options));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "heft: demo backend {} cannot listen on {}: {}\nheft: not starting\n", backend.name,
+                 backend.listen, e.what());
+      return false;
+    }
+    running.back()->start();
+  }
+  return true;
+}
+
 // Once heft is stopping, SIGHUP, SIGTERM and SIGINT must not end it with
 // their default action (exit 128+n after "stopped"). Destroying the
 // signal_set would restore that default, so they are blocked in this thread
@@ -203,10 +226,6 @@ int run(const RunOptions& options) {
       demo_backends.back()->start();
     }
     config = demo_config(demo_backends, listen);
-    demo_thread = std::thread([&demo_io] {
-      pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
-      demo_io.run();
-    });
   } else {
     std::string errors;
     auto loaded = load(path, errors);
@@ -231,6 +250,15 @@ int run(const RunOptions& options) {
     resumed = outcome == Resume::resumed;
     observe::set_log_format(config.log_format);
   }
+  // The configuration's own demo origin servers (demo_backends), as this
+  // start serves it (resumed or not): bound now, so that a busy address ends
+  // the start before anything is served.
+  if (!start_demo_backends(config.demo_backends, demo_io, demo_backends)) return 1;
+  if (!demo_backends.empty())
+    demo_thread = std::thread([&demo_io] {
+      pthread_setname_np(pthread_self(), "heft-demo");  // for top -H, perf and /proc
+      demo_io.run();
+    });
 
   // A site over the admin API's address (the default one, most likely: an
   // admin address written beside such a site is the file's error) left heft
@@ -299,6 +327,12 @@ int run(const RunOptions& options) {
   } else {
     banner += fmt::format("serving {} (SIGHUP reloads it)\n", path);
   }
+  if (!config.demo_backends.empty()) {
+    std::string servers;
+    for (const config::DemoBackendConfig& b : config.demo_backends)
+      servers += fmt::format("{}{} on {}", servers.empty() ? "" : ", ", b.name, b.listen);
+    banner += fmt::format("demo backends (demo_backends, served by this heft): {}\n", servers);
+  }
   if (uses_state && config.admin.enabled) banner += fmt::format("state file {}\n", state.path);
   observe::info("{}", banner);
   for (const std::string& warning : config::config_warnings(config)) observe::warn("{}", warning);
@@ -308,6 +342,8 @@ int run(const RunOptions& options) {
                                                                           : "start: " + path;
   start.after = config::to_json(config);
   observe::audit_config_change(start);
+  // Every listener is up and serving: a Type=notify unit is started now.
+  notify_service_manager(fmt::format("READY=1\nSTATUS={}", demo ? "serving the embedded demo" : "serving " + path));
 
   std::function<void(const boost::system::error_code&, int)> on_signal;
   bool stopping = false;  // a SIGTERM or SIGINT came
@@ -320,26 +356,32 @@ int run(const RunOptions& options) {
       return;
     }
     if (signal == SIGHUP) {
+      std::string status = "serving " + path;
       if (demo) {
         observe::warn("SIGHUP: the embedded demo has no file to reload");
+        status = "serving the embedded demo";
       } else {
+        notify_service_manager(reloading_state());
         std::string errors;
         auto next = load(path, errors);
         if (!next) {
           observe::record_reload(false);
           observe::error("{}reload of {} failed, keeping the old configuration", errors, path);
+          status = fmt::format("serving {}; its last reload failed (not valid), the configuration before it serves", path);
         } else if (std::string error;
                    // Through the admin API when it runs (it counts and audits the change,
                    // and logs each one as a warning), so its config tree and ETag follow.
                    admin_api ? !admin_api->load(*next, error, "SIGHUP reload of " + path)
                              : !reload_logged(proxy, std::move(*next), "SIGHUP reload of " + path, error)) {
           observe::error("reload of {} failed ({}), keeping the old configuration", path, error);
+          status = fmt::format("serving {}; its last reload failed ({}), the configuration before it serves", path, error);
         } else {
           const config::Config now = proxy.snapshot_config();
           observe::info("reloaded {}\n{}", path, proxy::describe(now));
           for (const std::string& warning : config::config_warnings(now)) observe::warn("{}", warning);
         }
       }
+      notify_service_manager("READY=1\nSTATUS=" + status);
       reload_signals.async_wait(on_signal);
       return;
     }
@@ -351,6 +393,7 @@ int run(const RunOptions& options) {
       return;
     }
     stopping = true;
+    notify_service_manager("STOPPING=1\nSTATUS=stopping: finishing in-flight requests");
     // The grace period in service now: a reload may have changed it.
     const auto grace = proxy.snapshot_config().grace_period;
     observe::info("{} received, finishing in-flight requests (up to {} ms; send it again to stop now)", name,
@@ -368,6 +411,7 @@ int run(const RunOptions& options) {
   stop_signals.cancel();
   control.stop();
   control_thread.join();
+  if (!stopping) notify_service_manager("STOPPING=1\nSTATUS=stopping");  // a POST /stop, not a signal
   admin_api.reset();
   proxy_owner.reset();  // its access-log and health threads end with it
   for (auto& b : demo_backends) b->stop();

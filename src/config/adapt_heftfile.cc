@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::string_view kGlobalNames[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
-    "max_connections", "default_bind", "log_format"};
+    "max_connections", "default_bind", "log_format", "demo_backends"};
 constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind"};
 constexpr std::string_view kProxyNames[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
@@ -269,6 +269,8 @@ void Adapter::global(const Directive& block) {
     const Directive& d = *option;
     if (d.name.text == "default_bind") {
       bind_addresses(d, default_bind_);
+    } else if (d.name.text == "demo_backends") {
+      demo_backends(d, sources);
     } else if (d.name.text == "admin") {
       if (const Token* value = single(d)) {
         if (value->text == "off")
@@ -281,6 +283,26 @@ void Adapter::global(const Directive& block) {
     }
   }
   for (auto& [pointer, source] : sources) out_.sources.add(std::move(pointer), std::move(source));
+}
+
+// `demo_backends NAME=IP:PORT...`: /apps/demo/backends, one {"name",
+// "listen"} per word, each at its token (the validator checks them).
+void Adapter::demo_backends(const Directive& d, std::vector<std::pair<std::string, Source>>& sources) {
+  if (!no_block(d)) return;
+  if (d.args.empty())
+    error(d.name, "missing value for \"demo_backends\" (e.g. \"demo_backends a=127.0.0.1:9081 b=127.0.0.1:9082\")");
+  json backends = json::array();
+  for (const Token& arg : d.args) {
+    const size_t eq = arg.text.find('=');
+    if (eq == std::string::npos) {
+      error(arg, fmt::format("demo backend \"{}\" must be NAME=IP:PORT (e.g. a=127.0.0.1:9081)", printable(arg.text)));
+      continue;
+    }
+    const std::string at = pointer_append("/apps/demo/backends", backends.size());
+    for (const char* key : {"", "/name", "/listen"}) sources.emplace_back(at + key, place(arg, "demo_backends"));
+    backends.push_back({{"name", arg.text.substr(0, eq)}, {"listen", arg.text.substr(eq + 1)}});
+  }
+  if (!backends.empty()) out_.document["apps"]["demo"]["backends"] = std::move(backends);
 }
 
 // `default_bind ADDR...` (global) and `bind ADDR...` (a site): the addresses

@@ -95,6 +95,7 @@ class Adapter {
   void site(const Directive& head, const std::vector<const Directive*>& body);
   void site_addresses(const Directive& head, Site& site);
   void bind_addresses(const Directive& d, std::vector<std::pair<std::string, Token>>& out);
+  void demo_backends(const Directive& d, std::vector<std::pair<std::string, Source>>& sources);
   void log(const Directive& d, Site& site);
   void servers(bool syntax_ok);
 

@@ -166,8 +166,14 @@ nlohmann::json to_json(const Config& config) {
                {"header_timeout", format_duration(config.header_timeout)},
                {"max_connections", config.max_connections},
                {"servers", std::move(servers)}};
+  json apps = {{"http", std::move(http)}};
+  if (!config.demo_backends.empty()) {
+    json backends = json::array();
+    for (const DemoBackendConfig& b : config.demo_backends) backends.push_back({{"name", b.name}, {"listen", b.listen}});
+    apps["demo"] = {{"backends", std::move(backends)}};
+  }
   json logging = {{"format", config.log_format == LogFormat::json ? "json" : "text"}};
-  return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", {{"http", std::move(http)}}}};
+  return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", std::move(apps)}};
 }
 
 Result<Config> from_json(const nlohmann::json& document, const SourceMap* sources) {

@@ -285,7 +285,8 @@ Config Reader::config(const json& document) {
     missing("/apps", "required", "required");
     return config;
   }
-  if (!object(*apps, "/apps", {"http"})) return config;
+  if (!object(*apps, "/apps", {"http", "demo"})) return config;
+  if (const json* demo = field(*apps, "demo")) demo_backends(*demo, config.demo_backends);
   const json* http = field(*apps, "http");
   if (!http) {
     missing("/apps/http", "required", "required");
@@ -310,6 +311,34 @@ Config Reader::config(const json& document) {
     server((*servers)[name], pointer_append("/apps/http/servers", name), config, ports);
   admin_listen_conflict(document, config, ports);
   return config;
+}
+
+// apps.demo: {"backends": [{"name": "a", "listen": "127.0.0.1:9081"}, ...]}
+// (model.h, DemoBackendConfig); the Heftfile's `demo_backends a=IP:PORT ...`.
+void Reader::demo_backends(const json& demo, std::vector<DemoBackendConfig>& out) {
+  if (!object(demo, "/apps/demo", {"backends"})) return;
+  const json* backends = array_field(demo, "backends", "/apps/demo", true);
+  if (!backends) return;
+  for (size_t i = 0; i < backends->size(); ++i) {
+    const std::string at = pointer_append("/apps/demo/backends", i);
+    if (!object((*backends)[i], at, {"name", "listen"})) continue;
+    DemoBackendConfig backend;
+    bool complete = true;
+    for (auto [key, target] : {std::pair{"name", &backend.name}, std::pair{"listen", &backend.listen}}) {
+      if (!field((*backends)[i], key)) {
+        missing(pointer_append(at, key), "required", fmt::format("demo backend {} has no {}", i + 1, key));
+        complete = false;
+        continue;
+      }
+      complete = string_field((*backends)[i], key, at, *target) && complete;
+    }
+    if (!complete) continue;
+    out.push_back(std::move(backend));
+    if (std::string problem = demo_backend_problem(out, out.size() - 1); !problem.empty()) {
+      error(at, problem);
+      out.pop_back();
+    }
+  }
 }
 
 AdminConfig Reader::admin_only(const json& document) {

@@ -101,6 +101,7 @@ class Reader {
   void admin(const json& document, AdminConfig& admin);
   void logging(const json& document, LogFormat& format);
   void http(const json& http, Config& config);
+  void demo_backends(const json& demo, std::vector<DemoBackendConfig>& out);
   void server(const json& value, const std::string& pointer, Config& config, std::map<uint16_t, std::string>& ports);
   std::optional<std::pair<uint16_t, std::vector<std::string>>> listen_addresses(const json& listen,
                                                                                 const std::string& pointer);

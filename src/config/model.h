@@ -179,6 +179,26 @@ std::string admin_token_missing(const AdminConfig& admin);
 // How heft writes its own log lines on stderr (`log_format`): text, or JSON lines.
 enum class LogFormat { text, json };
 
+// One of heft's demo origin servers (`demo_backends a=127.0.0.1:9081 ...`,
+// JSON apps.demo.backends): `heft run` serves it in-process, as `heft
+// demo-backend --name NAME --listen LISTEN` would, so a configuration can show
+// a split with nothing else installed (the packaged default does). Started
+// when heft starts, from the configuration it starts with; a reload does not
+// start or stop any.
+struct DemoBackendConfig {
+  std::string name;    // sent in every response's X-Backend field
+  std::string listen;  // "IP:PORT" (an IPv6 IP in brackets), as written
+
+  bool operator==(const DemoBackendConfig&) const = default;
+};
+
+// Why `backend` cannot be a demo backend ("" if it can): a name of letters,
+// digits, '.', '_' and '-' (at most 64), an IP literal and a port other than 0.
+std::string demo_backend_problem(const DemoBackendConfig& backend);
+// demo_backend_problem() of backends[index], or that an earlier one has its
+// name or address ("" if neither).
+std::string demo_backend_problem(const std::vector<DemoBackendConfig>& backends, size_t index);
+
 struct Config {
   AdminConfig admin;
   LogFormat log_format = LogFormat::text;
@@ -188,6 +208,7 @@ struct Config {
   milliseconds header_timeout{10000};
   uint32_t max_connections = 10000;
   std::vector<SiteConfig> sites;
+  std::vector<DemoBackendConfig> demo_backends;  // none unless asked for
 
   bool operator==(const Config&) const = default;
 };
