@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev   # unit and integration tests
   libbenchmark-dev            # micro-benchmarks in bench/
   python3 curl procps         # test drivers and process checks
+  clang-15 libfuzzer-15-dev   # fuzz targets (scripts/fuzz.sh, fuzz/)
 )
 peers=(nginx-light haproxy caddy wrk   # benchmark peers, only with --bench
        linux-perf)                     # profiles, and bench/shapes --syscalls

@@ -23,6 +23,8 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "observe/metrics.h"
+#include "proxy/proxy.h"
+#include "sim/pool_settings.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
 #include "sim/simulator.h"
@@ -50,6 +52,10 @@ struct SimFlags {
   std::string hash_strategy;
   std::string queue;          // parsed by sim::parse_pool_queue: CLI11 wraps "-1" into a uint64
   std::string queue_timeout;
+  std::string max_fails;  // parsed by sim::parse_max_fails: CLI11 wraps "-1" into a uint32
+  std::string fail_timeout;
+  std::string slow_start;
+  std::string adaptive;  // "on" (also bare --adaptive), "off", or the adaptive options as key=value
   bool json = false;
   bool csv = false;
   std::string svg;
@@ -251,6 +257,20 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
     s.servers[i].max_conns = backends[i].max_conns;
     s.servers[i].backup = backends[i].backup;
   }
+  // Passive failures, slow start and adaptive weights as heft run's pool
+  // takes them (each backend's own values, or the pool's).
+  const upstream::PoolConfig runtime = proxy::make_pool_config(sites[index], index);
+  const auto seconds = [](std::chrono::milliseconds ms) { return std::chrono::duration<double>(ms).count(); };
+  s.max_fails = pool.max_fails;
+  s.fail_timeout_s = seconds(pool.fail_timeout);
+  s.slow_start_s = seconds(pool.slow_start.value_or(std::chrono::milliseconds(0)));
+  s.adaptive = runtime.adaptive;
+  for (size_t i = 0; i < s.servers.size(); ++i) {
+    const upstream::BackendConfig& b = runtime.backends[i];
+    if (b.max_fails != s.max_fails) s.servers[i].max_fails = b.max_fails;
+    if (seconds(b.fail_timeout) != s.fail_timeout_s) s.servers[i].fail_timeout_s = seconds(b.fail_timeout);
+    if (seconds(b.slow_start) != s.slow_start_s) s.servers[i].slow_start_s = seconds(b.slow_start);
+  }
   s.policies = {pool.policy};
   s.hash_strategy = pool.hash_strategy;
   // A queue no request can enter (no max_conns) the proxy only warns of: nothing to model.
@@ -264,6 +284,33 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   from.queue = s.queue > 0;
   from.pool_queue = s.queue > 0;
   return s;
+}
+
+// --max-fails, --fail-timeout, --slow-start and --adaptive: the pool's
+// settings, as the Heftfile's (a server's own, from --server, a scenario
+// file or --config, stay). The first three act only when a server fails
+// (and comes back), so without a `fail` event they are errors, as every
+// setting the run would not read is.
+void apply_pool_flags(const SimFlags& f, sim::Scenario& s) {
+  if (f.given("--max-fails")) s.max_fails = sim::parse_max_fails(f.max_fails);
+  if (f.given("--fail-timeout")) {
+    s.fail_timeout_s = sim::parse_duration(f.fail_timeout, "--fail-timeout");
+    sim::pool_duration(s.fail_timeout_s, "--fail-timeout");
+  }
+  if (f.given("--slow-start")) {
+    s.slow_start_s = sim::parse_duration(f.slow_start, "--slow-start");
+    sim::pool_duration(s.slow_start_s, "--slow-start");
+  }
+  if (f.given("--adaptive")) s.adaptive = sim::parse_adaptive(f.adaptive, s.adaptive);
+  const bool fails = std::any_of(s.events.begin(), s.events.end(),
+                                 [](const sim::Event& e) { return e.kind == sim::Event::Kind::fail; });
+  for (const char* flag : {"--max-fails", "--fail-timeout", "--slow-start"}) {
+    if (f.given(flag) && !fails)
+      throw std::invalid_argument(fmt::format(
+          "{} applies only when a server fails: give a fail event (--event TIME:SERVER:fail, and :recover to see "
+          "it come back)",
+          flag));
+  }
 }
 
 // Flags that refine any scenario (from flags, a file or an example).
@@ -304,6 +351,7 @@ void apply_overrides(const SimFlags& f, const FileMembers& file, sim::Scenario& 
     for (size_t i = 0; i < w.size(); ++i) s.servers[i].weight = w[i];
   }
   for (const std::string& e : f.events) s.events.push_back(sim::parse_event(e));
+  apply_pool_flags(f, s);
   if (f.given("--trace")) load_trace_file(f.trace, "--trace", s);
   if (f.given("--rate") && s.has_trace)
     throw std::invalid_argument("--rate does not apply to a trace: its arrivals are replayed as they are");
@@ -457,6 +505,19 @@ void setup(CLI::App& root) {
                   "place, first come first served (default 0: none, they are unrouted)");
   cmd->add_option("--queue-timeout", f->queue_timeout,
                   "The longest a request waits in the pool queue (default 60s; with --queue only)");
+  cmd->add_option("--max-fails", f->max_fails,
+                  "Failed attempts within --fail-timeout that take a server out, as the Heftfile's max_fails "
+                  "(default 1; 0 = never; with a fail event)");
+  cmd->add_option("--fail-timeout", f->fail_timeout,
+                  "How long a failed server stays out, and the window its failures count in (default 10s; with a "
+                  "fail event)");
+  cmd->add_option("--slow-start", f->slow_start,
+                  "Ramp a server's weight from 10% over this time when it comes back (default 0: none; with a fail "
+                  "event)");
+  cmd->add_option("--adaptive", f->adaptive,
+                  "Adaptive weights: bare or 'on' with the defaults, 'off', or options "
+                  "interval=30s,latency_threshold=0s,median_factor=2,error_threshold=5%,cut=25%,min_weight_ratio=0.1")
+      ->expected(0, 1);
   cmd->add_flag("--json", f->json, "Print the results as JSON");
   cmd->add_flag("--csv", f->csv, "Print one CSV row per policy and server");
   cmd->add_option("--svg", f->svg, "Also write an SVG report to this file");

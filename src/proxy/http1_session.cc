@@ -244,19 +244,15 @@ Task<void> Http1Session::run() {
     response_.reset();
     arena_.reset(in_.tail());  // nothing of the last request is alive
     RequestParser parser(std::piecewise_construct, std::make_tuple(), std::make_tuple(ArenaAllocator<char>(arena_)));
-    parser.header_limit(64 * 1024);
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    error_code ec;
-    if (later_minor_at_) in_.bytes()[skip + later_minor_at_] = '1';  // Beast takes 1.0 and 1.1 only
-    std::size_t used = parser.put(asio::buffer(in_.bytes() + skip, size), ec);
+    std::size_t used = 0;
+    const error_code ec = parse_request_head(parser, in_.bytes() + skip, size, later_minor_at_, used);
     in_.consume(skip + used);
-    if (ec || !parser.is_header_done() || used != size) {
-      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec ? ec.message() : "incomplete head");
+    if (ec) {
+      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec.message());
       co_await send_error(400, "400 Bad Request\n", false);
       record_refused_head(400);
       break;
     }
-    parser.eager(true);
     record_ = RequestRecord{};
     current_route_ = nullptr;
     parser_ = &parser;

@@ -12,13 +12,4 @@ Task<error_code> read_more(Socket& socket, BlockBuffer& buffer) {
   co_return ec;
 }
 
-// Whether `bytes` hold a line ended by a bare LF. Beast's chunk parser waits
-// for a CRLF after a chunk size or trailer that a bare LF ended, until the
-// timeout; heft refuses them as it refuses bare LFs in heads.
-bool has_bare_lf(std::string_view bytes) {
-  for (std::size_t i = 1; i < bytes.size(); ++i)
-    if (bytes[i] == '\n' && bytes[i - 1] != '\r') return true;
-  return false;
-}
-
 }  // namespace heft::proxy

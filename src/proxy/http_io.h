@@ -1,8 +1,8 @@
 // HTTP/1.1 message I/O shared by the client side (request bodies, an
 // HTTP/1.1 client's connection) and the upstream side (response heads and
-// bodies): reading body pieces through a parser with no copy and no
-// coroutine when the bytes are already buffered, chunk framing, and
-// synchronous sends that leave the rest to Asio.
+// bodies): reading body pieces through a parser (the steps without I/O are
+// in buffer_parsing.h), chunk framing, and synchronous sends that leave the
+// rest to Asio.
 //
 // Thread safety: everything here works on one worker's sockets and buffers,
 // on that worker's thread.
@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "proxy/block_buffer.h"
+#include "proxy/buffer_parsing.h"
 #include "proxy/field_arena.h"
 #include "proxy/io_types.h"
 #include "proxy/response_parser.h"
@@ -32,9 +33,6 @@ namespace heft::proxy {
 namespace http = boost::beast::http;
 using boost::system::error_code;
 
-// A client's request: parsed by Beast into fields that live in the
-// connection's FieldArena, its body read piece by piece into the caller's memory.
-using RequestParser = http::parser<true, http::buffer_body, ArenaAllocator<char>>;
 using Request = RequestParser::value_type;
 // A request's head as every stage after the client connection sees it,
 // whatever protocol brought it.
@@ -44,9 +42,6 @@ inline constexpr std::size_t kChunk = 64 * 1024;     // body pieces relayed at o
 inline constexpr std::size_t kReadSize = 64 * 1024;  // bytes asked per socket read
 static_assert(kChunk == BlockPool::kBlockSize, "a body piece is one whole block");
 
-// Bytes of body read (or written), and how the read ended.
-using BodyPiece = std::pair<error_code, std::size_t>;
-
 // A malformed message (as opposed to a connection that ended or failed).
 inline bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
@@ -54,49 +49,6 @@ inline bool is_parse_error(const error_code& ec) {
 
 // Reads more bytes from `socket` into `buffer`.
 Task<error_code> read_more(Socket& socket, BlockBuffer& buffer);
-
-// Where body octets go: a request's are copied into the caller's memory
-// (buffer_body); a response's stay where they were read (ResponseParser::body()).
-inline void body_into(RequestParser& parser, char* out, std::size_t capacity) {
-  auto& body = parser.get().body();
-  body.data = out;
-  body.size = capacity;
-}
-inline std::size_t body_got(RequestParser& parser, std::size_t capacity) {
-  return capacity - parser.get().body().size;
-}
-inline void body_into(ResponseParser& parser, char*, std::size_t) { parser.clear_body(); }
-inline std::size_t body_got(ResponseParser& parser, std::size_t) { return parser.body().size(); }
-
-// Whether `bytes` hold a line ended by a bare LF. Beast's chunk parser waits
-// for a CRLF after a chunk size or trailer that a bare LF ended, until the
-// timeout; heft refuses them as it refuses bare LFs in heads.
-bool has_bare_lf(std::string_view bytes);
-
-// The part of reading a body piece that needs no I/O: feeds `parser` what
-// `buffer` holds (after body_into). A result when there is one (a piece, the
-// end, an error); nothing when more bytes must be read first.
-template <typename Parser>
-std::optional<BodyPiece> body_from_buffer(BlockBuffer& buffer, Parser& parser, std::size_t capacity) {
-  for (;;) {
-    if (parser.is_done()) return BodyPiece{error_code{}, body_got(parser, capacity)};
-    if (buffer.size() == 0) return std::nullopt;
-    error_code ec;
-    std::size_t used = parser.put(buffer.data(), ec);
-    buffer.consume(used);
-    std::size_t got = body_got(parser, capacity);
-    if (ec == http::error::need_buffer) ec = {};
-    if (ec && ec != http::error::need_more) return BodyPiece{ec, got};
-    if (got > 0 || parser.is_done()) return BodyPiece{error_code{}, got};
-    if (ec || used == 0) {
-      // Stuck on framing (chunk size, the CRLF after a chunk, trailers):
-      // whole lines in what is left mean one ended by a bare LF.
-      if (used == 0 && has_bare_lf({static_cast<const char*>(buffer.data().data()), buffer.size()}))
-        return BodyPiece{http::error::bad_chunk, got};
-      return std::nullopt;
-    }
-  }
-}
 
 // Reads the next piece of body: for a request at most `capacity` bytes into
 // `out`, for a response into parser.body(). Returns the byte count; 0 with

@@ -46,6 +46,22 @@ RequestLine check_request_line(std::string_view line, bool& http10) {
   return RequestLine::valid;
 }
 
+// A whole request line: refused (414, 400, 505), or `incomplete` when it is
+// valid. The request line is judged once whole, not when the head is: a line
+// without a version ("GET /x") waited for header_timeout and got 408
+// (HAProxy answers 400 at once).
+HeadScan judge_request_line(std::string_view line, std::size_t skip, const HeadLimits& limits, bool& http10) {
+  if (line.size() > limits.max_request_line) return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
+  switch (check_request_line(line, http10)) {
+    case RequestLine::valid: break;
+    case RequestLine::malformed: return bad("malformed request line");
+    case RequestLine::fragment: return bad("fragment in the request target");
+    case RequestLine::version_not_supported:
+      return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
+  }
+  return HeadScan{HeadScan::incomplete, skip, 0, ""};
+}
+
 }  // namespace
 
 HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
@@ -58,6 +74,7 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
   // every read until complete), rejecting bare CR / bare LF on the way.
   std::size_t end = std::string_view::npos;
   std::size_t first_line_end = std::string_view::npos;
+  bool http10 = false;
   const char* p = data.data();
   for (std::size_t line = 0;;) {
     const auto* lf = static_cast<const char*>(std::memchr(p + line, '\n', data.size() - line));
@@ -70,31 +87,24 @@ HeadScan scan_request_head(std::string_view bytes, const HeadLimits& limits) {
     const std::size_t i = static_cast<std::size_t>(lf - p);
     if (i == line || p[i - 1] != '\r') return bad("bare LF");
     if (std::memchr(p + line, '\r', i - 1 - line)) return bad("bare CR");
-    if (first_line_end == std::string_view::npos) first_line_end = i - 1;
+    if (first_line_end == std::string_view::npos) {
+      // The request line is judged as soon as it is whole, before the lines
+      // after it: the answer must not depend on how many of those came in
+      // the same read (a later major version got 505 when the line came
+      // alone, 400 when a bad line came with it).
+      first_line_end = i - 1;
+      if (const HeadScan refused = judge_request_line(data.substr(0, first_line_end), skip, limits, http10);
+          refused.status != HeadScan::incomplete)
+        return refused;
+    }
     if (i - 1 == line && line > 0) {  // the empty line after the fields
       end = i + 1;
       break;
     }
     line = i + 1;
   }
-  if (first_line_end == std::string_view::npos) {
-    if (data.size() > limits.max_request_line) return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
-  } else if (first_line_end > limits.max_request_line) {
+  if (first_line_end == std::string_view::npos && data.size() > limits.max_request_line)
     return HeadScan{HeadScan::uri_too_long, skip, 0, "request line too long"};
-  }
-  // The request line is judged once whole, not when the head is: a line
-  // without a version ("GET /x") waited for header_timeout and got 408
-  // (HAProxy answers 400 at once).
-  bool http10 = false;
-  if (first_line_end != std::string_view::npos) {
-    switch (check_request_line(data.substr(0, first_line_end), http10)) {
-      case RequestLine::valid: break;
-      case RequestLine::malformed: return bad("malformed request line");
-      case RequestLine::fragment: return bad("fragment in the request target");
-      case RequestLine::version_not_supported:
-        return HeadScan{HeadScan::version_not_supported, skip, 0, "HTTP version not supported"};
-    }
-  }
   if (end == std::string_view::npos) {
     if (data.size() > limits.max_head) return HeadScan{HeadScan::header_too_large, skip, 0, "header too large"};
     return HeadScan{HeadScan::incomplete, skip, 0, ""};

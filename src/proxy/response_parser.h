@@ -211,7 +211,11 @@ class ResponseParser final : private boost::beast::http::basic_parser<false> {
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code&) override {}
   std::size_t on_body_impl(string_view body, error_code& ec) override { return take(body, ec); }
-  void on_chunk_header_impl(std::uint64_t, string_view, error_code&) override {}
+  // Beast lets any octet through in a quoted extension value (buffer_parsing.h).
+  void on_chunk_header_impl(std::uint64_t, string_view extensions, error_code& ec) override {
+    for (char c : extensions)
+      if (!is_field_text(c)) ec = boost::beast::http::error::bad_chunk_extension;
+  }
   std::size_t on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) override { return take(body, ec); }
   void on_finish_impl(error_code&) override {}
 

@@ -13,8 +13,6 @@
 namespace heft::proxy {
 namespace {
 
-constexpr std::size_t kMaxResponseHead = 64 * 1024;
-
 // Whether a pooled connection got bytes nobody asked for, an end or an error
 // since it was pooled (then it must be closed). A peek (one syscall) only when
 // the ReadyWatch reported something, the socket is not watched, its last read
@@ -100,14 +98,6 @@ void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn, s
   list.push_back(std::move(conn));
 }
 
-// Sets up a parser for a backend's response head: heft's head limit, no body
-// limit (bodies are streamed), and for a HEAD request no body to read.
-void prepare_response(ResponseParser& response, bool head_request) {
-  response.header_limit(kMaxResponseHead);
-  response.body_limit(std::numeric_limits<std::uint64_t>::max());
-  if (head_request) response.skip(true);
-}
-
 // A 1xx other than 101 is an interim response (RFC 9110 15.2).
 bool is_interim(const ResponseParser& response) {
   const unsigned status = response.status();
@@ -180,16 +170,9 @@ Task<error_code> read_response_head(UpstreamConnection& conn, ResponseParser& pa
   Socket& socket = conn.socket;
   BlockBuffer& buffer = conn.buffer;
   for (;;) {
-    if (buffer.size() > 0) {
-      error_code ec;
-      std::size_t used = parser.put(buffer.data(), ec);
-      buffer.consume(used);
-      if (ec && ec != http::error::need_more) co_return ec;
-      if (parser.is_header_done()) co_return error_code{};
-      if (!ec && used > 0) continue;
-    }
+    if (auto done = response_head_from_buffer(buffer, parser)) co_return *done;
     const auto room = buffer.prepare(kReadSize);
-    if (buffer.size() >= kMaxResponseHead || room.size() == 0) co_return http::error::header_limit;
+    if (room.size() == 0) co_return http::error::header_limit;
     // Read here, not through read_more(): a coroutine frame and a resumption
     // less on every response.
     error_code ec;

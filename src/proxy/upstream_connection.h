@@ -71,9 +71,6 @@ void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn, s
 // The newest idle connection of `list` that is still clean, or null.
 std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& list);
 
-// Sets up a parser for a backend's response head: heft's head limit, no body
-// limit (bodies are streamed), and for a HEAD request no body to read.
-void prepare_response(ResponseParser& response, bool head_request);
 // Feeds the connection's buffer to `parser` until its header is done, reading
 // when needed; `received` is set once any byte came. `wait_in`: the request
 // went out just now by a synchronous send, so wait in that ReadyWatch first.

@@ -4,7 +4,10 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+
+#include "sim/pool_settings.h"
 
 namespace heft::sim {
 namespace {
@@ -28,6 +31,40 @@ nlohmann::ordered_json fraction_series(const std::vector<double>& values) {
   nlohmann::ordered_json series = nlohmann::ordered_json::array();
   for (double v : values) series.push_back(fraction(v));
   return series;
+}
+
+// Whether a `fail` event can make the pool take a server out: only then do
+// the outputs speak of max_fails and fail_timeout.
+bool fails(const Scenario& sc) {
+  return std::any_of(sc.events.begin(), sc.events.end(), [](const Event& e) { return e.kind == Event::Kind::fail; });
+}
+
+// The pool's settings a run reads, for the table's `pool:` line (empty: none).
+std::string pool_text(const Scenario& sc) {
+  std::vector<std::string> parts;
+  if (fails(sc))
+    parts.push_back(fmt::format("max_fails {}, fail_timeout {}", sc.max_fails, format_latency(sc.fail_timeout_s)));
+  if (sc.slow_start_s > 0) parts.push_back(fmt::format("slow_start {}", format_latency(sc.slow_start_s)));
+  if (sc.adaptive.enabled) parts.push_back(fmt::format("adaptive ({})", adaptive_text(sc.adaptive)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// A server's own pool settings, where it has them: ", max_fails 3, slow_start 5.00 s".
+std::string server_pool_text(const ServerSpec& s) {
+  std::string out;
+  if (s.max_fails) out += fmt::format(", max_fails {}", *s.max_fails);
+  if (s.fail_timeout_s) out += fmt::format(", fail_timeout {}", format_latency(*s.fail_timeout_s));
+  if (s.slow_start_s) out += fmt::format(", slow_start {}", format_latency(*s.slow_start_s));
+  return out;
+}
+
+// The table's lines of the pool's weight decisions, at most this many per policy.
+constexpr size_t kTableWeightChanges = 12;
+
+std::string weight_change_text(const WeightChange& c) {
+  return fmt::format("{} s {} {}: {:.2f} -> {:.2f}{}{}", format_seconds(c.at_s), c.server,
+                     upstream::reason_name(c.reason), c.factor_before, c.factor_after, c.detail.empty() ? "" : ", ",
+                     c.detail);
 }
 
 nlohmann::ordered_json latency_json(const LatencySummary& l) {
@@ -74,12 +111,13 @@ std::string format_table(const std::vector<SimResult>& results) {
     out += "  servers:";
     for (size_t i = 0; i < sc.servers.size(); ++i) {
       const ServerSpec& s = sc.servers[i];
-      out += fmt::format("{} {} ({} worker{} x {} {}{}{}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
+      out += fmt::format("{} {} ({} worker{} x {} {}{}{}{}{})", i ? "," : "", s.name, s.size, s.size == 1 ? "" : "s",
                          format_latency(s.service_s), service_dist_name(s.dist),
                          s.max_conns > 0 ? fmt::format(", max_conns {}", s.max_conns) : "",
-                         s.backup ? ", backup" : "", s.down ? ", down" : "");
+                         s.backup ? ", backup" : "", s.down ? ", down" : "", server_pool_text(s));
     }
     out += '\n';
+    if (const std::string pool = pool_text(sc); !pool.empty()) out += fmt::format("  pool: {}\n", pool);
     if (queued(sc))
       out += fmt::format("  pool queue: {} at most, timeout {}\n", sc.queue, format_latency(sc.queue_timeout()));
     out += "  events:";
@@ -127,6 +165,13 @@ std::string format_table(const std::vector<SimResult>& results) {
         out += fmt::format("  {:<21} pool queue: {} waited ({}), {} timed out, peak {}, {} at end\n", "",
                            p.queue_waited, percent(share), p.queue_timed_out, p.queue_peak, p.queue_at_end);
       }
+      // The pool's weight decisions (slow start, adaptive), as the proxy logs them.
+      const uint64_t changes = p.weight_changes.size() + p.weight_changes_dropped;
+      for (size_t c = 0; c < p.weight_changes.size() && c < kTableWeightChanges; ++c)
+        out += fmt::format("  {:<21} {} {}\n", "", c == 0 ? "weights:" : "        ",
+                           weight_change_text(p.weight_changes[c]));
+      if (changes > kTableWeightChanges)
+        out += fmt::format("  {:<21}          ... {} more (--json lists them)\n", "", changes - kTableWeightChanges);
     }
   }
   out += "\nutil = busy worker-time / (workers x duration); latency = queue wait + service;\n"
@@ -143,6 +188,8 @@ std::string format_table(const std::vector<SimResult>& results) {
                        any_down ? " or down" : "",
                        any_limited ? ", every server failed, or every server at its max_conns"
                                    : ", or every server failed");
+  if (std::any_of(results.begin(), results.end(), [](const SimResult& r) { return dynamic_weights(r.scenario); }))
+    out += "weights = the pool's decisions: a server's weight factor (slow start x adaptive) changed.\n";
   if (any_queued)
     out += "pool queue = requests that waited for a place while every server was at its max_conns (latency counts\n"
            "from arrival); queue timeout = those that gave up after the queue timeout (with a full queue: unrouted).\n";
@@ -165,6 +212,12 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       js["queue"] = sc.queue;
       js["queue_timeout_s"] = seconds(sc.queue_timeout());
     }
+    if (fails(sc)) {
+      js["max_fails"] = sc.max_fails;
+      js["fail_timeout_s"] = seconds(sc.fail_timeout_s);
+    }
+    if (sc.slow_start_s > 0) js["slow_start_s"] = seconds(sc.slow_start_s);
+    if (sc.adaptive.enabled) js["adaptive"] = adaptive_json(sc.adaptive);
     js["servers"] = nlohmann::ordered_json::array();
     for (const ServerSpec& s : sc.servers) {
       nlohmann::ordered_json j;
@@ -180,6 +233,9 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
       if (s.max_conns > 0) j["max_conns"] = s.max_conns;
       if (s.backup) j["backup"] = true;
       if (s.down) j["down"] = true;
+      if (s.max_fails) j["max_fails"] = *s.max_fails;
+      if (s.fail_timeout_s) j["fail_timeout_s"] = seconds(*s.fail_timeout_s);
+      if (s.slow_start_s) j["slow_start_s"] = seconds(*s.slow_start_s);
       js["servers"].push_back(j);
     }
     js["events"] = nlohmann::ordered_json::array();
@@ -205,6 +261,21 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
         q["series"] = fraction_series(p.queue_series);
         jp["pool_queue"] = std::move(q);
       }
+      if (dynamic_weights(sc)) {
+        nlohmann::ordered_json changes = nlohmann::ordered_json::array();
+        for (const WeightChange& c : p.weight_changes) {
+          nlohmann::ordered_json jc;
+          jc["at_s"] = seconds(c.at_s);
+          jc["server"] = c.server;
+          jc["reason"] = upstream::reason_name(c.reason);
+          jc["factor_before"] = fraction(c.factor_before);
+          jc["factor_after"] = fraction(c.factor_after);
+          jc["detail"] = c.detail;
+          changes.push_back(std::move(jc));
+        }
+        jp["weight_changes"] = std::move(changes);
+        if (p.weight_changes_dropped > 0) jp["weight_changes_dropped"] = p.weight_changes_dropped;
+      }
       jp["latency"] = latency_json(p.latency);
       jp["servers"] = nlohmann::ordered_json::array();
       for (const ServerResult& s : p.servers) {
@@ -223,6 +294,10 @@ nlohmann::ordered_json results_to_json(const std::vector<SimResult>& results) {
         j["timed_out"] = s.timed_out;
         j["failed"] = s.failed;
         j["utilisation_series"] = fraction_series(s.utilisation_series);
+        if (dynamic_weights(sc)) {
+          j["share_series"] = fraction_series(s.share_series);
+          j["factor_series"] = fraction_series(s.factor_series);
+        }
         jp["servers"].push_back(j);
       }
       js["policies"].push_back(jp);

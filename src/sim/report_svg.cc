@@ -1,12 +1,14 @@
 // The SVG report of `heft sim`: for each scenario, one panel per policy with
 // every server's utilisation over time, then a panel of latency CDFs (one line
 // per policy, log time axis), and with a pool queue a panel of the requests
-// waiting in it over time (one line per policy). Self-contained: no scripts, fonts or links.
+// waiting in it over time (one line per policy); with slow start or adaptive
+// weights a second row, each policy's weight factors per server over time. Self-contained: no scripts, fonts or links.
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "sim/pool_settings.h"
 #include "sim/report.h"
 
 namespace heft::sim {
@@ -167,6 +169,27 @@ void utilisation_panel(std::string& out, const Frame& f, const SimResult& res, c
   }
 }
 
+// With slow start or adaptive weights: the weight factor the pool balanced
+// each server by (slow start x adaptive, time-weighted per bucket), one
+// panel per policy under its utilisation panel.
+void factor_panel(std::string& out, const Frame& f, const SimResult& res, const PolicyResult& p) {
+  const Scenario& sc = res.scenario;
+  f.axes(out, fmt::format("{}: weight factor", balance::policy_name(p.policy)), "time (s)",
+         "slow start x adaptive");
+  auto py = [&](double v) { return f.y0 + kPanelH - std::clamp(v, 0.0, 1.0) * kPanelH; };
+  f.time_ticks(out, sc.duration_s);
+  for (int q = 0; q <= 4; ++q) f.y_tick(out, py(q / 4.0), tick_label(q / 4.0));
+  for (size_t i = 0; i < p.servers.size(); ++i) {
+    const ServerResult& s = p.servers[i];
+    if (s.factor_series.empty()) continue;
+    const std::string points = f.bucket_points(s.factor_series, sc, py);
+    const double lowest = *std::min_element(s.factor_series.begin(), s.factor_series.end());
+    out += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.6"><title>{} {}: weight factor down to {:.2f}</title></polyline>)" "\n",
+                       points, server_colour(i), escape(std::string(balance::policy_name(p.policy))),
+                       escape(s.name), lowest);
+  }
+}
+
 void cdf_panel(std::string& out, const Frame& f, const SimResult& res) {
   f.axes(out, "latency CDF (queue wait + service)", "latency (log scale)", "fraction of requests");
   // Decades covering every policy's 0.1 % .. 100 % range.
@@ -282,6 +305,9 @@ double legend_height(const std::vector<LegendEntry>& entries) {
 
 }  // namespace
 
+// A second row of panels (weight factors) when the pool's weights can change by themselves.
+double factor_row_height(const SimResult& res) { return dynamic_weights(res.scenario) ? kCellH : 0; }
+
 std::string format_svg(const std::vector<SimResult>& results) {
   size_t columns = 1;
   for (const SimResult& r : results) columns = std::max(columns, r.policies.size() + 1 + has_pool_queue(r));
@@ -290,7 +316,7 @@ std::string format_svg(const std::vector<SimResult>& results) {
   double height = kTitleH + 10;
   for (const SimResult& r : results) {
     legends.push_back(server_legend(r.scenario, width));
-    height += kScenarioTitleH + kCellH + legend_height(legends.back());
+    height += kScenarioTitleH + kCellH + factor_row_height(r) + legend_height(legends.back());
   }
   std::string out;
   out += fmt::format(
@@ -315,7 +341,7 @@ std::string format_svg(const std::vector<SimResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
     const SimResult& res = results[r];
     const Scenario& sc = res.scenario;
-    if (r > 0) top += kScenarioTitleH + kCellH + legend_height(legends[r - 1]);
+    if (r > 0) top += kScenarioTitleH + kCellH + factor_row_height(results[r - 1]) + legend_height(legends[r - 1]);
     std::string events;
     for (const Event& e : sc.events) events += (events.empty() ? "" : ", ") + event_text(e);
     std::string arrivals = arrivals_text(res);
@@ -329,8 +355,12 @@ std::string format_svg(const std::vector<SimResult>& results) {
     Frame cdf{10 + res.policies.size() * kCellW + kLeft, top + kScenarioTitleH + kTop};
     cdf_panel(out, cdf, res);
     if (has_pool_queue(res)) queue_panel(out, Frame{cdf.x0 + kCellW, cdf.y0}, res);
+    if (factor_row_height(res) > 0) {
+      for (size_t c = 0; c < res.policies.size(); ++c)
+        factor_panel(out, Frame{10 + c * kCellW + kLeft, top + kScenarioTitleH + kCellH + kTop}, res, res.policies[c]);
+    }
     // Legends: servers (colours of the utilisation lines), policies (CDF lines).
-    const double ly = top + kScenarioTitleH + kCellH + 8;
+    const double ly = top + kScenarioTitleH + kCellH + factor_row_height(res) + 8;
     out += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="legend">servers:</text>)" "\n", 10 + kLeft, ly + 4);
     for (size_t i = 0; i < legends[r].size(); ++i) {
       const LegendEntry& e = legends[r][i];

@@ -16,6 +16,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "heft/balance/policy.h"
+#include "sim/pool_settings.h"
+#include "upstream/weights.h"
 
 namespace heft::sim {
 
@@ -74,6 +76,11 @@ struct ServerSpec {
   // undo and which takes a backend off a hash ring where `down` keeps its place.
   bool down = false;
   double units = 1;                   // its size in "x" (3x = 3): the default weight
+  // Passive failures and slow start, as the Heftfile's options of one
+  // backend; not given: the scenario's (Scenario::max_fails, ...).
+  std::optional<uint32_t> max_fails;
+  std::optional<double> fail_timeout_s;
+  std::optional<double> slow_start_s;
 };
 
 struct Event {
@@ -110,6 +117,16 @@ struct Scenario {
   double queue_timeout() const { return queue_timeout_s.value_or(kDefaultQueueTimeoutS); }
   // Whether some server has max_conns (only then can a pool queue hold anyone).
   bool limited() const;
+  // The pool's settings, as the Heftfile's (docs/heftfile.md): a server's
+  // failed attempts (a `fail` event makes its requests fail) take it out for
+  // fail_timeout once max_fails fall within fail_timeout; a server back in
+  // service ramps its weight over slow_start (0: none); adaptive weights cut
+  // servers slower or failing more than their peers. The per-server values
+  // in ServerSpec override the first three.
+  uint32_t max_fails = kDefaultMaxFails;
+  double fail_timeout_s = kDefaultFailTimeoutS;
+  double slow_start_s = 0;
+  upstream::AdaptiveOptions adaptive;
   std::vector<Event> events;  // sorted by time (stable) by validate()
   double bucket_s = 0;        // utilisation time-series bucket; 0: not given, validate() makes it duration / 60
 };
@@ -126,6 +143,9 @@ uint64_t parse_seed(std::string_view text);
 // "100": a pool queue length for --queue, 0..kMaxPoolQueue.
 uint64_t parse_pool_queue(std::string_view text);
 
+// "3": max_fails for --max-fails, 0..kMaxFails.
+uint32_t parse_max_fails(std::string_view text);
+
 // "600s", "20ms", "250us", "2m", "1h", "1d", sums as the Heftfile writes them
 // ("1m30s", "1.5s"), or a bare number of seconds (the Heftfile wants a unit);
 // `what` names the flag or key in errors ("--bucket: '-1s' is negative").
@@ -134,7 +154,8 @@ double parse_duration(std::string_view text, std::string_view what = "duration")
 // "3x,1x,1x" (or "3,1,1"): units per server.
 std::vector<double> parse_units(std::string_view text);
 
-// "name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3,max_conns=16"
+// "name=big,size=12,service=20ms,dist=exp,sigma=0.5,weight=3,queue=100,timeout=1s,units=3,max_conns=16,
+// backup=true,max_fails=3,fail_timeout=30s,slow_start=10s"
 ServerSpec parse_server(std::string_view text);
 
 // "300s:big:slow=2", "300s:big:fail", "400s:big:recover", "300s:big:weight=5",
@@ -162,6 +183,9 @@ void load_trace(std::string_view text, Scenario& scenario);
 // no gap to measure (one arrival, or all at one time), the last arrival + 1 ms.
 // 0 for an empty trace.
 double trace_span(const Scenario& scenario);
+
+// "2 weights for 1 server": a weights= event's count against the fleet's.
+std::string weights_for_servers(size_t weights, size_t servers);
 
 // How many of the trace's arrivals are at or after the duration: never replayed.
 uint64_t trace_arrivals_after_duration(const Scenario& scenario);

@@ -4,216 +4,191 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <numbers>
 #include <optional>
 
-#include <fmt/format.h>
-
 #include "heft/balance/balancer.h"
-#include "heft/balance/hash.h"
+#include "sim/pool_settings.h"
+#include "sim/sim_parts.h"
+#include "upstream/place_queue.h"
+#include "upstream/pool.h"
 
 namespace heft::sim {
 namespace {
 
+using detail::BucketedArea;
+using detail::Buckets;
+using detail::Ring;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 // Hard stop for the event loop; a run ends long before (arrivals are finite).
 constexpr uint64_t kMaxArrivals = uint64_t{1} << 40;
 constexpr uint64_t kMaxSteps = uint64_t{1} << 44;
+// The proxy ticks every pool every 250 ms (src/proxy/proxy.cc, kPoolTickInterval).
+constexpr double kPoolTickS = 0.25;
+// What an attempt ends with, as the proxy tells the pool: a request the
+// server refused or that timed out in its queue is answered 503; one lost
+// to a `fail` is a failed attempt (a reset connection: 502).
+constexpr int kAnswered = 200, kServerBusy = 503, kFailed = 502;
 
-// Request k's random stream: draw j of request k, independent of everything
-// else the run does (common random numbers across policies).
-struct RequestStream {
-  uint64_t base;
-  uint64_t draw(uint64_t k, uint64_t j) const {
-    return balance::mix64(balance::mix64(base + k * kGolden) + (j + 1) * 0xd1b54a32d192ed03ULL);
-  }
-};
-enum Draw : uint64_t { kGap = 0, kService = 1, kKey = 2, kPick = 3 };
-
-// Uniform in (0, 1) from the top 53 bits.
-inline double unit_open(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1p-53; }
-
-// A mean-1 service draw for one request under a distribution.
-inline double unit_service(ServiceDist dist, double sigma, uint64_t bits) {
-  switch (dist) {
-    case ServiceDist::fixed: return 1;
-    case ServiceDist::exponential: return -std::log(unit_open(bits));
-    case ServiceDist::lognormal: {
-      // Box-Muller from the two 32-bit halves.
-      double u1 = (static_cast<double>(bits >> 32) + 0.5) * 0x1p-32;
-      double u2 = (static_cast<double>(bits & 0xffffffffu) + 0.5) * 0x1p-32;
-      double z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
-      return std::exp(sigma * z - 0.5 * sigma * sigma);
-    }
-  }
-  return 1;
-}
-
-// A request in a server's queue: its timeout counts from `queued`, its
-// latency from `arrival` (earlier when it first waited in the pool queue).
+// A request in a server's queue since `queued` (its attempt's start, from
+// which the server's timeout counts); its latency counts from `arrival`
+// (earlier when it first waited in the pool queue).
 struct Waiting {
   double queued;
   double arrival;
   uint64_t service_bits;
 };
 
-// A request in the pool queue: request k (its pick context and service draw
-// come from its stream), arrived at `arrival`.
-struct PoolWaiting {
-  double arrival;
-  uint64_t k;
-};
-
-// A FIFO ring of waiting requests; grows by doubling (never per request on average).
-template <typename T>
-class Ring {
- public:
-  size_t size() const { return count_; }
-  bool empty() const { return count_ == 0; }
-  const T& front() const { return slots_[head_]; }
-  void push(const T& w) {
-    if (count_ == slots_.size()) grow();
-    slots_[(head_ + count_) & (slots_.size() - 1)] = w;
-    ++count_;
-  }
-  T pop() {
-    T w = slots_[head_];
-    head_ = (head_ + 1) & (slots_.size() - 1);
-    --count_;
-    return w;
-  }
-  void clear() { head_ = count_ = 0; }
-
- private:
-  void grow() {
-    std::vector<T> bigger(slots_.empty() ? 64 : slots_.size() * 2);
-    for (size_t i = 0; i < count_; ++i) bigger[i] = slots_[(head_ + i) & (slots_.size() - 1)];
-    slots_ = std::move(bigger);
-    head_ = 0;
-  }
-  std::vector<T> slots_;
-  size_t head_ = 0, count_ = 0;
-};
-using WaitQueue = Ring<Waiting>;
-
-// A pending completion (or queue deadline) in the event heap.
+// A pending completion or deadline in the event heap (32 bytes: the heap
+// moves them about on every request).
 struct HeapEvent {
   double time;
-  double arrival;
-  uint32_t server;  // kPool: the pool queue's deadline
-  uint32_t epoch;  // the server's epoch when scheduled: stale after a failure
-  bool deadline;   // a queue-head timeout check rather than a completion
+  double arrival;   // completion: the request's arrival (its latency counts from here)
+  double started;   // completion: its attempt's start at the server (the response time the pool hears of)
+  uint32_t target;  // the server (a completion), kDeadline | server (its queue's deadline), or kPool
+  uint32_t tag;     // the server's epoch when scheduled (stale after a failure); kPool: the waiter's slot
 };
-constexpr uint32_t kPool = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t kPool = std::numeric_limits<uint32_t>::max();  // a pool-queue waiter's deadline
+constexpr uint32_t kDeadline = uint32_t{1} << 31;                 // (servers are fewer than 2^31)
 struct Later {
   bool operator()(const HeapEvent& a, const HeapEvent& b) const { return a.time > b.time; }
-};
-
-// A level over time (busy workers, requests waiting) integrated per bucket of
-// the measurement window: level x time, for a time-weighted mean per bucket.
-struct BucketedArea {
-  double last_t = 0;
-  size_t bucket = 0;
-  double bucket_end = 0;
-  std::vector<double> area;
 };
 
 struct ServerState {
   const ServerSpec* spec = nullptr;
   double factor = 1;  // service time multiplier (slow events)
+  bool broken = false;  // between `fail` and `recover`: every attempt fails
   uint64_t queue_limit = std::numeric_limits<uint64_t>::max();
   uint32_t busy = 0;
   uint32_t epoch = 0;
   bool deadline_pending = false;
-  WaitQueue queue;
-  BucketedArea busy_time;  // busy workers x time
+  Ring<Waiting> queue;
+  BucketedArea busy_time;    // busy workers x time
+  BucketedArea weight_time;  // the pool's weight factor x time (dynamic weights)
+  double weight_factor = 1;  // the factor of the snapshot in force
+  std::vector<uint64_t> placed;  // requests placed per bucket (dynamic weights)
   std::unique_ptr<LatencySketch> latency = std::make_unique<LatencySketch>();
   ServerResult out;
 };
 
-// A quantile is its bucket's midpoint, which can lie above the largest value
-// seen (all at exactly 10 ms: p99 10.027 ms, max 10 ms); capped at the max so
-// the table never contradicts itself.
-LatencySummary summarise(const LatencySketch& s) {
-  const double max = s.max_seconds();
-  const auto quantile = [&](double q) { return std::min(s.quantile_seconds(q), max); };
-  return {s.mean_seconds(), quantile(0.50), quantile(0.95), quantile(0.99), max};
-}
+// A request waiting in the pool's PlaceQueue, as the proxy's wait_in_queue().
+struct PoolWaiter {
+  uint64_t k = 0;
+  double arrival = 0, deadline = 0;
+  std::unique_ptr<upstream::PlaceQueue::Place> place;
+  uint32_t gen = 0;
+  bool active = false;
+  bool woken = false;  // its wake-up came: it picks again once the current event is done
+};
 
 class Run {
  public:
   Run(const Scenario& scenario, balance::PolicyKind policy)
-      : sc_(scenario), stream_{balance::mix64(scenario.seed ^ 0x6865667473696dULL)} {
-    options_.kind = policy;
-    options_.hash_strategy = scenario.hash_strategy;
+      : sc_(scenario),
+        policy_(policy),
+        stream_{balance::mix64(scenario.seed ^ 0x6865667473696dULL)},
+        buckets_(scenario),
+        weights_(initial_weights(scenario)),
+        pool_(pool_config(scenario, policy, weights_)) {
     result_.policy = policy;
     needs_random_ = policy == balance::PolicyKind::random || policy == balance::PolicyKind::p2c;
     needs_key_ = policy == balance::PolicyKind::hash;
+    dynamic_ = dynamic_weights(sc_);
+    adaptive_ = sc_.adaptive.enabled;
+    // Pool::tick() changes nothing without slow start, adaptive weights or a
+    // server that can be taken out (only a `fail` makes attempts fail).
+    ticking_ = dynamic_ || std::any_of(sc_.events.begin(), sc_.events.end(),
+                                       [](const Event& e) { return e.kind == Event::Kind::fail; });
     const size_t n = sc_.servers.size();
-    buckets_ = bucket_count(sc_);
     servers_.resize(n);
-    weights_.resize(n);
     size_t workers = 0;
     for (size_t i = 0; i < n; ++i) {
       ServerState& s = servers_[i];
       s.spec = &sc_.servers[i];
       if (s.spec->queue_limit) s.queue_limit = *s.spec->queue_limit;
-      start_area(s.busy_time);
-      weights_[i] = initial_weight(*s.spec);
+      s.busy_time.start(buckets_);
+      if (dynamic_) {
+        s.weight_time.start(buckets_);
+        s.placed.assign(buckets_.count(), 0);
+      }
       s.out.name = s.spec->name;
       s.out.size = s.spec->size;
       s.out.weight = weights_[i];
       workers += s.spec->size;
     }
     heap_.reserve(2 * workers + 2 * n + 16);
-    rebuild_balancer();
+    take_snapshot();
     // validate() refuses a pool queue without max_conns; without it nobody waits.
     pool_enabled_ = sc_.queue > 0 && balancer_->limited();
-    if (pool_enabled_) start_area(pool_wait_);
+    if (pool_enabled_) pool_wait_.start(buckets_);
   }
 
   PolicyResult run() {
     double next_arrival = arrival_time(0);
     size_t next_event = 0;
     bool snapshot_taken = false;
+    uint64_t ticks = 1;
+    double next_tick = ticking_ ? kPoolTickS : kInf;
     for (uint64_t step = 0; step < kMaxSteps; ++step) {
-      double t_event = next_event < sc_.events.size() ? sc_.events[next_event].at_s : kInf;
-      double t_heap = heap_.empty() ? kInf : heap_.front().time;
-      double t = std::min({t_event, t_heap, next_arrival});
-      if (t == kInf) break;
-      now_ = t;
-      if (!snapshot_taken && t >= sc_.duration_s) {
-        for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
-        result_.queue_at_end = pool_.size();
-        snapshot_taken = true;
-      }
-      if (t_event <= t_heap && t_event <= next_arrival) {
-        apply(sc_.events[next_event++]);
-      } else if (t_heap <= next_arrival) {
-        std::pop_heap(heap_.begin(), heap_.end(), Later{});
-        HeapEvent ev = heap_.back();
-        heap_.pop_back();
-        if (ev.server == kPool) expire_pool(ev);
-        else if (ev.deadline) expire(ev);
-        else complete(ev);
+      const double t_event = next_event < sc_.events.size() ? sc_.events[next_event].at_s : kInf;
+      const double t_heap = heap_.empty() ? kInf : heap_.front().time;
+      const double t_due = std::min(t_event, t_heap);
+      const double t = std::min(t_due, next_arrival);
+      if (t == kInf) break;  // (ticks alone keep nothing going)
+      // At one time: events, completions and deadlines, the pool's tick, arrivals.
+      if (next_tick <= t && next_tick < t_due) [[unlikely]] {
+        // Ticks while something can still be picked: arrivals to come, or
+        // requests waiting in the pool queue (none joins once arrivals stop).
+        if (next_arrival == kInf && !(pool_enabled_ && places_->size() > 0)) {
+          next_tick = kInf;
+          continue;
+        }
+        move_to(next_tick, snapshot_taken);
+        tick();
+        next_tick = static_cast<double>(++ticks) * kPoolTickS;
       } else {
-        arrive(arrivals_, next_arrival);
-        ++arrivals_;
-        next_arrival = arrival_time(arrivals_);
+        move_to(t, snapshot_taken);
+        if (t_event <= t_heap && t_event <= next_arrival) {
+          apply(sc_.events[next_event++]);
+        } else if (t_heap <= next_arrival) {
+          std::pop_heap(heap_.begin(), heap_.end(), Later{});
+          const HeapEvent ev = heap_.back();
+          heap_.pop_back();
+          if (ev.target == kPool) pool_deadline(ev);
+          else if (ev.target & kDeadline) expire(ev);
+          else complete(ev);
+        } else {
+          arrive(arrivals_, next_arrival);
+          ++arrivals_;
+          next_arrival = arrival_time(arrivals_);
+        }
       }
+      // Wake-ups are posted to the waiting requests in the proxy: they pick
+      // once the event that freed the places is done.
+      if (!woken_.empty()) [[unlikely]]
+        resume_woken();
     }
-    if (!snapshot_taken) {
-      for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
-      result_.queue_at_end = pool_.size();
-    }
+    if (!snapshot_taken) note_queues_at_end();
     return finish();
   }
 
  private:
-  double bucket_end(size_t b) const {
-    if (b + 1 >= buckets_) return sc_.duration_s;  // the last one ends the window, however the division rounded
-    return std::min(static_cast<double>(b + 1) * sc_.bucket_s, sc_.duration_s);
+  // Virtual time moves on to t.
+  void move_to(double t, bool& snapshot_taken) {
+    if (pool_enabled_) pool_wait_.advance(buckets_, static_cast<double>(places_->size()), t);
+    now_ = t;
+    if (!snapshot_taken && t >= sc_.duration_s) [[unlikely]] {
+      note_queues_at_end();
+      snapshot_taken = true;
+    }
+  }
+  // Now as the pool's clock reads it.
+  upstream::TimePoint now_tp() const { return detail::pool_time(now_); }
+
+  static std::vector<uint32_t> initial_weights(const Scenario& sc) {
+    std::vector<uint32_t> weights;
+    for (const ServerSpec& s : sc.servers) weights.push_back(initial_weight(s));
+    return weights;
   }
 
   // Arrival time of request k, kInf once arrivals stop (at the duration).
@@ -224,50 +199,33 @@ class Run {
       if (k >= sc_.trace_times.size()) return kInf;
       t = sc_.trace_times[k];
     } else {
-      poisson_clock_ += -std::log(unit_open(stream_.draw(k, kGap))) / sc_.rate;
+      poisson_clock_ += -std::log(detail::unit_open(stream_.draw(k, detail::kGap))) / sc_.rate;
       t = poisson_clock_;
     }
     return t < sc_.duration_s ? t : kInf;
   }
 
-  void start_area(BucketedArea& a) const {
-    a.area.assign(buckets_, 0);
-    a.bucket_end = bucket_end(0);
+  void note_queues_at_end() {
+    for (ServerState& s : servers_) s.out.queue_at_end = s.queue.size();
+    result_.queue_at_end = places_->size();
   }
 
-  // Accumulates `level` (held since a.last_t) up to t into the buckets it spans.
-  void advance(BucketedArea& a, double level, double t) {
-    if (t <= a.last_t) return;
-    for (; a.bucket < buckets_; ++a.bucket) {
-      if (t < a.bucket_end) {
-        a.area[a.bucket] += level * (t - a.last_t);
-        a.last_t = t;
-        return;
-      }
-      a.area[a.bucket] += level * (a.bucket_end - a.last_t);
-      a.last_t = a.bucket_end;
-      a.bucket_end = bucket_end(a.bucket + 1);
+  // The pool's current snapshot, taken again after a tick or an update
+  // published a new one (the proxy's workers do the same through CachedSnapshot).
+  void take_snapshot() {
+    snapshot_ = pool_.snapshot();
+    version_ = snapshot_->version();
+    balancer_ = &snapshot_->balancer();
+    places_ = snapshot_->places().get();
+    if (!dynamic_) return;
+    for (uint32_t i = 0; i < servers_.size(); ++i) {
+      ServerState& s = servers_[i];
+      s.weight_time.advance(buckets_, s.weight_factor, now_);
+      s.weight_factor = snapshot_->factor(i);
     }
-    a.last_t = t;  // past the measurement window: nothing more to count
   }
-  // Busy worker-time up to t.
-  void advance(ServerState& s, double t) { advance(s.busy_time, s.busy, t); }
-  // Waiting time in the pool queue up to t; call before its length changes.
-  void advance_pool(double t) { advance(pool_wait_, static_cast<double>(pool_.size()), t); }
-
-  void start_service(ServerState& s, uint32_t index, double now, double arrival, uint64_t bits) {
-    advance(s, now);
-    ++s.busy;
-    double service = s.spec->service_s * s.factor * unit_service(s.spec->dist, s.spec->sigma, bits);
-    heap_.push_back(HeapEvent{now + service, arrival, index, s.epoch, false});
-    std::push_heap(heap_.begin(), heap_.end(), Later{});
-  }
-
-  void schedule_deadline(ServerState& s, uint32_t index) {
-    if (s.deadline_pending || s.queue.empty() || s.spec->timeout_s <= 0) return;
-    s.deadline_pending = true;
-    heap_.push_back(HeapEvent{s.queue.front().queued + s.spec->timeout_s, 0, index, s.epoch, true});
-    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  void refresh_snapshot() {
+    if (pool_.version() != version_) take_snapshot();
   }
 
   // Request k's pick context: drawn only for the policies that read them;
@@ -275,282 +233,362 @@ class Run {
   // it picks again from the pool queue.
   balance::PickContext pick_context(uint64_t k) const {
     balance::PickContext ctx;
-    if (needs_random_) ctx.random = stream_.draw(k, kPick);
+    if (needs_random_) ctx.random = stream_.draw(k, detail::kPick);
     // A trace line without a key is placed as a keyless request: from its own stream.
     if (needs_key_) {
       const bool keyed = k < sc_.trace_keyed.size() && sc_.trace_keyed[k];
-      ctx.key_hash = keyed ? sc_.trace_keys[k] : stream_.draw(k, kKey);
+      ctx.key_hash = keyed ? sc_.trace_keys[k] : stream_.draw(k, detail::kKey);
     }
     return ctx;
   }
 
+  // As the proxy places a request's first attempt: requests waiting in the
+  // pool queue go first (a newcomer queues behind them); else the pick and
+  // the count in one step, passing over servers at their max_conns; with
+  // every server that could take it full, a wait in the pool queue, or the
+  // proxy's 503 (unrouted), as when no server is available at all.
   void arrive(uint64_t k, double now) {
-    // A newcomer that finds anyone waiting in the pool queue queues behind
-    // them, as in the proxy: a place that freed is theirs. Beyond the queue's
-    // length it is turned away as when every server is full.
-    if (!pool_.empty()) {
-      join_pool(k, now);
+    const bool queue_ahead = pool_enabled_ && places_->size() > 0;
+    bool full = false;
+    std::optional<uint32_t> picked;
+    if (!queue_ahead) [[likely]]
+      picked = snapshot_->acquire(pick_context(k), now_tp(), &full);
+    if (!picked && pool_enabled_ && (full || queue_ahead)) {
+      wait_for_place(k, now);
       return;
     }
-    // With max_conns, the pick and the count are one step, as in the proxy:
-    // acquire() passes over a server with max_conns requests assigned (queued
-    // or in service); nothing eligible, or every eligible server full, is
-    // unrouted (the proxy's 503), or with a pool queue waits in it. A request
-    // the server's queue then refuses was never assigned and is uncounted at
-    // once. Without max_conns the count is raised only once the request is
-    // taken, as before: counting a refused request up and down moves its
-    // server to the back of least_conn's tied members (its index, over 8
-    // servers), which would change later picks.
-    const bool limited = balancer_->limited();
-    bool full = false;
-    const balance::PickContext ctx = pick_context(k);
-    const std::optional<uint32_t> picked = limited ? balancer_->acquire(ctx, &full) : balancer_->pick(ctx);
     if (!picked) {
-      if (full && pool_enabled_) {
-        join_pool(k, now);
-        return;
-      }
       ++result_.unrouted;
       if (full) ++result_.unrouted_full;
       return;
     }
-    assign(*picked, k, now, now);
+    start_attempt(*picked, k, now);
   }
 
-  // Request k (arrived at `arrival`) is counted at server i at `now`: served,
-  // queued there, or refused by its queue. A refusal ends the request at once,
-  // freeing the place it took: the next one waiting in the pool queue wakes.
-  void assign(uint32_t i, uint64_t k, double now, double arrival) {
-    const bool limited = balancer_->limited();
+  // Request k (arrived at `arrival`) is at server i from now on: served,
+  // queued there, refused by its queue, or failed at once by a broken server.
+  void start_attempt(uint32_t i, uint64_t k, double arrival) {
     ServerState& s = servers_[i];
     ++s.out.requests;
-    const uint64_t bits = stream_.draw(k, kService);
+    if (dynamic_ && now_ < sc_.duration_s) {
+      while (placed_bucket_ + 1 < buckets_.count() && now_ >= buckets_.end(placed_bucket_)) ++placed_bucket_;
+      ++s.placed[placed_bucket_];
+    }
+    if (s.broken) [[unlikely]] {
+      ++s.out.failed;
+      end_attempt(i, 0, kFailed);
+      return;
+    }
+    const uint64_t bits = stream_.draw(k, detail::kService);
     if (s.busy < s.spec->size) {
-      if (!limited) balancer_->begin_request(i);
-      start_service(s, i, now, arrival, bits);
+      start_service(s, i, now_, arrival, bits);
     } else if (s.queue.size() >= s.queue_limit) {
-      if (limited) {
-        balancer_->end_request(i);
-        wake(1);
-      }
       ++s.out.refused;
+      end_attempt(i, 0, kServerBusy);
     } else {
-      if (!limited) balancer_->begin_request(i);
-      s.queue.push(Waiting{now, arrival, bits});
+      s.queue.push(Waiting{now_, arrival, bits});
       if (s.queue.size() > s.out.peak_queue) s.out.peak_queue = s.queue.size();
       schedule_deadline(s, i);
     }
   }
 
-  // Into the pool queue at its back, or turned away when it is full.
-  void join_pool(uint64_t k, double now) {
-    if (pool_.size() >= sc_.queue) {
-      ++result_.unrouted;
-      ++result_.unrouted_full;
-      return;
-    }
-    advance_pool(now);
-    pool_.push(PoolWaiting{now, k});
-    ++result_.queue_waited;
-    if (pool_.size() > result_.queue_peak) result_.queue_peak = pool_.size();
-    schedule_pool_deadline();
+  // An attempt at server i ended after `seconds` with `status`. As the
+  // proxy's attempt loop: the request's place is freed first (waking the one
+  // waiting longest in the pool queue), then the pool hears of the outcome.
+  // Through the current snapshot, where the proxy uses the one the attempt
+  // began with: servers keep their index and their live state across
+  // snapshots here, and only least_conn's index (which repairs itself) could
+  // tell the difference.
+  void end_attempt(uint32_t i, double seconds, int status) {
+    balancer_->end_request(i);
+    if (pool_enabled_ && places_->size() > 0) [[unlikely]]
+      places_->wake_one();
+    const bool failed = status == kFailed;
+    // Only adaptive weights read the responses (the counters they also
+    // feed, for /metrics, nobody reads here).
+    if (adaptive_)
+      snapshot_->record_response(i, std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9)), status, !failed);
+    if (failed) [[unlikely]]
+      snapshot_->report_failure(i, now_tp());
+    else
+      snapshot_->report_success(i);
   }
 
-  void schedule_pool_deadline() {
-    if (pool_deadline_pending_ || pool_.empty()) return;
-    pool_deadline_pending_ = true;
-    heap_.push_back(HeapEvent{pool_.front().arrival + sc_.queue_timeout(), 0, kPool, 0, true});
+  void start_service(ServerState& s, uint32_t index, double started, double arrival, uint64_t bits) {
+    s.busy_time.advance(buckets_, s.busy, now_);
+    ++s.busy;
+    const double service = s.spec->service_s * s.factor * detail::unit_service(s.spec->dist, s.spec->sigma, bits);
+    heap_.push_back(HeapEvent{now_ + service, arrival, started, index, s.epoch});
     std::push_heap(heap_.begin(), heap_.end(), Later{});
   }
 
-  // A pool-queue head deadline: every request that has waited the queue
-  // timeout gives up (the proxy's 503). It held no place: nobody wakes.
-  void expire_pool(const HeapEvent& ev) {
-    pool_deadline_pending_ = false;
-    drop_expired_pool(ev.time);
-    schedule_pool_deadline();
-  }
-
-  // The same expression as the scheduled deadline, so rounding cannot re-arm it forever.
-  void drop_expired_pool(double now) {
-    const double timeout = sc_.queue_timeout();
-    for (size_t guard = pool_.size(); guard > 0 && !pool_.empty(); --guard) {
-      if (now < pool_.front().arrival + timeout) break;
-      advance_pool(now);
-      pool_.pop();
-      ++result_.queue_timed_out;
-    }
-  }
-
-  // `places` requests ended now (each end_request() freed a place): as the
-  // proxy's end of a request wakes the one waiting longest, each wakes the
-  // pool queue's head, which acquires again with its own pick context; placed,
-  // it is assigned now (its latency counts from its arrival). A head that
-  // finds every server full keeps its turn, and so do those behind it: every
-  // server is as full for them (stop). One that finds no server it could take
-  // (every one failed or weighing 0) is unrouted, as the proxy answers a woken
-  // request that finds no available backend. A head whose deadline is now
-  // has given up first (as at a server's queue). Called once the event that
-  // ended them is done (after a fail marks its server unavailable), and with
-  // every waiter's count after a weight change (the proxy wakes all on a
-  // change of configuration).
-  void wake(uint64_t places) {
-    if (!pool_enabled_) return;
-    pending_wakes_ += places;
-    if (dispatching_) return;
-    if (pool_.empty()) {
-      pending_wakes_ = 0;
-      return;
-    }
-    dispatching_ = true;
-    while (pending_wakes_ > 0 && !pool_.empty()) {
-      drop_expired_pool(now_);
-      if (pool_.empty()) break;
-      const PoolWaiting w = pool_.front();
-      bool full = false;
-      const std::optional<uint32_t> picked = balancer_->acquire(pick_context(w.k), &full);
-      if (!picked && full) break;
-      advance_pool(now_);
-      pool_.pop();
-      --pending_wakes_;
-      if (!picked) {
-        ++result_.unrouted;
-        continue;
-      }
-      assign(*picked, w.k, now_, w.arrival);  // a refusal there wakes the next (pending_wakes_)
-    }
-    pending_wakes_ = 0;  // a wake-up that finds nobody waiting, or only full servers, is spent
-    dispatching_ = false;
-    schedule_pool_deadline();
+  void schedule_deadline(ServerState& s, uint32_t index) {
+    if (s.deadline_pending || s.queue.empty() || s.spec->timeout_s <= 0) return;
+    s.deadline_pending = true;
+    heap_.push_back(HeapEvent{s.queue.front().queued + s.spec->timeout_s, 0, 0, kDeadline | index, s.epoch});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
   }
 
   void complete(const HeapEvent& ev) {
-    ServerState& s = servers_[ev.server];
-    if (ev.epoch != s.epoch) return;  // lost when the server failed
-    advance(s, ev.time);
+    const uint32_t i = ev.target;
+    ServerState& s = servers_[i];
+    if (ev.tag != s.epoch) return;  // failed with its server: told already
+    s.busy_time.advance(buckets_, s.busy, ev.time);
     --s.busy;
-    balancer_->end_request(ev.server);
     ++s.out.completed;
     s.latency->record_seconds(ev.time - ev.arrival);
-    uint64_t ended = 1;
+    end_attempt(i, ev.time - ev.started, kAnswered);
     const double timeout = s.spec->timeout_s;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
-      Waiting w = s.queue.pop();
+      const Waiting w = s.queue.pop();
       if (timeout > 0 && ev.time >= w.queued + timeout) {  // its deadline is now: it left
         ++s.out.timed_out;
-        balancer_->end_request(ev.server);
-        ++ended;
+        end_attempt(i, ev.time - w.queued, kServerBusy);
         continue;
       }
-      start_service(s, ev.server, ev.time, w.arrival, w.service_bits);
+      start_service(s, i, w.queued, w.arrival, w.service_bits);
       break;
     }
-    wake(ended);
   }
 
-  // A queue-head deadline: every request that has waited `timeout` leaves.
+  // A server's queue-head deadline: every request that has waited `timeout` leaves.
   void expire(const HeapEvent& ev) {
-    ServerState& s = servers_[ev.server];
-    if (ev.epoch != s.epoch) return;
+    const uint32_t i = ev.target & ~kDeadline;
+    ServerState& s = servers_[i];
+    if (ev.tag != s.epoch) return;
     s.deadline_pending = false;
     const double timeout = s.spec->timeout_s;
-    uint64_t ended = 0;
     for (size_t guard = s.queue.size(); guard > 0 && !s.queue.empty(); --guard) {
       // The same expression as the scheduled deadline, so rounding cannot re-arm it forever.
       if (ev.time < s.queue.front().queued + timeout) break;
-      s.queue.pop();
+      const Waiting w = s.queue.pop();
       ++s.out.timed_out;
-      balancer_->end_request(ev.server);
-      ++ended;
+      end_attempt(i, ev.time - w.queued, kServerBusy);
     }
-    schedule_deadline(s, ev.server);
-    wake(ended);
+    schedule_deadline(s, i);
+  }
+
+  // ---- the pool queue: the proxy's wait_in_queue() on virtual time ----
+
+  uint32_t new_waiter(uint64_t k, double arrival) {
+    uint32_t slot;
+    if (!free_waiters_.empty()) {
+      slot = free_waiters_.back();
+      free_waiters_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(waiters_.size());
+      waiters_.emplace_back();
+    }
+    PoolWaiter& w = waiters_[slot];
+    w.k = k;
+    w.arrival = arrival;
+    w.deadline = arrival + sc_.queue_timeout();
+    w.active = true;
+    w.woken = false;
+    ++w.gen;
+    return slot;
+  }
+  void release(uint32_t slot) {
+    PoolWaiter& w = waiters_[slot];
+    w.place.reset();  // leaves the queue (a no-op once woken)
+    w.active = false;
+    free_waiters_.push_back(slot);
+  }
+
+  void wait_for_place(uint64_t k, double arrival) {
+    const uint32_t slot = new_waiter(k, arrival);
+    const PoolWaiter& w = waiters_[slot];
+    heap_.push_back(HeapEvent{w.deadline, arrival, 0, kPool, slot});
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+    queue_for_place(slot, false);
+  }
+
+  // Joins the queue (at the front: woken, but every server still full) and,
+  // first in line, picks again at once: a place may have freed that no
+  // wake-up was left for.
+  void queue_for_place(uint32_t slot, bool front) {
+    waiters_[slot].place.reset();  // (front: the place of the wake-up, left before joining again)
+    waiters_[slot].woken = false;
+    bool first = false;
+    const uint32_t gen = waiters_[slot].gen;
+    std::unique_ptr<upstream::PlaceQueue::Place> place =
+        places_->join(sc_.queue, [this, slot, gen] { woken(slot, gen); }, front, &first);
+    if (!place) {  // the queue is full
+      ++result_.unrouted;
+      ++result_.unrouted_full;
+      release(slot);
+      return;
+    }
+    if (!front) ++result_.queue_waited;
+    result_.queue_peak = std::max<uint64_t>(result_.queue_peak, places_->size());
+    if (first) {
+      bool busy = false;
+      const PoolWaiter& w = waiters_[slot];
+      if (const std::optional<uint32_t> picked = snapshot_->acquire(pick_context(w.k), now_tp(), &busy)) {
+        if (!places_->leave(*place)) places_->wake_one();  // woken meanwhile: pass it on
+        const uint64_t k = w.k;
+        const double arrival = w.arrival;
+        release(slot);
+        start_attempt(*picked, k, arrival);
+        return;
+      }
+      if (!busy) {  // nothing available any more: no place will free
+        release(slot);
+        ++result_.unrouted;
+        return;
+      }
+    }
+    waiters_[slot].place = std::move(place);
+  }
+
+  // A wake-up, called by the PlaceQueue: as the proxy posts it to the
+  // waiting request, it is handled once the current event is done.
+  void woken(uint32_t slot, uint32_t gen) {
+    PoolWaiter& w = waiters_[slot];
+    if (!w.active || w.gen != gen) return;
+    w.woken = true;
+    woken_.push_back({slot, gen});
+  }
+
+  void resume_woken() {
+    for (size_t x = 0; x < woken_.size(); ++x) {  // (resume() may wake more)
+      const auto [slot, gen] = woken_[x];
+      PoolWaiter& w = waiters_[slot];
+      if (!w.active || w.gen != gen || !w.woken) continue;
+      w.woken = false;
+      resume(slot);
+    }
+    woken_.clear();
+  }
+
+  // A woken request picks again: placed; nothing available (unrouted); its
+  // deadline passed (it gives up, passing the wake-up on); or back in line
+  // at the front.
+  void resume(uint32_t slot) {
+    PoolWaiter& w = waiters_[slot];
+    bool busy = false;
+    if (const std::optional<uint32_t> picked = snapshot_->acquire(pick_context(w.k), now_tp(), &busy)) {
+      const uint64_t k = w.k;
+      const double arrival = w.arrival;
+      release(slot);
+      start_attempt(*picked, k, arrival);
+      return;
+    }
+    if (!busy) {
+      release(slot);
+      ++result_.unrouted;
+      return;
+    }
+    if (now_ >= w.deadline) {
+      places_->wake_one();  // the place this wake-up stood for, unused
+      places_->note_timeout();
+      release(slot);
+      ++result_.queue_timed_out;
+      return;
+    }
+    queue_for_place(slot, true);
+  }
+
+  // A waiter's queue timeout: it gives up unless a wake-up came first. (The
+  // slot's waiter may be a later one: its deadline is no earlier, and if it
+  // is now, this is its timeout too.)
+  void pool_deadline(const HeapEvent& ev) {
+    PoolWaiter& w = waiters_[ev.tag];
+    if (!w.active || w.deadline > ev.time || w.woken || !w.place) return;
+    if (!places_->leave(*w.place)) return;
+    places_->note_timeout();
+    release(ev.tag);
+    ++result_.queue_timed_out;
+  }
+
+  // ---- the pool's clock and the scenario's events ----
+
+  void tick() {
+    std::vector<upstream::WeightEvent> events = pool_.tick(now_tp());
+    refresh_snapshot();
+    for (upstream::WeightEvent& e : events) {
+      if (result_.weight_changes.size() >= kMaxWeightChanges) {
+        ++result_.weight_changes_dropped;
+        continue;
+      }
+      result_.weight_changes.push_back(
+          {now_, std::move(e.backend), e.reason, e.factor_before, e.factor_after, std::move(e.detail)});
+    }
+  }
+
+  // A new configuration, as a reload or the admin API gives the proxy's pool.
+  void update_pool() {
+    pool_.update(pool_config(sc_, policy_, weights_));
+    refresh_snapshot();
   }
 
   void apply(const Event& e) {
     if (e.kind == Event::Kind::weights) {
       weights_ = e.weights;
-      rebuild_balancer();
-      wake(pool_.size());
+      update_pool();
       return;
     }
-    auto found = balancer_->find(e.server);
+    const std::optional<uint32_t> found = balancer_->find(e.server);
     if (!found) return;
     const uint32_t i = *found;
     ServerState& s = servers_[i];
     switch (e.kind) {
       case Event::Kind::slow: s.factor = e.factor; break;
-      case Event::Kind::fail: {
-        advance(s, e.at_s);
-        const uint64_t lost = s.busy + s.queue.size();
-        s.out.failed += lost;
-        for (uint64_t n = lost; n > 0; --n) balancer_->end_request(i);
-        s.busy = 0;
-        s.queue.clear();
-        ++s.epoch;  // in-service completions still in the heap are now stale
-        s.deadline_pending = false;
-        balancer_->set_available(i, false);
-        wake(lost);  // the places freed, once the server is out: the woken pick elsewhere
-        break;
-      }
-      case Event::Kind::recover: {
-        balancer_->set_available(i, true);
-        // The proxy's pool wakes as many waiters as a backend that comes
-        // back has free places (every waiter when it has no max_conns).
-        const std::optional<uint32_t> room = balancer_->room(i);
-        wake(room ? *room : pool_.size());
-        break;
-      }
+      case Event::Kind::fail: fail_server(s, i); break;
+      case Event::Kind::recover: s.broken = false; break;
       case Event::Kind::weight:
         weights_[i] = e.weight;
-        rebuild_balancer();
-        wake(pool_.size());  // as the proxy wakes every waiter on a change of configuration
+        update_pool();
         break;
       case Event::Kind::weights: break;
     }
   }
 
-  // A new snapshot; backends keep their live state and smooth-WRR weights.
-  void rebuild_balancer() {
-    std::vector<balance::BackendSpec> specs;
-    specs.reserve(servers_.size());
-    for (size_t i = 0; i < servers_.size(); ++i) {
-      balance::BackendSpec b;
-      b.name = servers_[i].spec->name;
-      b.weight = weights_[i];
-      b.max_conns = servers_[i].spec->max_conns;
-      b.backup = servers_[i].spec->backup;
-      b.down = servers_[i].spec->down;
-      specs.push_back(std::move(b));
+  // The server breaks: the requests in service and queued there fail now (a
+  // reset connection), and so will every attempt until it recovers. The pool
+  // hears of each failure, as the proxy's would.
+  void fail_server(ServerState& s, uint32_t i) {
+    s.busy_time.advance(buckets_, s.busy, now_);
+    s.broken = true;
+    std::vector<double> started;  // the attempts lost, by start time
+    for (const HeapEvent& h : heap_)
+      if (h.target == i && h.tag == s.epoch) started.push_back(h.started);
+    for (size_t q = 0; q < s.queue.size(); ++q) started.push_back(s.queue.at(q).queued);
+    s.busy = 0;
+    s.queue.clear();
+    ++s.epoch;  // in-service completions still in the heap are now stale
+    s.deadline_pending = false;
+    std::sort(started.begin(), started.end());
+    for (double at : started) {
+      ++s.out.failed;
+      end_attempt(i, now_ - at, kFailed);
     }
-    auto next = std::make_unique<balance::Balancer>(options_, std::move(specs), balancer_.get());
-    balancer_ = std::move(next);
   }
 
   PolicyResult finish() {
-    for (ServerState& s : servers_) advance(s, sc_.duration_s);
-    // The time-weighted mean of a level per bucket (the last one may be narrower).
-    const auto means = [&](const BucketedArea& a, double per) {
-      std::vector<double> series(buckets_);
-      for (size_t b = 0; b < buckets_; ++b) {
-        const double width = bucket_end(b) - static_cast<double>(b) * sc_.bucket_s;
-        series[b] = width > 0 ? a.area[b] / (per * width) : 0;
-      }
-      return series;
-    };
+    for (ServerState& s : servers_) s.busy_time.advance(buckets_, s.busy, sc_.duration_s);
     if (pool_enabled_) {
-      advance_pool(sc_.duration_s);
-      result_.queue_series = means(pool_wait_, 1);
+      pool_wait_.advance(buckets_, static_cast<double>(places_->size()), sc_.duration_s);
+      result_.queue_series = pool_wait_.means(buckets_, 1);
     }
+    std::vector<uint64_t> placed_total(dynamic_ ? buckets_.count() : 0, 0);
+    for (ServerState& s : servers_)
+      for (size_t b = 0; b < placed_total.size(); ++b) placed_total[b] += s.placed[b];
     result_.arrivals = arrivals_;
     for (ServerState& s : servers_) {
       ServerResult& out = s.out;
       out.share = arrivals_ ? static_cast<double>(out.requests) / static_cast<double>(arrivals_) : 0;
-      double area = 0;
-      for (double a : s.busy_time.area) area += a;
-      out.utilisation_series = means(s.busy_time, s.spec->size);
-      out.utilisation = area / (s.spec->size * sc_.duration_s);
-      out.latency = summarise(*s.latency);
+      out.utilisation_series = s.busy_time.means(buckets_, s.spec->size);
+      out.utilisation = s.busy_time.total() / (s.spec->size * sc_.duration_s);
+      if (dynamic_) {
+        s.weight_time.advance(buckets_, s.weight_factor, sc_.duration_s);
+        out.factor_series = s.weight_time.means(buckets_, 1);
+        out.share_series.resize(buckets_.count());
+        for (size_t b = 0; b < placed_total.size(); ++b)
+          out.share_series[b] =
+              placed_total[b] ? static_cast<double>(s.placed[b]) / static_cast<double>(placed_total[b]) : 0;
+      }
+      out.latency = detail::summarise(*s.latency);
       result_.latency_sketch.merge(*s.latency);
       result_.completed += out.completed;
       result_.refused += out.refused;
@@ -558,25 +596,34 @@ class Run {
       result_.failed += out.failed;
       result_.servers.push_back(std::move(out));
     }
-    result_.latency = summarise(result_.latency_sketch);
+    result_.latency = detail::summarise(result_.latency_sketch);
+    // Waiters still in line leave the queue before the pool goes.
+    woken_.clear();
+    for (PoolWaiter& w : waiters_) w.place.reset();
     return std::move(result_);
   }
 
   const Scenario& sc_;
-  RequestStream stream_;
-  balance::PolicyOptions options_;
-  std::unique_ptr<balance::Balancer> balancer_;
-  std::vector<ServerState> servers_;
+  const balance::PolicyKind policy_;
+  detail::RequestStream stream_;
+  Buckets buckets_;
   std::vector<uint32_t> weights_;
+  std::vector<ServerState> servers_;
   std::vector<HeapEvent> heap_;
-  size_t buckets_ = 1;
+  // The pool waiters are declared after it: their places leave its queue first.
+  upstream::Pool pool_;
+  std::shared_ptr<const upstream::PoolSnapshot> snapshot_;
+  uint64_t version_ = 0;
+  balance::Balancer* balancer_ = nullptr;  // snapshot_'s
+  upstream::PlaceQueue* places_ = nullptr;  // the pool's queue (one for every snapshot)
   bool needs_random_ = false, needs_key_ = false;
-  // The pool queue (Scenario::queue), its pending head deadline, the wake-ups
-  // not yet handed out, and the time of the event being handled.
-  bool pool_enabled_ = false, pool_deadline_pending_ = false, dispatching_ = false;
-  Ring<PoolWaiting> pool_;
-  BucketedArea pool_wait_;  // requests waiting in pool_ x time
-  uint64_t pending_wakes_ = 0;
+  bool dynamic_ = false, adaptive_ = false, ticking_ = false;
+  bool pool_enabled_ = false;
+  std::vector<PoolWaiter> waiters_;
+  std::vector<uint32_t> free_waiters_;
+  std::vector<std::pair<uint32_t, uint32_t>> woken_;  // (slot, generation) in wake-up order
+  BucketedArea pool_wait_;  // requests waiting in the pool queue x time
+  size_t placed_bucket_ = 0;
   double now_ = 0;
   uint64_t arrivals_ = 0;
   double poisson_clock_ = 0;
@@ -606,6 +653,5 @@ SimResult simulate(const Scenario& scenario) {
   result.scenario.trace_keyed.shrink_to_fit();
   return result;
 }
-
 
 }  // namespace heft::sim

@@ -1,21 +1,24 @@
 // The discrete-event simulator behind `heft sim`: runs a Scenario once per
-// policy through heft's own heft::balance::Balancer (the code the proxy runs)
-// and measures what every server would see.
+// policy through heft's own run-time pool, upstream::Pool (the snapshots,
+// passive failures, slow start, adaptive weights, max_conns and the pool
+// queue the proxy runs, on heft::balance::Balancer), on virtual time, and
+// measures what every server would see.
 //
 // Model (docs/sim.md): a server has `size` workers; a request that finds them
 // all busy waits in the server's FIFO queue (refused beyond the queue limit,
-// timed out after waiting longer than the timeout). Latency = queue wait +
-// service. The balancer's active count of a server is every request assigned to
-// it and not yet finished (queued or in service), as the proxy counts in-flight
-// requests, so least_conn and p2c see real counts; a server's max_conns caps
-// that count (Balancer::acquire() passes a full server over), and a request
-// every eligible server is too full for is unrouted, as the proxy answers 503,
-// or with a pool queue (Scenario::queue) waits in it for a place, as in the
-// proxy: each request's end at any server wakes the one waiting longest, which
-// acquires again with its own pick context; a weight change wakes them all;
-// a recovering server wakes as many as it has free places; a newcomer
-// finding anyone waiting queues behind them; a request waiting the queue
-// timeout gives up. Backup servers take requests only when no primary can.
+// timed out after waiting longer than the timeout: the server answers 503).
+// Latency = queue wait + service. Each arrival is placed as the proxy places
+// a request: PoolSnapshot::acquire() at its virtual time (the pick and the
+// count in one step, passing over a server at its max_conns), or, when every
+// server that could take it is full, a wait in the pool's PlaceQueue
+// (Scenario::queue) as the proxy waits. Each attempt's end frees its place
+// (waking the request waiting longest) and tells the pool of its outcome
+// (report_success / report_failure, and record_response for adaptive
+// weights), as the proxy does; Pool::tick() runs every 250 ms of virtual
+// time, as the proxy ticks its pools. A `fail` event makes the server's
+// requests fail (those in progress at once, new ones on arrival), so passive
+// failures take it out as they would in the proxy; `recover` makes it answer
+// again, and the pool takes it back at its next trial (slow start ramps it).
 //
 // Common random numbers: request k's arrival gap, service draw, key and the
 // random bits handed to the policy all come from a stream seeded by (seed, k),
@@ -32,6 +35,7 @@
 
 #include "sim/latency_sketch.h"
 #include "sim/scenario.h"
+#include "upstream/weights.h"
 
 namespace heft::sim {
 
@@ -54,6 +58,21 @@ struct ServerResult {
   uint64_t peak_queue = 0;        // most requests waiting at once
   uint64_t queue_at_end = 0;      // waiting when arrivals stopped (at the duration)
   std::vector<double> utilisation_series;  // per bucket of Scenario::bucket_s, 0..1
+  // With slow start or adaptive weights (dynamic_weights()), per bucket: the
+  // server's share of the requests placed in it, and the weight factor
+  // (slow start x adaptive) the pool balanced it by, time-weighted. Else empty.
+  std::vector<double> share_series;
+  std::vector<double> factor_series;
+};
+
+// A decision of the pool's (Pool::tick()): a server's weight factor changed
+// (slow start began or ended, an adaptive cut or recovery), at `at_s` of virtual time.
+struct WeightChange {
+  double at_s = 0;
+  std::string server;
+  upstream::WeightReason reason = upstream::WeightReason::slow_start;
+  double factor_before = 1, factor_after = 1;  // slow start x adaptive
+  std::string detail;                          // as the proxy logs it: "latency 212.4ms > limit 41.2ms"
 };
 
 struct PolicyResult {
@@ -71,10 +90,16 @@ struct PolicyResult {
   // With a pool queue: the mean number of requests waiting in it, per bucket
   // of Scenario::bucket_s (time-weighted, as utilisation_series); else empty.
   std::vector<double> queue_series;
+  // The pool's weight decisions, in time order (at most kMaxWeightChanges;
+  // weight_changes_dropped counts the rest).
+  std::vector<WeightChange> weight_changes;
+  uint64_t weight_changes_dropped = 0;
   LatencySummary latency;
   LatencySketch latency_sketch;  // every completed request: for CDFs
   std::vector<ServerResult> servers;
 };
+
+inline constexpr size_t kMaxWeightChanges = 10'000;
 
 struct SimResult {
   Scenario scenario;  // as run (validated); trace arrivals dropped to keep it small

@@ -206,17 +206,8 @@ void PoolSnapshot::return_expired(TimePoint now) const {
 }
 
 std::optional<uint32_t> PoolSnapshot::pick(const balance::PickContext& ctx, TimePoint now) const {
-  return choose(ctx, now, false, nullptr);
-}
-
-std::optional<uint32_t> PoolSnapshot::acquire(const balance::PickContext& ctx, TimePoint now, bool* full) const {
-  return choose(ctx, now, true, full);
-}
-
-std::optional<uint32_t> PoolSnapshot::choose(const balance::PickContext& ctx, TimePoint now, bool count,
-                                             bool* full) const {
   if (ticks(now) >= next_return_.load(std::memory_order_relaxed)) return_expired(now);
-  const std::optional<uint32_t> chosen = count ? balancer_->acquire(ctx, full) : balancer_->pick(ctx);
+  const std::optional<uint32_t> chosen = balancer_->pick(ctx);
   if (chosen && states_[*chosen]->trial.load(std::memory_order_relaxed)) [[unlikely]]
     hold_trial(*chosen, now);
   return chosen;
@@ -284,9 +275,8 @@ uint32_t PoolSnapshot::recent_fails(uint32_t i, TimePoint now) const {
   return s.recent_failures.count(now, config_.backends[i].fail_timeout);
 }
 
-void PoolSnapshot::report_success(uint32_t i) const {
+void PoolSnapshot::settle_trial(uint32_t i) const {
   BackendState& s = *states_[i];
-  if (!s.trial.load(std::memory_order_relaxed)) return;  // the usual case: nothing to settle
   bool released = false;
   {
     std::lock_guard lock(s.mu);

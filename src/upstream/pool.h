@@ -235,8 +235,16 @@ class PoolSnapshot {
   std::optional<uint32_t> pick(const balance::PickContext& ctx, TimePoint now) const;
   // pick() that also counts the request on the chosen backend, passing over
   // backends at their max_conns (Balancer::acquire; `full` as there). The
-  // request ends with balancer().end_request().
-  std::optional<uint32_t> acquire(const balance::PickContext& ctx, TimePoint now, bool* full) const;
+  // request ends with balancer().end_request(). Inline: every request of the
+  // proxy and the simulator takes this path.
+  std::optional<uint32_t> acquire(const balance::PickContext& ctx, TimePoint now, bool* full) const {
+    if (now.time_since_epoch().count() >= next_return_.load(std::memory_order_relaxed)) [[unlikely]]
+      return_expired(now);
+    const std::optional<uint32_t> chosen = balancer_->acquire(ctx, full);
+    if (chosen && states_[*chosen]->trial.load(std::memory_order_relaxed)) [[unlikely]]
+      hold_trial(*chosen, now);
+    return chosen;
+  }
   // Returns backends whose out period has passed (as of `now`) to service on
   // trial, scanning them all (pick() calls it only when next_return_ says one
   // may be due; Pool::tick() always).
@@ -261,7 +269,10 @@ class PoolSnapshot {
   // Backend i's failed attempts within its fail_timeout before `now`, at
   // most max_fails (the upstreams view's `fails`, as Caddy's counts down).
   uint32_t recent_fails(uint32_t i, TimePoint now) const;
-  void report_success(uint32_t i) const;
+  void report_success(uint32_t i) const {
+    if (states_[i]->trial.load(std::memory_order_relaxed)) [[unlikely]]
+      settle_trial(i);  // (the usual case: no trial to settle, and no lock)
+  }
 
   // Active health check result.
   void set_healthy(uint32_t i, bool healthy) const;
@@ -308,8 +319,8 @@ class PoolSnapshot {
   // Tells the policy whether backend i is available now; `wake`: and wakes
   // the queue if it became so (not while a snapshot is built: see pool.cc).
   void refresh_availability(uint32_t i, bool wake = true) const;
-  // pick() (count false) and acquire() (count true).
-  std::optional<uint32_t> choose(const balance::PickContext& ctx, TimePoint now, bool count, bool* full) const;
+  // report_success() of a backend on trial: the trial succeeded.
+  void settle_trial(uint32_t i) const;
   // Backend i was just taken out (under its lock) until `until`: the next
   // return is due by then, and the policy stops picking it.
   void announce_out(uint32_t i, TimePoint until) const;

@@ -4,6 +4,8 @@
 #include "admin/proxy_admin.h"
 
 #include <gtest/gtest.h>
+
+#include "test_deadline.h"
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -91,9 +93,11 @@ struct Stack {
     admin.reset();
     if (proxy) {
       proxy->shutdown(std::chrono::milliseconds(100));
+      test::WaitingFor waiting("the proxy to stop after a 100 ms grace period");
       proxy->wait();
     }
     for (auto& b : backends) b->stop();
+    test::WaitingFor waiting("the demo backends' thread to end after stop()");
     backend_thread.join();
   }
   std::string dial(int i) const { return fmt::format("127.0.0.1:{}", backends[i]->port()); }
@@ -608,6 +612,7 @@ TEST(AdminProxy, ControlCommands) {
       << out;
 
   ASSERT_EQ(heft_command(stack, {"stop"}, out), 0) << out;
+  test::WaitingFor waiting("the proxy to stop after `heft stop`");
   stack.proxy->wait();  // POST /stop shut the proxy down
 }
 

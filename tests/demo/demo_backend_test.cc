@@ -42,11 +42,23 @@ class RunningBackend {
  public:
   explicit RunningBackend(DemoBackendOptions options) : backend_(io_, std::move(options)) {
     backend_.start();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      io_.run();
+      ran_out_.set_value();
+    });
   }
   ~RunningBackend() {
+    if (thread_.joinable()) EXPECT_TRUE(stop_within(kDeadline)) << "stop() left work running after " << kDeadline.count() << " s";
+  }
+  // Stops the backend: true when its io_context then runs out of work (every
+  // connection ended) within `limit`. Otherwise the io_context is stopped by
+  // force, so the test fails instead of waiting for ever.
+  bool stop_within(std::chrono::steady_clock::duration limit) {
     backend_.stop();
-    thread_.join();  // returns only if stop() really ends every connection
+    const bool ended = ran_out_.get_future().wait_for(limit) == std::future_status::ready;
+    if (!ended) io_.stop();
+    thread_.join();
+    return ended;
   }
   uint16_t port() const { return backend_.port(); }
   DemoBackend& backend() { return backend_; }
@@ -54,6 +66,7 @@ class RunningBackend {
  private:
   asio::io_context io_;
   DemoBackend backend_;
+  std::promise<void> ran_out_;
   std::thread thread_;
 };
 
@@ -447,9 +460,13 @@ TEST(DemoBackendTest, StopWakesRequestsQueuedForAWorker) {
   }
   // Let the requests arrive and queue, then stop while they wait.
   std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_TRUE(backend->stop_within(std::chrono::seconds(10)))
+      << "stop() did not end the connections whose requests wait for the one worker within 10 s";
   backend.reset();
-  for (auto& p : pending) p.get();
-  SUCCEED();
+  // Each client gives up after kDeadline at the latest (tcp_stream expiry).
+  for (auto& p : pending)
+    ASSERT_EQ(p.wait_for(kDeadline + std::chrono::seconds(5)), std::future_status::ready)
+        << "a client still waits for its answer after the backend stopped";
 }
 
 TEST(DemoBackendTest, BadOptionsThrow) {

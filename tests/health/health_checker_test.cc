@@ -1,6 +1,8 @@
 // Active health checks against in-process demo backends (health/health_checker.h).
 #include <gtest/gtest.h>
 
+#include "test_deadline.h"
+
 #include <atomic>
 #include <functional>
 #include <mutex>
@@ -293,6 +295,7 @@ TEST(HealthProbe, TakesInterimResponsesLargeHeadsAndLargeBodies) {
     tcp::socket poke(origin_io);
     poke.connect(acceptor.local_endpoint(), ec);
   }
+  test::WaitingFor waiting("the origin thread to end (its accept and read have no timeout)");
   origin.join();
   EXPECT_GE(answered.load(), 6);
   const std::string all = log.text();

@@ -22,14 +22,17 @@ struct PickRun {
 
 // Runs heft with `args` (shell words), capturing stdout and stderr.
 PickRun heft(const std::string& args) {
-  std::string command = std::string(HEFT_BINARY) + " " + args + " 2>&1";
+  // coreutils' timeout: a command still running after 120 s ends with 124.
+  std::string command = std::string("timeout -k 5 120 ") + HEFT_BINARY + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
   size_t n;
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 124) ADD_FAILURE() << "still running after 120 s: heft " << args;
+  return {code, out};
 }
 
 TEST(HeftPick, SeedTraceFiveOneOne) {

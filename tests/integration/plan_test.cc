@@ -19,7 +19,8 @@ struct ProcessResult {
 
 ProcessResult run_heft(const std::string& args) {
   ProcessResult run;
-  const std::string command = std::string("'") + HEFT_BINARY + "' " + args + " 2>&1";
+  // coreutils' timeout: a command still running after 120 s ends with 124.
+  const std::string command = std::string("timeout -k 5 120 '") + HEFT_BINARY + "' " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   char buffer[4096];
@@ -27,6 +28,7 @@ ProcessResult run_heft(const std::string& args) {
   while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
   const int status = pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (run.exit_code == 124) ADD_FAILURE() << "still running after 120 s: heft " << args;
   return run;
 }
 

@@ -25,7 +25,8 @@ struct Output {
 // Runs a shell command and captures what it prints.
 Output run_heft_capture(const std::string& command) {
   Output out;
-  FILE* pipe = popen(command.c_str(), "r");
+  // coreutils' timeout: a command still running after 120 s ends with 124.
+  FILE* pipe = popen(("timeout -k 5 120 " + command).c_str(), "r");
   if (!pipe) return out;
   char buffer[65536];
   for (size_t guard = 0; guard < (size_t{1} << 24); ++guard) {
@@ -35,6 +36,7 @@ Output run_heft_capture(const std::string& command) {
   }
   int status = pclose(pipe);
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (out.exit_code == 124) ADD_FAILURE() << "still running after 120 s: " << command;
   return out;
 }
 
@@ -850,6 +852,111 @@ TEST(SimCommandTest, DocumentedScenarioAndOutputAreTrue) {
     }
   }
   EXPECT_EQ(run_heft("sim --example seed").stdout_text, sim_doc_block("## `heft sim --example seed`", "```"));
+}
+
+// The pool the proxy runs, in `heft sim`: s1 fails at 20 s (its failures take
+// it out for the default fail_timeout of 10 s) and answers again at 30 s,
+// when the pool takes it back and slow start ramps its weight over 10 s; s2
+// runs 4 times slower from 50 s and adaptive weights (interval 5 s) cut it
+// within an interval. The table lists the pool's decisions, the JSON has
+// them and each server's share and weight factor per bucket, the SVG a
+// weight factor panel per policy.
+TEST(SimCommandTest, SlowStartAfterARecoveryAndAnAdaptiveCutAfterASlowdown) {
+  const std::string run =
+      "sim --servers 1x,1x,1x --unit-workers 4 --service 20ms --rate 300 --duration 90s "
+      "--policies weighted_round_robin --event 20s:s1:fail --event 30s:s1:recover --slow-start 10s "
+      "--event 50s:s2:slow=4 --adaptive interval=5s --bucket 1s";
+  const Output table = run_heft(run);
+  ASSERT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.stdout_text.find("  pool: max_fails 1, fail_timeout 10.00 s, slow_start 10.00 s, adaptive "
+                                   "(interval 5 s, median_factor 2, error_threshold 5%, cut 25%, min_weight_ratio "
+                                   "0.1)\n"),
+            std::string::npos)
+      << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find("weights: 30 s s1 slow_start: 1.00 -> 0.10, back in service, ramping over 10000ms"),
+            std::string::npos)
+      << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find("40 s s1 slow_start_done: 0.96 -> 1.00, ramp complete"), std::string::npos)
+      << table.stdout_text;
+  EXPECT_NE(table.stdout_text.find(" s s2 latency: 1.00 -> 0.75, latency "), std::string::npos) << table.stdout_text;
+
+  const Output out = run_heft(run + " --json");
+  ASSERT_EQ(out.exit_code, 0);
+  const auto policy = nlohmann::json::parse(out.stdout_text)["scenarios"][0]["policies"][0];
+  double ramp_at = -1, cut_at = -1;
+  for (const auto& change : policy["weight_changes"]) {
+    if (change["server"] == "s1" && change["reason"] == "slow_start" && ramp_at < 0) ramp_at = change["at_s"];
+    if (change["server"] == "s2" && change["reason"] == "latency" && cut_at < 0) cut_at = change["at_s"];
+  }
+  EXPECT_EQ(ramp_at, 30) << policy["weight_changes"].dump();
+  EXPECT_GT(cut_at, 50) << policy["weight_changes"].dump();
+  EXPECT_LE(cut_at, 55.25) << "within an adaptive interval (and a tick) of the slowdown";
+  const auto& s1 = policy["servers"][0];
+  const auto& s2 = policy["servers"][1];
+  ASSERT_EQ(s1["share_series"].size(), 90u);
+  ASSERT_EQ(s1["factor_series"].size(), 90u);
+  EXPECT_EQ(s1["share_series"][25], 0) << "out from 20 s to 30 s";
+  // The ramp: 10 % of its weight at 30 s, more each second, all of it from 40 s.
+  EXPECT_NEAR(s1["factor_series"][30].get<double>(), (0.1 + 0.145) / 2, 1e-9) << "steps of 0.5 s: 0.1, 0.145";
+  for (int b = 31; b < 40; ++b) {
+    EXPECT_GT(s1["factor_series"][b].get<double>(), s1["factor_series"][b - 1].get<double>()) << b;
+    EXPECT_GT(s1["share_series"][b].get<double>(), s1["share_series"][b - 2].get<double>()) << b;
+  }
+  EXPECT_LT(s1["share_series"][30].get<double>(), 0.1);
+  EXPECT_NEAR(s1["share_series"][45].get<double>(), 1.0 / 3, 0.06);
+  // The cut: s2's factor and share fall after it.
+  const int cut_bucket = static_cast<int>(cut_at) + 1;
+  EXPECT_EQ(s2["factor_series"][cut_bucket - 2], 1);
+  EXPECT_NEAR(s2["factor_series"][cut_bucket].get<double>(), 0.75, 1e-9);
+  EXPECT_LT(s2["share_series"][cut_bucket + 1].get<double>(), 0.3);
+
+  const auto svg = std::filesystem::temp_directory_path() / ("heft_sim_pool_" + std::to_string(::getpid()) + ".svg");
+  ASSERT_EQ(run_heft(run + " --svg " + svg.string()).exit_code, 0);
+  const std::string picture = read_file(svg);
+  std::filesystem::remove(svg);
+  EXPECT_NE(picture.find("weighted_round_robin: weight factor"), std::string::npos);
+  EXPECT_NE(picture.find("s2: weight factor down to"), std::string::npos);
+}
+
+// The pool's settings from a Heftfile, as heft run takes them: the pool's
+// max_fails, fail_timeout, slow_start and adaptive options, and a backend's
+// own max_fails and fail_timeout.
+TEST(SimCommandTest, ConfigCarriesThePoolsFailureAndWeightSettings) {
+  const auto dir = std::filesystem::temp_directory_path() / ("heft_sim_pool_config_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string heftfile = (dir / "Heftfile").string();
+  std::ofstream(heftfile) << ":8080 {\n\treverse_proxy {\n\t\tto 10.0.0.1:80 max_fails 3 fail_timeout 30s\n"
+                             "\t\tto 10.0.0.2:80\n\t\tmax_fails 2\n\t\tfail_timeout 5s\n\t\tslow_start 20s\n"
+                             "\t\tadaptive {\n\t\t\tinterval 10s\n\t\t\tcut 50%\n\t\t}\n\t}\n}\n";
+  const Output out = run_heft("sim --config " + heftfile +
+                              " --servers 1x,1x --rate 100 --duration 20s --event 5s:10.0.0.2:80:fail --json");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(out.exit_code, 0) << out.stdout_text;
+  const auto sc = nlohmann::json::parse(out.stdout_text)["scenarios"][0];
+  EXPECT_EQ(sc["max_fails"], 2);
+  EXPECT_EQ(sc["fail_timeout_s"], 5);
+  EXPECT_EQ(sc["slow_start_s"], 20);
+  EXPECT_EQ(sc["adaptive"]["interval_s"], 10);
+  EXPECT_EQ(sc["adaptive"]["cut"], 0.5);
+  EXPECT_EQ(sc["servers"][0]["max_fails"], 3);
+  EXPECT_EQ(sc["servers"][0]["fail_timeout_s"], 30);
+  EXPECT_FALSE(sc["servers"][1].contains("max_fails"));
+  EXPECT_GT(sc["policies"][0]["servers"][1]["failed"].get<int>(), 0);
+}
+
+// The pool's flags are checked and name themselves; those only a failure
+// reads are errors without a fail event.
+TEST(SimCommandTest, PoolFlagsAreCheckedAndNamed) {
+  expect_rejected("sim --servers 1x,1x --slow-start 10s", "--slow-start applies only when a server fails");
+  expect_rejected("sim --servers 1x,1x --max-fails 3", "--max-fails applies only when a server fails");
+  expect_rejected("sim --servers 1x,1x --event 1s:s1:fail --max-fails -1", "--max-fails: '-1' is not an integer");
+  expect_rejected("sim --servers 1x,1x --event 1s:s1:fail --fail-timeout 1.5ms",
+                  "--fail-timeout must be a whole number of milliseconds");
+  expect_rejected("sim --servers 1x,1x --adaptive cut=0", "--adaptive cut must be a number above 0..1, got 0");
+  expect_rejected("sim --servers 1x,1x --adaptive speed=2", "--adaptive: unknown option 'speed'");
+  const Output bare = run_heft("sim --adaptive --servers 1x,1x --rate 10 --duration 2s --json");
+  ASSERT_EQ(bare.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(bare.stdout_text)["scenarios"][0]["adaptive"]["interval_s"], 30);
 }
 
 }  // namespace

@@ -589,12 +589,13 @@ TEST(SimPoolQueueTest, AWeightChangeWakesTheWaiters) {
 }
 
 // A failure ends the requests at the server: each frees a place and wakes a
-// waiter, which picks once the server is out. With no other server it finds
-// none available: unrouted at once (the proxy's "no available backend"), not
-// left to time out, and not counted as turned away by full servers.
+// waiter, which picks once the pool has heard of the failure. `a`'s first
+// failure takes it out (max_fails 1), and `b` weighs 0: the woken request
+// finds no server available, and is unrouted at once (the proxy's "no
+// available backend"), not left to time out, and not counted as turned away
+// by full servers.
 TEST(SimPoolQueueTest, AFailureWakesTheWaiters) {
   Scenario s = two_capped_trace({0, 1}, 10, 0);
-  s.servers.pop_back();
   s.events.push_back(parse_event("2s:a:fail"));
   const PolicyResult p = simulate(s).policies[0];
   EXPECT_EQ(p.queue_waited, 1u);
@@ -602,6 +603,18 @@ TEST(SimPoolQueueTest, AFailureWakesTheWaiters) {
   EXPECT_EQ(p.queue_timed_out, 0u);
   EXPECT_EQ(p.unrouted, 1u);
   EXPECT_EQ(p.unrouted_full, 0u);
+  // A pool's only backend is never taken out (nginx's rule, the pool's): the
+  // woken request goes to the broken server and fails at once too. (Before
+  // the simulator ran on the pool, a failed server was out at once even
+  // alone, and this request was unrouted.)
+  Scenario lone = two_capped_trace({0, 1}, 10, 0);
+  lone.servers.pop_back();
+  lone.events.push_back(parse_event("2s:a:fail"));
+  const PolicyResult l = simulate(lone).policies[0];
+  EXPECT_EQ(l.queue_waited, 1u);
+  EXPECT_EQ(l.failed, 2u);
+  EXPECT_EQ(l.servers[0].requests, 2u);
+  EXPECT_EQ(l.unrouted, 0u);
   // With a second server, full until 10 s, the woken one keeps waiting for it.
   Scenario two = two_capped_trace({0, 0, 1}, 10, 1);
   two.events.push_back(parse_event("2s:a:fail"));
@@ -614,13 +627,18 @@ TEST(SimPoolQueueTest, AFailureWakesTheWaiters) {
 
 // A recovery wakes as many waiters as the server has free places, as the
 // proxy's pool does when a backend comes back; each end wakes one. `a` and
-// `b`, 10 s each, max_conns 1: 0 s two requests take both; 1 s b fails; 1.5 s
-// one waits (a full, b out); 2 s b recovers and takes it (latency 10.5 s, not
-// 18.5 s as when only a's end at 10 s woke it); 3 s the next waits (both
-// full); 10 s a's end wakes it (latency 17 s).
+// `b`, 10 s each, max_conns 1, fail_timeout 1 s: 0 s two requests take both;
+// 1 s b fails, and its request's failure takes it out till 2 s; 1.5 s one
+// waits (a full, b out); 2 s b recovers, the pool's tick returns it and it
+// takes the waiter (latency 10.5 s, not 18.5 s as when only a's end at 10 s
+// woke it); 3 s the next waits (both full); 10 s a's end wakes it (latency
+// 17 s). (Before the simulator ran on the pool, `recover` brought b back at
+// once; the pool takes it back when its fail_timeout has passed, here at the
+// same moment.)
 TEST(SimPoolQueueTest, ARecoveryWakesTheWaitersAndEachEndWakesOne) {
   Scenario s = two_capped_trace({0, 0, 1.5, 3}, 10, 1);
   s.duration_s = 4;
+  s.fail_timeout_s = 1;
   s.events = {parse_event("1s:b:fail"), parse_event("2s:b:recover")};
   const PolicyResult p = simulate(s).policies[0];
   EXPECT_EQ(p.failed, 1u);
@@ -665,6 +683,7 @@ TEST(SimPoolQueueTest, TheQueueSeriesIsTheMeanWaitingPerBucket) {
   Scenario s = two_capped_trace({0, 0, 1.5, 3}, 10, 1);
   s.duration_s = 4;
   s.bucket_s = 1;
+  s.fail_timeout_s = 1;
   s.events = {parse_event("1s:b:fail"), parse_event("2s:b:recover")};
   const SimResult r = simulate(s);
   const std::vector<double> expected = {0, 0.5, 0, 1};
@@ -762,14 +781,16 @@ TEST(SimPoolQueueTest, OutputsShowThePoolQueue) {
   EXPECT_EQ(format_csv(plain).find("pool_queue"), std::string::npos);
 }
 
-// Without max_conns a run is what it was before the limit existed. Counting a
-// request that a queue refuses up and down (as acquire() + end_request() would)
-// moves its server to the back of least_conn's tied members when its index
-// (over 8 servers) holds more than 64 of them in a tie, and changes the picks
-// after it: 66 servers of 1 and 2 workers without queues refused 1,802
-// requests that way, against 1,829 before. The numbers are that run's, from
-// before max_conns (b046c2f's heft sim, `--csv`).
-TEST(SimMaxConnsTest, WithoutALimitRefusedRequestsLeaveLeastConnAsBefore) {
+// A request a server's queue refuses was an attempt all the same: the
+// proxy's pool counts it on the server from the pick (acquire()) to the
+// refusal (end_request()), as it counts any attempt until its answer. Counted
+// up and down, its server moves to the back of least_conn's tied members when
+// its index (over 8 servers) holds more than 64 of them in a tie, and the
+// picks after it change: 66 servers of 1 and 2 workers without queues refuse
+// 1,802 requests. (Before the simulator ran on the pool it counted only the
+// requests a server took, and refused 1,829, with 155 and 113 requests at s2
+// and s3.) The numbers are this run's, from `heft sim --csv`.
+TEST(SimMaxConnsTest, RefusedRequestsAreCountedWhileTheirAttemptLastsAsInTheProxy) {
   std::string servers;
   for (int i = 0; i < 66; ++i)
     servers += fmt::format(R"({}{{"name": "s{}", "size": {}, "service": "10ms", "dist": "fixed", "units": 1, )"
@@ -781,9 +802,9 @@ TEST(SimMaxConnsTest, WithoutALimitRefusedRequestsLeaveLeastConnAsBefore) {
       nullptr);
   const PolicyResult p = simulate(s).policies[0];
   EXPECT_EQ(p.arrivals, 8740u);
-  EXPECT_EQ(p.refused, 1829u);
-  EXPECT_EQ(p.servers[2].requests, 155u);
-  EXPECT_EQ(p.servers[3].requests, 113u);
+  EXPECT_EQ(p.refused, 1802u);
+  EXPECT_EQ(p.servers[2].requests, 151u);
+  EXPECT_EQ(p.servers[3].requests, 114u);
 }
 
 TEST(ArrivalsTest, TraceReplaysArrivalsAndKeys) {
