@@ -2,9 +2,10 @@
 #include "admin/admin_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
-#include <cstdio>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,8 @@
 #include "config/heftfile.h"
 #include "config/json.h"
 #include "config/values.h"
+#include "observe/audit.h"
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "net/http_chars.h"
 
@@ -67,6 +70,17 @@ IfMatch if_match_result(const std::string& field, const std::string& current) {
   return result;
 }
 
+// The diagnostics as one message: the first 200, then how many more (a
+// Heftfile of a million bad lines must not get a million-line answer).
+std::string joined(const std::vector<config::Diagnostic>& diagnostics, const std::string& if_none) {
+  constexpr size_t kShown = 200;
+  std::string message;
+  for (size_t i = 0; i < diagnostics.size() && i < kShown; ++i)
+    message += (message.empty() ? "" : "; ") + diagnostics[i].to_string();
+  if (diagnostics.size() > kShown) message += fmt::format("; and {} more", diagnostics.size() - kShown);
+  return message.empty() ? if_none : message;
+}
+
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 // 405 with the `Allow` field RFC 9110 15.5.6 requires: the methods `path` takes.
@@ -94,6 +108,13 @@ std::string admin_config_error(const config::AdminConfig& admin) {
   return "";
 }
 
+size_t admin_body_limit(const std::string& content_type) {
+  const std::string type = media_type(content_type);
+  if (type == "application/json") return kMaxAdminJsonBody;
+  if (type == "text/heftfile") return kMaxAdminHeftfileBody;
+  return kMaxAdminOtherBody;
+}
+
 json changes_json(const std::vector<config::JsonChange>& changes) {
   json out = json::array();
   for (const config::JsonChange& change : changes) {
@@ -109,12 +130,11 @@ json changes_json(const std::vector<config::JsonChange>& changes) {
 void log_undone_changes(const std::string& source, const std::vector<config::JsonChange>& changes) {
   std::string lines;
   for (size_t i = 0; i < changes.size() && i < kMaxLoggedChanges; ++i)
-    lines += fmt::format("heft: warning: {} undoes {}\n", source, config::describe(changes[i]));
+    lines += fmt::format("{} undoes {}\n", source, config::describe(changes[i]));
   if (changes.size() > kMaxLoggedChanges)
-    lines += fmt::format("heft: warning: {} undoes {} more changes (POST /load?dry_run=1 lists them all)\n", source,
+    lines += fmt::format("{} undoes {} more changes (POST /load?dry_run=1 lists them all)\n", source,
                          changes.size() - kMaxLoggedChanges);
-  std::fputs(lines.c_str(), stderr);  // one write: the lines stay together
-  std::fflush(stderr);
+  observe::log(observe::LogLevel::warn, lines);  // one record: the lines stay together
 }
 
 AdminResponse error_response(int status, const std::string& message) {
@@ -180,11 +200,35 @@ AdminResponse AdminApi::check_access(const AdminRequest& request) const {
 }
 
 AdminResponse AdminApi::handle(const AdminRequest& request) {
+  AdminResponse response = route(request);
+  const bool write = request.method != "GET" && request.method != "HEAD";
+  if (response.status >= 400 && (write || response.status == 401 || response.status == 403))
+    return log_refusal(request, std::move(response));
+  return response;
+}
+
+AdminResponse AdminApi::log_refusal(const AdminRequest& request, AdminResponse response) const {
+  // One line per refusal, but not a flood of them from a client in a loop.
+  static observe::LogLimit refusals("admin API requests refused");
+  if (refusals.admit()) {
+    const json body = json::parse(response.body, nullptr, false);
+    const std::string why = body.is_object() && body.contains("error") && body["error"].is_string()
+                                ? body["error"].get<std::string>()
+                                : std::string("HTTP ") + std::to_string(response.status);
+    observe::warn("admin API: {} {} from {} refused ({}): {}", request.method.empty() ? "request" : request.method,
+                  path_of(request.target), request.remote, response.status, why);
+  }
+  return response;
+}
+
+AdminResponse AdminApi::route(const AdminRequest& request) {
   if (AdminResponse denied = check_access(request); denied.status != 0) return denied;
   const std::string path = path_of(request.target);
   // HEAD is answered as GET; the transport sends the head alone (RFC 9110 9.3.2).
   const std::string method = request.method == "HEAD" ? "GET" : request.method;
 
+  // The audit trail's last entries: not a part of the configuration (its root has no "history").
+  if (path == "/config/history" || path == "/config/history/") return handle_history(request, method);
   if (path == "/config" || path.rfind("/config/", 0) == 0) return handle_config(request, path.substr(7));
   if (path == "/load") {
     if (method != "POST") return method_not_allowed("/load", "POST");
@@ -219,6 +263,31 @@ AdminResponse AdminApi::handle(const AdminRequest& request) {
   return error_response(404, fmt::format("not found: {}", path));
 }
 
+AdminResponse AdminApi::handle_history(const AdminRequest& request, const std::string& method) {
+  if (method != "GET") return method_not_allowed("/config/history", "GET, HEAD");
+  size_t limit = observe::kAuditKept;
+  const size_t query = request.target.find('?');
+  if (query != std::string::npos) {
+    const std::string wanted = "limit=";
+    for (std::string_view rest = std::string_view(request.target).substr(query + 1); !rest.empty();) {
+      const std::string_view item = rest.substr(0, rest.find('&'));
+      rest.remove_prefix(std::min(rest.size(), item.size() + 1));
+      if (!item.starts_with(wanted)) continue;
+      const std::string_view digits = item.substr(wanted.size());
+      size_t n = 0;
+      const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+      if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || n == 0 ||
+          n > observe::kAuditKept)
+        return error_response(400, fmt::format("limit must be an integer 1..{}, got \"{}\"", observe::kAuditKept,
+                                               std::string(digits)));
+      limit = n;
+    }
+  }
+  AdminResponse r;
+  r.body = observe::audit_history(limit).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return r;
+}
+
 AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::string& tree_path) {
   const std::string& method = request.method;
   if (method == "GET" || method == "HEAD") {
@@ -248,7 +317,7 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
     if (media_type(request.header("content-type")) != "application/json")
       return error_response(400, "Content-Type must be application/json");
     std::string syntax;
-    value = config::parse_json_text(request.body, syntax);
+    value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
     if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   }
   json candidate = config_json();
@@ -277,16 +346,14 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
   if (type == "text/heftfile") {
     config::Result<config::Config> parsed = config::parse_heftfile(request.body, "request body");
     if (!parsed.ok()) {
-      std::string message;
-      for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
       if (!dry_run) observe::record_reload(false);
-      return error_response(400, message.empty() ? "invalid Heftfile" : message);
+      return error_response(400, joined(parsed.errors, "invalid Heftfile"));
     }
     return commit(request, config::to_json(*parsed), kind, "POST /load");
   }
   if (type != "application/json") return error_response(400, "Content-Type must be application/json or text/heftfile");
   std::string syntax;
-  json value = config::parse_json_text(request.body, syntax);
+  json value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
   if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   return commit(request, std::move(value), kind, "POST /load");
 }
@@ -310,9 +377,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
 
   config::Result<config::Config> parsed = config::from_json(candidate);
   if (!parsed.ok()) {
-    std::string message;
-    for (const config::Diagnostic& d : parsed.errors) message += (message.empty() ? "" : "; ") + d.to_string();
-    return refused(400, message.empty() ? "invalid configuration" : message);
+    return refused(400, joined(parsed.errors, "invalid configuration"));
   }
   config::Config& next = *parsed;
   // Settings that take effect only at start: the admin listener (moving it
@@ -401,13 +466,22 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
     }
   }
   std::string tag = make_etag(serialized);
+  observe::ConfigChange change;
+  change.source = request.method.empty() ? source : "admin API";
+  change.remote = request.remote;
+  change.method = request.method;
+  change.path = path_of(request.target);
+  change.user_agent = request.header("user-agent");
+  change.etag = tag;
+  change.after = canonical;
   {
     std::lock_guard lock(mu_);
-    current_ = std::move(canonical);
+    change.before = std::exchange(current_, std::move(canonical));
     etag_ = tag;
   }
   admin_.token = next.admin.token;
   observe::record_reload(true);
+  observe::audit_config_change(change);
   if (!changes.empty()) log_undone_changes(source.empty() ? "a load" : source, changes);
   return answer(tag);
 }

@@ -48,9 +48,9 @@ struct AdminHooks {
 // left out for an addition and "after" for a removal.
 nlohmann::json changes_json(const std::vector<config::JsonChange>& changes);
 
-// Logs each change `source` ("POST /load", "SIGHUP reload of FILE") makes on
-// stderr at warning level, one line each ("heft: warning: SOURCE undoes
-// POINTER: BEFORE → AFTER"), at most kMaxLoggedChanges and a count of the rest.
+// Logs each change `source` ("POST /load", "SIGHUP reload of FILE") makes at
+// warning level, in one record of a line each ("SOURCE undoes POINTER:
+// BEFORE → AFTER"), at most kMaxLoggedChanges and a count of the rest.
 void log_undone_changes(const std::string& source, const std::vector<config::JsonChange>& changes);
 inline constexpr size_t kMaxLoggedChanges = 50;
 
@@ -58,12 +58,25 @@ inline constexpr size_t kMaxLoggedChanges = 50;
 // address requires a token.
 std::string admin_config_error(const config::AdminConfig& admin);
 
-// A whole configuration is one body (POST /load, PUT /config/): its JSON
-// writes every default of every site, ~900 bytes a site, so 1 MiB refused
-// configurations of ~1,200 sites that `heft run` served. Caddy allows 100 MB.
-inline constexpr size_t kMaxAdminBody = 64 << 20;
+// Request bodies, by Content-Type. A whole configuration is one body (POST
+// /load, PUT /config/). Its compact JSON takes ~950 bytes a site (every
+// default written out), so 8 MiB holds ~8,800 sites, about as many as the
+// 1,000,000 values and keys a body may hold (config::JsonLimits). Caddy
+// allows 100 MB, but a document takes up to ~10 times its text while it is
+// checked, and the admin API's memory is the proxy's. A Heftfile takes up to
+// ~350 times its text while parsed (a directive and an error for each line
+// of `a`), so 256 KiB (~4,000 sites; `heft reload` sends JSON). Any other
+// body is refused once read (400), so it need not be large.
+inline constexpr size_t kMaxAdminJsonBody = 8 << 20;
+inline constexpr size_t kMaxAdminHeftfileBody = 256 << 10;
+inline constexpr size_t kMaxAdminOtherBody = 64 << 10;
+// The most a body with this Content-Type may hold.
+size_t admin_body_limit(const std::string& content_type);
+// What a body of the admin API may hold once parsed (JSON nesting, values).
+inline constexpr config::JsonLimits kAdminJsonLimits{};
 
 struct AdminRequest {
+  std::string remote;  // the client's address and port, "127.0.0.1:51544" (for the audit trail)
   std::string method;  // "GET", "POST", ...
   std::string target;  // "/config/apps/http?x" (query ignored)
   std::map<std::string, std::string> headers;  // names lower-cased
@@ -94,7 +107,8 @@ class AdminApi {
   // status 0: the transport asks before it reads a body (or says 100 Continue).
   AdminResponse check_access(const AdminRequest& request) const;
   // A whole new configuration from elsewhere (SIGHUP): the same transaction
-  // as POST /load; `source` names it in the warnings of what it undoes.
+  // as POST /load; `source` names it in the warnings of what it undoes and
+  // in the audit trail.
   AdminResponse load(const config::Config& next, const std::string& source) {
     return commit(AdminRequest{}, config::to_json(next), Commit::load, source);
   }
@@ -107,14 +121,23 @@ class AdminApi {
   nlohmann::json config_json() const;
   std::string etag() const;
 
+  // Logs a refused request at warning level (within a LogLimit: a client in
+  // a loop gets a summary line, not one a request); returns `response`.
+  // handle() calls it for refused writes and for every 401 and 403.
+  AdminResponse log_refusal(const AdminRequest& request, AdminResponse response) const;
+
  private:
   AdminResponse handle_config(const AdminRequest& request, const std::string& path);
   AdminResponse handle_load(const AdminRequest& request);
+  AdminResponse route(const AdminRequest& request);
+  AdminResponse handle_history(const AdminRequest& request, const std::string& method);
   // A change to part of the tree, a whole configuration loaded (answered with
   // the changes it made, each logged as a warning), or one only checked and
   // compared (`POST /load?dry_run=1`: nothing applied, saved or counted).
   enum class Commit { write, load, dry_run };
-  // Validates, applies, persists and publishes `candidate`.
+  // Validates, applies, persists, publishes and audits `candidate`. `source`
+  // names a load from elsewhere (SIGHUP) in the warnings and the audit trail;
+  // a request is named by its method, path and client.
   AdminResponse commit(const AdminRequest& request, nlohmann::json candidate, Commit kind = Commit::write,
                        const std::string& source = "");
 

@@ -14,7 +14,8 @@
 // AdminHooks::apply, written to the state file (if any), and only then is the
 // copy published and 200 answered. Any refusal answers 4xx with
 // {"error":"..."} and leaves the running configuration byte-for-byte as it
-// was. `If-Match` with a stale ETag → 412. Bodies over 1 MiB → 413.
+// was. `If-Match` with a stale ETag → 412. A body over its Content-Type's
+// limit (admin_body_limit()) → 413, before it is read.
 // Host/Origin must name the admin address (or a loopback alias with its port)
 // → else 403, against DNS rebinding. HEAD is answered wherever GET is, with
 // the head alone; 405 lists the allowed methods in `Allow`. A request head
@@ -64,8 +65,8 @@ class AdminServer {
 
   // Runs `next` through the same transaction as POST /load, on the admin
   // thread (for SIGHUP reloads, so the API's tree stays what is in service);
-  // `source` names it in the warnings of what it undoes. False with `error`
-  // set when refused.
+  // `source` names it in the warnings of what it undoes and in the audit
+  // trail. False with `error` set when refused.
   bool load(const config::Config& next, std::string& error, const std::string& source);
 
   // The port actually bound (useful with port 0 in tests).

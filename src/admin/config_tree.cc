@@ -172,7 +172,10 @@ TreeError tree_apply(json& root, TreeMethod method, std::string_view path, json 
     if (method == TreeMethod::put) {
       if (*index > size)
         return fail(404, segments, last, "is out of range for an insert (array of " + std::to_string(size) + ")");
-      parent->insert(parent->begin() + static_cast<std::ptrdiff_t>(*index), std::move(value));
+      // Into the vector itself: json::insert(pos, json&&) copies the value,
+      // which for a large one is its memory twice.
+      auto& elements = parent->get_ref<json::array_t&>();
+      elements.insert(elements.begin() + static_cast<std::ptrdiff_t>(*index), std::move(value));
       return {};
     }
     if (*index >= size) return fail(404, segments, last, "is out of range (array of " + std::to_string(size) + ")");

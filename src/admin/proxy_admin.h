@@ -81,7 +81,7 @@ class ProxyAdmin {
   uint16_t port() const { return server_->port(); }
   // Puts `next` in service through the admin transaction (validate, apply,
   // autosave), so the API's tree follows SIGHUP reloads; `source` names it
-  // in the warnings of what it undoes. False + `error` if refused.
+  // in the warnings of what it undoes and in the audit trail. False + `error` if refused.
   bool load(const config::Config& next, std::string& error, const std::string& source) {
     return server_->load(next, error, source);
   }

@@ -252,7 +252,7 @@ config::Result<config::Config> load_state_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   std::string syntax;
-  nlohmann::json document = config::parse_json_text(text.str(), syntax);
+  nlohmann::json document = config::parse_json_text(text.str(), syntax, config::kJsonFileLimits);
   if (document.is_discarded()) {
     result.errors.push_back({path, 0, 0, "", syntax});
     return result;

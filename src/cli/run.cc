@@ -34,6 +34,8 @@
 #include "config/values.h"
 #include "demo/demo_backend.h"
 #include "observe/access_log.h"
+#include "observe/audit.h"
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/proxy.h"
 
@@ -107,14 +109,20 @@ std::optional<config::Config> load(const std::string& path, std::string& errors)
   return std::nullopt;
 }
 
-// Proxy::reload, counted in heft_config_reloads_total, and each change it
-// makes logged as a warning (as the admin API does when there is one).
+// Proxy::reload, counted in heft_config_reloads_total, audited, and each
+// change it makes logged as a warning (as the admin API does when there is one).
 bool reload_logged(proxy::Proxy& proxy, config::Config next, const std::string& source, std::string& error) {
-  const std::vector<config::JsonChange> changes =
-      config::diff_json(config::to_json(proxy.snapshot_config()), config::to_json(next));
+  observe::ConfigChange change;
+  change.source = source;
+  change.before = config::to_json(proxy.snapshot_config());
+  change.after = config::to_json(next);
+  const std::vector<config::JsonChange> changes = config::diff_json(change.before, change.after);
   const bool ok = proxy.reload(std::move(next), error);
   observe::record_reload(ok);
-  if (ok && !changes.empty()) admin::log_undone_changes(source, changes);
+  if (ok && !changes.empty()) {
+    observe::audit_config_change(change);
+    admin::log_undone_changes(source, changes);
+  }
   return ok;
 }
 
@@ -141,7 +149,7 @@ config::Config demo_config(const std::vector<std::unique_ptr<demo::DemoBackend>>
 }
 
 // Once heft is stopping, SIGHUP, SIGTERM and SIGINT must not end it with
-// their default action (exit 128+n after "heft: stopped"). Destroying the
+// their default action (exit 128+n after "stopped"). Destroying the
 // signal_set would restore that default, so they are blocked in this thread
 // (by now the only one), the set is emptied, and they are ignored until exit;
 // a signal that came in between is pending, and ignoring discards it.
@@ -203,11 +211,12 @@ int run(const RunOptions& options) {
     std::string errors;
     auto loaded = load(path, errors);
     if (!loaded) {
-      fmt::print(stderr, "{}heft: {} is not valid, not starting\n", errors, path);
+      observe::error("{}{} is not valid, not starting", errors, path);
       return 1;
     }
     config = std::move(*loaded);
   }
+  observe::set_log_format(config.log_format);  // the file's from here on (the proxy follows reloads)
   // Every change accepted by the admin API is saved to the state file
   // (Caddy's autosave), one per configuration file, locked while in use;
   // --resume starts from it instead of the file. Without an admin API
@@ -220,6 +229,7 @@ int run(const RunOptions& options) {
     const Resume outcome = resume_from_state(state, config);
     if (outcome == Resume::refused) return 1;
     resumed = outcome == Resume::resumed;
+    observe::set_log_format(config.log_format);
   }
 
   // A site over the admin API's address (the default one, most likely: an
@@ -230,8 +240,7 @@ int run(const RunOptions& options) {
     if (demo && !resumed)
       throw BadArguments(fmt::format("--listen: port {} is the embedded demo's admin API's ({}): give another port",
                                      config.sites[0].port, config.admin.address));
-    fmt::print(stderr, "{}\nheft: {} is not valid, not starting\n", conflict->to_string(),
-               resumed ? state.path : path);
+    observe::error("{}\n{} is not valid, not starting", conflict->to_string(), resumed ? state.path : path);
     return 1;
   }
   // Construction opens the access logs; the admin API and then the proxy
@@ -250,7 +259,7 @@ int run(const RunOptions& options) {
     admin_api = admin::ProxyAdmin::listen(*proxy_owner, uses_state && config.admin.enabled ? state.path : "", instance);
     proxy_owner->bind();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "heft: {}\nheft: not starting\n", e.what());
+    observe::error("{}\nnot starting", e.what());
     return 1;
   }
   proxy::Proxy& proxy = *proxy_owner;
@@ -265,8 +274,8 @@ int run(const RunOptions& options) {
     if (!keep_live_changes_aside(state, config)) return 1;
     std::string error;
     if (!demo && !admin::write_state_file(state.path, config::to_json(config).dump(2) + "\n", error))
-      fmt::print(stderr, "heft: cannot save the configuration to {}: {} (admin API changes are refused until it can be)\n",
-                 state.path, error);
+      observe::warn("cannot save the configuration to {}: {} (admin API changes are refused until it can be)",
+                    state.path, error);
   }
   // Everything is bound and saved: serve. (Connections made meanwhile waited in the backlogs.)
   proxy.start();
@@ -283,17 +292,22 @@ int run(const RunOptions& options) {
       return a == "127.0.0.1" || a == "0.0.0.0" || a == "::1" || a == "::";
     });
     const std::string try_at = local ? fmt::format("localhost:{}", site.port) : config::join_host_port(site.bind[0], site.port);
-    banner += fmt::format("heft: no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on "
+    banner += fmt::format("no Heftfile here, serving the embedded demo: backends a, b, c (weights 5, 3, 2) on "
                           "loopback, behind {}; admin 127.0.0.1:2019 (--listen ADDR listens elsewhere)\n",
                           where);
-    banner += fmt::format("heft: try  curl -si {}\n", try_at);
+    banner += fmt::format("try  curl -si {}\n", try_at);
   } else {
-    banner += fmt::format("heft: serving {} (SIGHUP reloads it)\n", path);
+    banner += fmt::format("serving {} (SIGHUP reloads it)\n", path);
   }
-  if (uses_state && config.admin.enabled) banner += fmt::format("heft: state file {}\n", state.path);
-  for (const std::string& warning : config::config_warnings(config)) banner += fmt::format("heft: warning: {}\n", warning);
-  fmt::print(stderr, "{}", banner);
-  std::fflush(stderr);
+  if (uses_state && config.admin.enabled) banner += fmt::format("state file {}\n", state.path);
+  observe::info("{}", banner);
+  for (const std::string& warning : config::config_warnings(config)) observe::warn("{}", warning);
+  // The first entry of the audit trail: what heft serves from the start (revision 1).
+  observe::ConfigChange start;
+  start.source = demo ? std::string("start: the embedded demo") : resumed ? "start: resumed from " + state.path
+                                                                          : "start: " + path;
+  start.after = config::to_json(config);
+  observe::audit_config_change(start);
 
   std::function<void(const boost::system::error_code&, int)> on_signal;
   bool stopping = false;  // a SIGTERM or SIGINT came
@@ -301,50 +315,46 @@ int run(const RunOptions& options) {
     if (ec) return;
     if (signal == SIGHUP && stopping) {
       // Reloading what is being torn down helps no one; a stopping heft still exits 0.
-      fmt::print(stderr, "heft: SIGHUP while stopping: ignored\n");
-      std::fflush(stderr);
+      observe::info("SIGHUP while stopping: ignored");
       reload_signals.async_wait(on_signal);
       return;
     }
     if (signal == SIGHUP) {
       if (demo) {
-        fmt::print(stderr, "heft: SIGHUP: the embedded demo has no file to reload\n");
+        observe::warn("SIGHUP: the embedded demo has no file to reload");
       } else {
         std::string errors;
         auto next = load(path, errors);
         if (!next) {
           observe::record_reload(false);
-          fmt::print(stderr, "{}heft: reload of {} failed, keeping the old configuration\n", errors, path);
+          observe::error("{}reload of {} failed, keeping the old configuration", errors, path);
         } else if (std::string error;
-                   // Through the admin API when it runs (it counts the change, and logs
-                   // each one as a warning), so its config tree and ETag follow.
+                   // Through the admin API when it runs (it counts and audits the change,
+                   // and logs each one as a warning), so its config tree and ETag follow.
                    admin_api ? !admin_api->load(*next, error, "SIGHUP reload of " + path)
                              : !reload_logged(proxy, std::move(*next), "SIGHUP reload of " + path, error)) {
-          fmt::print(stderr, "heft: reload of {} failed ({}), keeping the old configuration\n", path, error);
+          observe::error("reload of {} failed ({}), keeping the old configuration", path, error);
         } else {
           const config::Config now = proxy.snapshot_config();
-          fmt::print(stderr, "heft: reloaded {}\n{}", path, proxy::describe(now));
-          for (const std::string& warning : config::config_warnings(now)) fmt::print(stderr, "heft: warning: {}\n", warning);
+          observe::info("reloaded {}\n{}", path, proxy::describe(now));
+          for (const std::string& warning : config::config_warnings(now)) observe::warn("{}", warning);
         }
       }
-      std::fflush(stderr);
       reload_signals.async_wait(on_signal);
       return;
     }
     const char* name = signal == SIGTERM ? "SIGTERM" : "SIGINT";
     if (stopping) {
       // A second one: the operator will not wait for the drain (Caddy does the same).
-      fmt::print(stderr, "heft: {} again, stopping now\n", name);
-      std::fflush(stderr);
+      observe::info("{} again, stopping now", name);
       proxy.shutdown(std::chrono::milliseconds(0));
       return;
     }
     stopping = true;
     // The grace period in service now: a reload may have changed it.
     const auto grace = proxy.snapshot_config().grace_period;
-    fmt::print(stderr, "heft: {} received, finishing in-flight requests (up to {} ms; send it again to stop now)\n",
-               name, grace.count());
-    std::fflush(stderr);
+    observe::info("{} received, finishing in-flight requests (up to {} ms; send it again to stop now)", name,
+                  grace.count());
     proxy.shutdown(grace);
     stop_signals.async_wait(on_signal);
   };
@@ -363,7 +373,7 @@ int run(const RunOptions& options) {
   for (auto& b : demo_backends) b->stop();
   if (demo_thread.joinable()) demo_thread.join();
   ignore_stop_signals(reload_signals, stop_signals);
-  fmt::print(stderr, "heft: stopped\n");
+  observe::info("stopped");
   return 0;
 }
 

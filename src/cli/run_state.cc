@@ -12,6 +12,7 @@
 #include "config/diff.h"
 #include "config/heftfile.h"
 #include "config/json.h"
+#include "observe/log.h"
 
 namespace heft::cli {
 namespace {
@@ -65,14 +66,13 @@ bool lock_state(RunState& state) {
   state.lock = admin::StateLock::acquire(state.path, outcome, holder, error);
   if (outcome == admin::StateLock::Outcome::held_by_another) {
     const std::string who = holder > 0 ? fmt::format("PID {}", holder) : std::string("its PID not written yet");
-    fmt::print(stderr,
-               "heft: the state file {} is in use by another heft ({}): not starting. Each running heft needs a "
-               "state file of its own: give this one another (--state FILE), or stop the other first.\n",
-               state.path, who);
+    observe::error("the state file {} is in use by another heft ({}): not starting. Each running heft needs a "
+                   "state file of its own: give this one another (--state FILE), or stop the other first.",
+                   state.path, who);
     return false;
   }
   if (outcome == admin::StateLock::Outcome::unavailable)
-    fmt::print(stderr, "heft: warning: cannot lock the state file {}: {}\n", state.path, error);
+    observe::warn("cannot lock the state file {}: {}", state.path, error);
   else
     admin::remove_stale_temporary_files(state.path);  // left by a heft killed mid-write; ours to clear now
   return true;
@@ -81,23 +81,23 @@ bool lock_state(RunState& state) {
 Resume resume_from_state(const RunState& state, config::Config& config) {
   std::error_code ec;
   if (!std::filesystem::exists(state.path, ec) && !ec) {
-    fmt::print(stderr, "heft: --resume: no saved state in {} yet, starting from {}\n", state.path, what_starts(state));
+    observe::warn("--resume: no saved state in {} yet, starting from {}", state.path, what_starts(state));
     return Resume::nothing_saved;
   }
   config::Result<config::Config> saved = admin::load_state_file(state.path);
   std::vector<config::Diagnostic> problems = saved.errors;
   if (saved.ok()) problems = config::resolve(*saved);
   if (!problems.empty()) {
-    for (const config::Diagnostic& d : problems) fmt::print(stderr, "{}\n", d.to_string());
-    fmt::print(stderr,
-               "heft: cannot resume from the state file {} (above); not starting, and it is left as it is. Repair "
-               "it and run with --resume again, or start from {} without --resume (the state file is then kept "
-               "aside under a time-stamped name, not lost).\n",
-               state.path, what_starts(state));
+    std::string errors;
+    for (const config::Diagnostic& d : problems) errors += d.to_string() + "\n";
+    observe::error("{}cannot resume from the state file {} (above); not starting, and it is left as it is. Repair "
+                   "it and run with --resume again, or start from {} without --resume (the state file is then kept "
+                   "aside under a time-stamped name, not lost).",
+                   errors, state.path, what_starts(state));
     return Resume::refused;
   }
   config = std::move(*saved);
-  fmt::print(stderr, "heft: resuming from {}\n", state.path);
+  observe::info("resuming from {}", state.path);
   return Resume::resumed;
 }
 
@@ -117,27 +117,27 @@ bool keep_live_changes_aside(const RunState& state, const config::Config& starti
   std::string error;
   std::optional<std::string> aside = admin::keep_state_aside(state.path, error);
   if (!aside) {
-    fmt::print(stderr, "heft: {}; not starting, so as not to overwrite it. Run with --resume to continue from it, or "
-                       "move it away yourself.\n",
-               error);
+    observe::error("{}; not starting, so as not to overwrite it. Run with --resume to continue from it, or move it "
+                   "away yourself.",
+                   error);
     return false;
   }
   std::string report;
   if (!why.empty()) {
-    report = fmt::format("heft: the state file {} could not be read ({}); kept it as {}\n", state.path, why, *aside);
+    report = fmt::format("the state file {} could not be read ({}); kept it as {}\n", state.path, why, *aside);
   } else {
-    report = fmt::format("heft: the state file {} held {} live change{} that {} does not have; kept it as {}, not "
+    report = fmt::format("the state file {} held {} live change{} that {} does not have; kept it as {}, not "
                          "lost (saved value → {}'s):\n",
                          state.path, changes.size(), changes.size() == 1 ? "" : "s", what_starts(state), *aside,
                          state.config.empty() ? "the demo" : "the file");
     for (size_t i = 0; i < changes.size() && i < kListedChanges; ++i)
-      report += fmt::format("heft:   {}\n", config::describe(changes[i]));
+      report += fmt::format("  {}\n", config::describe(changes[i]));
     if (changes.size() > kListedChanges)
-      report += fmt::format("heft:   ... and {} more\n", changes.size() - kListedChanges);
+      report += fmt::format("  ... and {} more\n", changes.size() - kListedChanges);
   }
-  report += fmt::format("heft: to resume from it, stop this heft, then run: mv {} {} && {}\n", shell_word(*aside),
+  report += fmt::format("to resume from it, stop this heft, then run: mv {} {} && {}\n", shell_word(*aside),
                         shell_word(state.path), resume_command(state));
-  std::fputs(report.c_str(), stderr);
+  observe::warn("{}", report);  // one record: its lines stay together
   return true;
 }
 

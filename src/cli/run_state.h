@@ -31,14 +31,14 @@ bool lock_state(RunState& state);
 
 enum class Resume { resumed, nothing_saved, refused };
 // --resume: `config` gets the saved configuration (resolved). Nothing saved
-// yet is said on stderr and starts from the file; a state file that cannot
+// yet is logged and starts from the file; a state file that cannot
 // be read, is not valid or does not resolve stops the start with its
 // problems, its name and how to go on (`refused`).
 Resume resume_from_state(const RunState& state, config::Config& config);
 
 // A start without --resume, before the configuration it starts with replaces
 // the state: a state that differs from it (live changes, or one that cannot
-// be read) is moved aside under a time-stamped name, and stderr says where,
+// be read) is moved aside under a time-stamped name, and the log says where,
 // what differs and the command that resumes it. False (said why) when it
 // cannot be moved: then nothing may overwrite it, and heft does not start.
 bool keep_live_changes_aside(const RunState& state, const config::Config& starting);

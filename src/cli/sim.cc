@@ -203,7 +203,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
     if (reply.status != 200) throw std::invalid_argument("--running: " + reply.error_message());
     source = "heft at " + admin.address;
     std::string error;
-    const nlohmann::json document = config::parse_json_text(reply.body, error);
+    const nlohmann::json document = config::parse_json_text(reply.body, error, config::kJsonFileLimits);
     if (!error.empty()) throw std::invalid_argument(fmt::format("--running: {}: {}", source, error));
     loaded = config::from_json(document);
   } else {

@@ -31,7 +31,7 @@ using syntax::Token;
 
 constexpr std::string_view kGlobalOptions[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
-    "max_connections", "default_bind"};
+    "max_connections", "default_bind", "log_format"};
 constexpr std::string_view kSiteOptions[] = {"reverse_proxy", "log", "default", "bind"};
 constexpr std::string_view kProxyOptions[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
@@ -296,6 +296,10 @@ class Parser {
         if (auto v = duration(*arg, true)) config.header_timeout = *v;
       } else if (name == "max_connections") {
         if (auto n = integer(*arg, 1, 10'000'000, "max_connections")) config.max_connections = uint32_t(*n);
+      } else if (name == "log_format") {
+        if (arg->text == "text") config.log_format = LogFormat::text;
+        else if (arg->text == "json") config.log_format = LogFormat::json;
+        else error(*arg, fmt::format("log_format must be text or json, got \"{}\"", arg->text));
       }
     }
     // heft run would start without its admin API (and /load refuse the file).
@@ -1265,7 +1269,7 @@ Result<Config> load_config_file(const std::string& path) {
   auto text = read_file(path, result.errors);
   if (!text) return result;
   std::string syntax;
-  nlohmann::json document = parse_json_text(*text, syntax);
+  nlohmann::json document = parse_json_text(*text, syntax, kJsonFileLimits);
   if (document.is_discarded()) {
     result.errors.push_back({path, 0, 0, "", syntax});
     return result;

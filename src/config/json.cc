@@ -148,10 +148,16 @@ class Reader {
  public:
   explicit Reader(std::vector<Diagnostic>& errors) : errors_(errors) {}
 
+  // Errors past the first kListedErrors are counted, not kept: a document of a
+  // million unknown keys would otherwise take more memory in errors than in JSON.
+  static constexpr size_t kListedErrors = 100;
+
   void error(const std::string& path, std::string message) {
+    if (++error_count_ > kListedErrors) return;
     // The document itself has the empty path: name it, or the message reads ": must be an object".
     errors_.push_back({"", 0, 0, path.empty() ? "the document" : path, std::move(message)});
   }
+  size_t error_count() const { return error_count_; }
 
   // Checks that `value` is an object with only `allowed` keys.
   bool object(const json& value, const std::string& path, std::initializer_list<std::string_view> allowed) {
@@ -271,7 +277,14 @@ class Reader {
 
   Config config(const json& doc) {
     Config config;
-    if (!object(doc, "", {"admin", "apps"})) return config;
+    if (!object(doc, "", {"admin", "logging", "apps"})) return config;
+    if (const json* logging = field(doc, "logging"); logging && object(*logging, "logging", {"format"})) {
+      std::string format = "text";
+      if (string_field(*logging, "format", "logging", format)) {
+        if (format == "json") config.log_format = LogFormat::json;
+        else if (format != "text") error("logging.format", "must be \"text\" or \"json\"");
+      }
+    }
     if (const json* admin = field(doc, "admin"); admin && object(*admin, "admin", {"listen", "disabled", "token"})) {
       bool disabled = !config.admin.enabled;
       bool_field(*admin, "disabled", "admin", disabled);
@@ -594,7 +607,7 @@ class Reader {
   bool upstream(const json& value, const std::string& path, UpstreamConfig& upstream) {
     if (!object(value, path, {"dial", "weight", "max_fails", "fail_timeout", "backup", "down", "slow_start", "max_conns"}))
       return false;
-    size_t errors_before = errors_.size();
+    size_t errors_before = error_count_;
     std::string dial;
     if (!string_field(value, "dial", path, dial)) {
       if (!field(value, "dial")) error(member(path, "dial"), "required");
@@ -615,7 +628,7 @@ class Reader {
     bool_field(value, "down", path, upstream.down);
     optional_duration_field(value, "slow_start", path, upstream.slow_start);
     uint_field(value, "max_conns", path, 0, 1'000'000, upstream.max_conns);
-    return errors_.size() == errors_before;
+    return error_count_ == errors_before;
   }
 
   void load_balancing(const json& value, const std::string& path, PoolConfig& pool) {
@@ -829,6 +842,7 @@ class Reader {
 
  private:
   std::vector<Diagnostic>& errors_;
+  size_t error_count_ = 0;  // listed or not
 };
 
 }  // namespace
@@ -864,29 +878,18 @@ nlohmann::json to_json(const Config& config) {
                {"header_timeout", format_duration(config.header_timeout)},
                {"max_connections", config.max_connections},
                {"servers", std::move(servers)}};
-  return {{"admin", std::move(admin)}, {"apps", {{"http", std::move(http)}}}};
+  json logging = {{"format", config.log_format == LogFormat::json ? "json" : "text"}};
+  return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", {{"http", std::move(http)}}}};
 }
 
 Result<Config> from_json(const nlohmann::json& document) {
   Result<Config> result;
   Reader reader(result.errors);
   Config config = reader.config(document);
+  if (const size_t unlisted = reader.error_count() - result.errors.size())
+    result.errors.push_back({"", 0, 0, "the document", fmt::format("{} more errors not listed", unlisted)});
   if (result.errors.empty()) result.value = std::move(config);
   return result;
-}
-
-nlohmann::json parse_json_text(std::string_view text, std::string& error) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: ..." without its tag.
-    std::string what = e.what();
-    if (const size_t tag_end = what.find("] "); what.starts_with("[json.exception.") && tag_end != std::string::npos)
-      what.erase(0, tag_end + 2);
-    if (what.starts_with("parse error ")) what.erase(0, 12);
-    error = "not valid JSON " + (what.starts_with("at ") ? what : ": " + what);
-    return nlohmann::json(nlohmann::json::value_t::discarded);
-  }
 }
 
 }  // namespace heft::config

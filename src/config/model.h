@@ -190,8 +190,12 @@ std::string header_op_problem(std::string_view name, HeaderOp::Op op, bool reque
 
 std::string admin_token_missing(const AdminConfig& admin);
 
+// How heft writes its own log lines on stderr (`log_format`): text, or JSON lines.
+enum class LogFormat { text, json };
+
 struct Config {
   AdminConfig admin;
+  LogFormat log_format = LogFormat::text;
   unsigned workers = 0;  // 0 = one per hardware core
   milliseconds grace_period{10000};
   milliseconds idle_timeout{60000};

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 
 #include "config/values.h"
+#include "observe/audit.h"
 #include "observe/metrics.h"
 #include "net/endpoint.h"
 
@@ -154,8 +155,8 @@ void HealthChecker::Impl::apply(std::vector<PoolTarget> next) {
         if (snap->state(k).healthy.load(std::memory_order_relaxed)) continue;
         snap->set_healthy(k, true, now);
         observe::record_health_change(target->server, target->site, snap->backend(k).name);
-        log(fmt::format("heft: health: pool {} backend {} is now healthy (active checks are off)", target->label,
-                        snap->backend(k).name));
+        log(observe::audit_health(target->label, target->site, snap->backend(k).name, "unhealthy", "healthy",
+                                  "active checks are off", observe::LogLevel::info));
       }
       continue;
     }
@@ -200,7 +201,7 @@ awaitable<void> HealthChecker::Impl::tick_loop() {
       if (!target->pool) continue;
       for (const upstream::WeightEvent& e : target->pool->tick(now)) {
         observe::record_weight_decision(target->server, target->site, upstream::reason_name(e.reason));
-        log("heft: " + e.to_string());
+        log(observe::audit_weight(e, target->site));
       }
     }
   }
@@ -324,17 +325,20 @@ void HealthChecker::Impl::judge(Probe& p, bool pass, const std::string& why) {
     snap->set_healthy(i, *change, now);
     observe::record_health_change(target.server, target.site, p.name);
     const auto streak = *change ? counter.passes : counter.fails;
-    log(fmt::format("heft: health: pool {} backend {} is now {} ({}; {} consecutive {}{})", target.label, p.name,
-                    *change ? "healthy" : "unhealthy", why, streak, *change ? "pass" : "failure",
-                    streak == 1 ? "" : *change ? "es" : "s"));
+    log(observe::audit_health(target.label, target.site, p.name, *change ? "unhealthy" : "healthy",
+                              *change ? "healthy" : "unhealthy",
+                              fmt::format("{}; {} consecutive {}{}", why, streak, *change ? "pass" : "failure",
+                                          streak == 1 ? "" : *change ? "es" : "s"),
+                              *change ? observe::LogLevel::info : observe::LogLevel::warn));
   }
   if (pass && (healthy || change) && snap->clear_passive(i, now))
-    log(fmt::format("heft: health: pool {} backend {} back from passive failures (active check passed: {})",
-                    target.label, p.name, why));
+    log(observe::audit_health(target.label, target.site, p.name, "out", "up",
+                              fmt::format("back from passive failures: active check passed: {}", why),
+                              observe::LogLevel::info));
 }
 
 HealthChecker::HealthChecker(LogSink log, bool tick_pools) : impl_(std::make_shared<Impl>()) {
-  impl_->log = log ? std::move(log) : [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  impl_->log = log ? std::move(log) : [](const std::string&) {};  // the audit trail writes the line
   if (tick_pools) asio::co_spawn(impl_->io, impl_->tick_loop(), asio::detached);
   impl_->thread = std::thread([impl = impl_.get()] {
     pthread_setname_np(pthread_self(), "heft-health");  // for top -H, perf and /proc

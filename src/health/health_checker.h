@@ -11,12 +11,12 @@
 // health_passes consecutive passes make an unhealthy backend healthy again,
 // health_fails consecutive failures make a healthy one unhealthy (defaults 1
 // and 1). A passing probe also ends a passive 'out' state (the active check
-// brings a backend back). Transitions are logged and counted
+// brings a backend back). Transitions are audited (observe/audit.h) and counted
 // (BackendState::health_changes_total, and heft_upstream_health_changes_total,
 // which a reload never resets).
 //
 // With `tick_pools`, every 250 ms the same thread also calls Pool::tick(now)
-// on every pool (slow start, adaptive weights, passed out periods) and logs and counts the
+// on every pool (slow start, adaptive weights, passed out periods) and audits and counts the
 // decisions; off when the proxy ticks its pools itself.
 //
 // Thread safety: the constructor, set_pools() and stop() are for one
@@ -64,7 +64,8 @@ class HealthChecker {
   using LogSink = std::function<void(const std::string& line)>;
   static constexpr std::chrono::milliseconds kTickInterval{250};
 
-  // Starts the thread. `log` receives one line per event (default: stderr).
+  // Starts the thread. Every event is an audit entry, which writes heft's log
+  // line; `log`, if given, also receives its text.
   explicit HealthChecker(LogSink log = nullptr, bool tick_pools = false);
   ~HealthChecker();  // stop()
   HealthChecker(const HealthChecker&) = delete;

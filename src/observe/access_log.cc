@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -17,6 +16,8 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "observe/log.h"
 
 namespace heft::observe {
 namespace {
@@ -102,8 +103,7 @@ class FileAccessLog final : public AccessLog {
     int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       // Keep writing to the old file rather than losing lines, and say so (nginx logs a failed reopen too).
-      std::fprintf(stderr, "heft: cannot reopen access log %s: %s (still writing to the old file)\n", path_.c_str(),
-                   std::strerror(errno));
+      observe::warn("cannot reopen access log {}: {} (still writing to the old file)", path_, std::strerror(errno));
       return;
     }
     ::close(fd_);

@@ -26,6 +26,8 @@
 #include <fmt/format.h>
 
 #include "config/values.h"
+#include "observe/audit.h"
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/runtime.h"
 
@@ -137,8 +139,10 @@ Task<void> sweep_loop(Worker& worker) {
       for (const SiteRoute& site : table->sites)
         for (const upstream::WeightEvent& event : site.pool->tick(now)) {
           observe::record_weight_decision(site.server_label, site.site_label, upstream::reason_name(event.reason));
-          fmt::print(stderr, "heft: {}\n", event.to_string());
+          observe::audit_weight(event, site.site_label);
         }
+      // And sums up the log lines of any kind held back in a window that has ended.
+      observe::flush_log_limits(now);
     }
     if (worker.draining && worker.sessions.empty() && worker.parking->size() == 0) {
       worker.grace_timer.cancel();
@@ -212,7 +216,7 @@ std::string describe(const config::Config& config) {
       listeners += (listeners.empty() ? "" : ", ") + config::join_host_port(address, port);
   }
   unsigned workers = worker_count(config);
-  std::string out = fmt::format("heft: listening on {} with {} worker{}; {} site{}\n", listeners, workers,
+  std::string out = fmt::format("listening on {} with {} worker{}; {} site{}\n", listeners, workers,
                                 workers == 1 ? "" : "s", config.sites.size(), config.sites.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < config.sites.size(); ++i) {
     const auto& site = config.sites[i];
@@ -383,6 +387,7 @@ struct SiteKeyHash {
 }  // namespace
 
 Proxy::Impl::Impl(config::Config config) {
+  observe::set_log_format(config.log_format);
   max_connections = config.max_connections ? config.max_connections : UINT32_MAX;
   std::string error;
   auto logs = open_access_logs(config, error);
@@ -432,6 +437,7 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
 
 void Proxy::Impl::publish(std::shared_ptr<const RouteTable> table) {
   uint64_t v = table->version;
+  observe::set_log_format(table->config.log_format);
   {
     std::lock_guard lock(mu);
     routes = std::move(table);
@@ -554,10 +560,9 @@ void raise_descriptor_limit(uint32_t max_connections) {
     ::setrlimit(RLIMIT_NOFILE, &limit);
   }
   if (limit.rlim_max < rlim_t{max_connections} + 256)
-    fmt::print(stderr,
-               "heft: warning: the descriptor limit ({}) is below max_connections {}: each proxied request needs "
-               "two descriptors; raise the limit (ulimit -n, LimitNOFILE=) or lower max_connections\n",
-               static_cast<unsigned long long>(limit.rlim_max), max_connections);
+    observe::warn("the descriptor limit ({}) is below max_connections {}: each proxied request needs two "
+                  "descriptors; raise the limit (ulimit -n, LimitNOFILE=) or lower max_connections",
+                  static_cast<unsigned long long>(limit.rlim_max), max_connections);
 }
 
 // Asio keeps the per-socket state of a closed socket for reuse. Creating the

@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "config/heftfile.h"
 
 namespace heft::config {
@@ -549,6 +551,42 @@ TEST(JsonErrors, NotAnObject) {
   EXPECT_EQ(syntax.rfind("not valid JSON at line 2, column 12: syntax error", 0), 0u) << syntax;
   EXPECT_TRUE(parse_json_text("[1e400]", syntax).is_discarded());
   EXPECT_NE(syntax.find("number overflow"), std::string::npos) << syntax;
+}
+
+// `log_format` in the Heftfile and `logging.format` in the JSON form agree.
+TEST(JsonForm, LogFormatInBothForms) {
+  const Config text = parse_ok(":80 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  EXPECT_EQ(text.log_format, LogFormat::text);
+  EXPECT_EQ(to_json(text)["logging"], json({{"format", "text"}}));
+  const Config lines = parse_ok("{\n\tlog_format json\n}\n:80 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  EXPECT_EQ(lines.log_format, LogFormat::json);
+  json document = to_json(lines);
+  EXPECT_EQ(document["logging"], json({{"format", "json"}}));
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, lines);
+  document.erase("logging");  // absent: text
+  EXPECT_EQ(from_json(document)->log_format, LogFormat::text);
+  document["logging"] = {{"format", "xml"}};
+  ASSERT_EQ(from_json(document).errors.size(), 1u);
+  EXPECT_EQ(from_json(document).errors[0].to_string(), "logging.format: must be \"text\" or \"json\"");
+  document["logging"] = {{"level", "debug"}};
+  EXPECT_EQ(from_json(document).errors[0].to_string(), "logging.level: unknown field");
+  Result<Config> bad = parse_heftfile("{\n\tlog_format yaml\n}\n:80 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].to_string(), "Heftfile:2:13: log_format must be text or json, got \"yaml\"");
+}
+
+// A document of many unknown keys lists the first 100 and counts the rest:
+// a million of them kept more memory in errors than the document took.
+TEST(JsonErrors, ListsTheFirstHundredAndCountsTheRest) {
+  json document = to_json(parse_ok(":80 {\n\treverse_proxy 127.0.0.1:9001\n}\n"));
+  for (int i = 0; i < 1000; ++i) document["admin"][fmt::format("k{}", i)] = 0;
+  Result<Config> result = from_json(document);
+  ASSERT_EQ(result.errors.size(), 101u);
+  EXPECT_EQ(result.errors[0].to_string(), "admin.k0: unknown field");
+  EXPECT_EQ(result.errors[100].to_string(), "the document: 900 more errors not listed");
+  EXPECT_FALSE(result.value);
 }
 
 }  // namespace

@@ -165,8 +165,8 @@ TEST_F(HealthChecking, TakesOutAndBringsBackAndClearsPassive) {
     EXPECT_GE(checker.checks_failed(), 2u);
   }
   const std::string all = log.text();
-  EXPECT_NE(all.find("is now unhealthy (status 500"), std::string::npos) << all;
-  EXPECT_NE(all.find("is now healthy"), std::string::npos) << all;
+  EXPECT_NE(all.find("healthy → unhealthy (status 500"), std::string::npos) << all;
+  EXPECT_NE(all.find("unhealthy → healthy"), std::string::npos) << all;
   EXPECT_NE(all.find("back from passive failures"), std::string::npos) << all;
   // health_fails 2, health_passes 1: the count agrees with its noun.
   EXPECT_NE(all.find("; 2 consecutive failures)"), std::string::npos) << all;

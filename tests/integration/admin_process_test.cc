@@ -149,7 +149,7 @@ TEST_F(AdminProcessTest, ConfigurationServedFromTheStartIsWhatResumeBringsBack) 
 }
 
 // A resumed run's warnings name the state file it serves (JSON, no lines);
-// they named no file at all: "heft: warning: site :PORT: ...".
+// they named no file at all: "warning: site :PORT: ...".
 // No admin line and a site on :2019: heft served the site and ran without its
 // admin API ("Address already in use"). It now refuses to start, naming the
 // site, before it binds anything.
@@ -158,10 +158,10 @@ TEST_F(AdminProcessTest, RunRefusesASiteOnTheDefaultAdminAddress) {
   write_file(path, fmt::format(":2019 {{\n\treverse_proxy 127.0.0.1:{}\n}}\n", backends[0].port));
   Process p({HEFT_BINARY, "run", "--config", path, "--state", state}, dir + "/heft.log");
   EXPECT_EQ(p.wait(10s), std::optional<int>(1)) << p.log();
-  EXPECT_EQ(p.log(), fmt::format("{0}:1:1: the sites on port 2019 listen on every address, the admin API's default "
-                                 "127.0.0.1:2019 among them: set admin to another address in the global options, or "
-                                 "admin off\nheft: {0} is not valid, not starting\n",
-                                 path));
+  EXPECT_EQ(untimed(p.log()), fmt::format("error {0}:1:1: the sites on port 2019 listen on every address, the admin "
+                                          "API's default 127.0.0.1:2019 among them: set admin to another address in the "
+                                          "global options, or admin off\nerror {0} is not valid, not starting\n",
+                                          path));
 }
 
 TEST_F(AdminProcessTest, ResumedRunNamesTheStateFileInItsWarnings) {
@@ -171,13 +171,13 @@ TEST_F(AdminProcessTest, ResumedRunNamesTheStateFileInItsWarnings) {
   {
     Process first({HEFT_BINARY, "run", "--config", dir + "/Heftfile", "--state", state}, dir + "/first.log");
     ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << first.log();
-    EXPECT_TRUE(wait_for_log(first, fmt::format("heft: warning: {}/Heftfile:5: site :{}: lb_policy round_robin "
+    EXPECT_TRUE(wait_for_log(first, fmt::format("Z warn {}/Heftfile:5: site :{}: lb_policy round_robin "
                                                 "ignores the weights 2:1", dir, port)))
         << first.log();
     first.kill_now();
   }
   Process second = run("second.log");
-  EXPECT_TRUE(wait_for_log(second, fmt::format("heft: warning: {}: site :{}: lb_policy round_robin ignores the "
+  EXPECT_TRUE(wait_for_log(second, fmt::format("Z warn {}: site :{}: lb_policy round_robin ignores the "
                                                "weights 2:1", state, port)))
       << second.log();
 }

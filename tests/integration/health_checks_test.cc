@@ -69,8 +69,8 @@ TEST(HealthChecks, UnhealthyBackendIsOutInTimeAndBackAfterRecoveryWithoutFailedR
   // No client request failed at any time (the others served).
   EXPECT_EQ(failures(load.all()), 0u);
   std::string log = f.heft.log();
-  EXPECT_NE(log.find("is now unhealthy"), std::string::npos) << log;
-  EXPECT_NE(log.find("is now healthy"), std::string::npos) << log;
+  EXPECT_NE(log.find("healthy → unhealthy"), std::string::npos) << log;
+  EXPECT_NE(log.find("unhealthy → healthy"), std::string::npos) << log;
 }
 
 // Reloads as frequent as the admin API allows do not postpone probes: with a
@@ -132,7 +132,7 @@ TEST(HealthChecks, FrequentReloadsDoNotPostponeProbes) {
   // interval 1 s x fails 2 + one interval, + 400 ms slack.
   ASSERT_TRUE(out_after) << "b never marked unhealthy; log:\n" << f.heft.log();
   EXPECT_LT(*out_after, 3400ms) << f.heft.log();
-  EXPECT_NE(f.heft.log().find(fmt::format("backend {} is now unhealthy (status 500", b_address)), std::string::npos)
+  EXPECT_NE(f.heft.log().find(fmt::format("backend {}: healthy → unhealthy (status 500", b_address)), std::string::npos)
       << f.heft.log();
 }
 
@@ -251,7 +251,7 @@ TEST(SlowStart, WeightEventsNameTheSitesIndexAfterAReloadMovedIt) {
                             second);
   write_file(dir + "/Heftfile", "{\n\tadmin off\n\tworkers 1\n}\n" + moved);  // the site moves to index 0
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   HttpClient client(second);
   for (int k = 0; k < 4; ++k) EXPECT_EQ(client.get("/").status, 200);  // one meets the dead backend, retried
   // Back after fail_timeout, on trial and ramping: a slow_start event.
@@ -347,7 +347,7 @@ TEST(HealthChecks, ABodyPatternOverALargeBodyIsMatchedWithoutCrashing) {
   f.heft = start_heft(f.dir, config(false), f.port);
   write_file(f.dir + "/Heftfile", config(true));
   f.heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(f.heft, "heft: reloaded")) << f.heft.log();
+  ASSERT_TRUE(wait_for_log(f.heft, "Z info reloaded")) << f.heft.log();
   // The other site's probes fail (its backends are marked unhealthy); by
   // then the first site's have run too.
   EXPECT_TRUE(wait_for_log(f.heft, "body does not match /![0-9]/", 5s)) << f.heft.log();
@@ -358,7 +358,7 @@ TEST(HealthChecks, ABodyPatternOverALargeBodyIsMatchedWithoutCrashing) {
   for (int k = 0; k < 4; ++k) EXPECT_EQ(client.get("/").status, 200) << f.heft.log();
   const std::string log = f.heft.log();
   size_t unhealthy = 0;
-  for (size_t at = log.find("is now unhealthy"); at != std::string::npos; at = log.find("is now unhealthy", at + 1))
+  for (size_t at = log.find("healthy → unhealthy"); at != std::string::npos; at = log.find("healthy → unhealthy", at + 1))
     ++unhealthy;
   EXPECT_EQ(unhealthy, 2u) << log;  // the other site's two
 }

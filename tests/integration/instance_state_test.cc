@@ -113,7 +113,7 @@ TEST(InstanceState, TwoInstancesKeepSeparateStates) {
   const std::vector<std::string> files = state_files(first.state_dir());
   ASSERT_EQ(files.size(), 2u) << ::testing::PrintToString(files);
   EXPECT_TRUE(files[0].starts_with("Heftfile-") && files[1].starts_with("Heftfile-")) << files[0] << " " << files[1];
-  EXPECT_NE(p1.log().find("heft: state file " + first.state_dir() + "/Heftfile-"), std::string::npos) << p1.log();
+  EXPECT_NE(p1.log().find("Z info state file " + first.state_dir() + "/Heftfile-"), std::string::npos) << p1.log();
   // What each reports serving: its own file and its own state.
   const json one = json::parse(first.admin("GET", "/heft/instance").body, nullptr, false);
   const json two = json::parse(second.admin("GET", "/heft/instance").body, nullptr, false);
@@ -138,15 +138,15 @@ TEST(InstanceState, TwoInstancesKeepSeparateStates) {
 TEST(InstanceState, ASecondInstanceOnTheSameStateIsRefused) {
   Instance first;
   Process p1 = first.run("first.log");
-  const std::string state = line_after(p1.log(), "heft: state file ");
+  const std::string state = line_after(p1.log(), "Z info state file ");
   ASSERT_FALSE(state.empty()) << p1.log();
   // The same configuration again (its default state), then another file on --state of the first.
   Process again = first.spawn("again.log");
   ASSERT_EQ(again.wait(10s), std::optional<int>(1)) << again.log();
-  EXPECT_EQ(again.log(), fmt::format("heft: the state file {} is in use by another heft (PID {}): not starting. Each "
-                                     "running heft needs a state file of its own: give this one another (--state "
-                                     "FILE), or stop the other first.\n",
-                                     state, p1.pid()));
+  EXPECT_EQ(untimed(again.log()), fmt::format("error the state file {} is in use by another heft (PID {}): not "
+                                              "starting. Each running heft needs a state file of its own: give this "
+                                              "one another (--state FILE), or stop the other first.\n",
+                                              state, p1.pid()));
   Instance other;
   Process crossed = other.spawn("crossed.log", {"--state", state});
   ASSERT_EQ(crossed.wait(10s), std::optional<int>(1)) << crossed.log();
@@ -169,7 +169,7 @@ void expect_quick_refusal(const Instance& instance, const std::string& message) 
     const std::optional<int> code = p.wait(10s);
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
     ASSERT_EQ(code, std::optional<int>(1)) << p.log();
-    EXPECT_EQ(p.log(), message);
+    EXPECT_EQ(untimed(p.log()), message);
     fastest = std::min(fastest, took);
   }
   EXPECT_LE(fastest, 1s) << "heft took " << fastest.count() << " ms to give up (best of 3)";
@@ -186,13 +186,13 @@ TEST(InstanceState, ABusyPortEndsTheStartNamingTheAddress) {
   instance.port = taken;
   instance.write(1, 1);
   expect_quick_refusal(instance,
-                       fmt::format("heft: cannot listen on :{}: Address already in use\nheft: not starting\n", taken));
+                       fmt::format("error cannot listen on :{}: Address already in use\nerror not starting\n", taken));
 
   instance.port = free_port();
   instance.admin_port = taken;
   instance.write(1, 1);
-  expect_quick_refusal(instance, fmt::format("heft: admin API cannot listen on 127.0.0.1:{}: Address already in use\n"
-                                             "heft: not starting\n",
+  expect_quick_refusal(instance, fmt::format("error admin API cannot listen on 127.0.0.1:{}: Address already in use\n"
+                                             "error not starting\n",
                                              taken));
   EXPECT_FALSE(accepts_on(instance.port)) << "the proxy port is still served";
   // Nothing was saved for a start that did not happen.
@@ -225,7 +225,7 @@ TEST(InstanceState, KillNineDuringAdminWritesThenResumeKeepsTheLastAcknowledgedW
   Process resumed = instance.run("resumed.log", {"--resume"});
   const int saved = std::atoi(instance.weight(1).c_str());
   EXPECT_TRUE(saved == last || saved == last + 1) << "last acknowledged " << last << ", resumed " << saved;
-  EXPECT_NE(resumed.log().find("heft: resuming from "), std::string::npos) << resumed.log();
+  EXPECT_NE(resumed.log().find("Z info resuming from "), std::string::npos) << resumed.log();
 }
 
 // A state file that cannot be read stops --resume, naming the file, what is
@@ -237,9 +237,9 @@ TEST(InstanceState, ACorruptStateFileStopsTheResume) {
   write_file(state, "{\"apps\": {\"http\":");
   Process p = instance.spawn("corrupt.log", {"--state", state, "--resume"});
   ASSERT_EQ(p.wait(10s), std::optional<int>(1)) << p.log();
-  EXPECT_EQ(p.log(), fmt::format("{0}: not valid JSON at line 1, column 18: syntax error while parsing value - "
-                                 "unexpected end of input; expected '[', '{{', or a literal\n"
-                                 "heft: cannot resume from the state file {0} (above); not starting, and it is left "
+  EXPECT_EQ(untimed(p.log()), fmt::format("error {0}: not valid JSON at line 1, column 18: syntax error while parsing "
+                                 "value - unexpected end of input; expected '[', '{{', or a literal\n"
+                                 "error cannot resume from the state file {0} (above); not starting, and it is left "
                                  "as it is. Repair it and run with --resume again, or start from {1} without "
                                  "--resume (the state file is then kept aside under a time-stamped name, not lost).\n",
                                  state, instance.file));
@@ -255,8 +255,8 @@ TEST(InstanceState, ACorruptStateFileStopsTheResume) {
   std::filesystem::create_directory(directory);
   Process unreadable = instance.spawn("unreadable.log", {"--state", directory, "--resume"});
   ASSERT_EQ(unreadable.wait(10s), std::optional<int>(1)) << unreadable.log();
-  EXPECT_NE(unreadable.log().find(directory + ": is a directory, not a state file\nheft: cannot resume from the state "
-                                  "file " + directory),
+  EXPECT_NE(untimed(unreadable.log()).find(directory + ": is a directory, not a state file\nerror cannot resume from "
+                                           "the state file " + directory),
             std::string::npos)
       << unreadable.log();
 
@@ -264,7 +264,7 @@ TEST(InstanceState, ACorruptStateFileStopsTheResume) {
   Process fresh = instance.run("fresh.log", {"--state", state});
   const std::string aside = line_after(fresh.log(), "; kept it as ");
   ASSERT_FALSE(aside.empty()) << fresh.log();
-  EXPECT_NE(fresh.log().find(fmt::format("heft: the state file {0} could not be read ({0}: apps.http.workers: must be "
+  EXPECT_NE(fresh.log().find(fmt::format("Z warn the state file {0} could not be read ({0}: apps.http.workers: must be "
                                          "an integer 0..1024; {0}: apps.http.servers: required); kept it as ",
                                          state)),
             std::string::npos)
@@ -292,11 +292,11 @@ TEST(InstanceState, ARestartWithoutResumeKeepsTheLiveChangesRecoverable) {
   }
   Process fresh = instance.run("fresh.log");
   const std::string log = fresh.log();
-  const std::string state = line_after(log, "heft: state file ");
+  const std::string state = line_after(log, "Z info state file ");
   const std::string aside = line_after(log, "; kept it as ").substr(0, line_after(log, "; kept it as ").find(", not lost"));
   ASSERT_FALSE(aside.empty()) << log;
-  EXPECT_NE(log.find(fmt::format("heft: the state file {} held 1 live change that {} does not have; kept it as {}, not "
-                                 "lost (saved value → the file's):\nheft:   {}/1/weight: 7 → 1\n",
+  EXPECT_NE(untimed(log).find(fmt::format("warn the state file {} held 1 live change that {} does not have; kept it as "
+                                         "{}, not lost (saved value → the file's):\nwarn   {}/1/weight: 7 → 1\n",
                                  state, instance.file, aside, kUpstreams.substr(7))),
             std::string::npos)
       << log;
@@ -325,7 +325,7 @@ TEST(InstanceState, ARestartWithoutResumeKeepsTheLiveChangesRecoverable) {
 TEST(InstanceState, ReloadsSayWhatTheyUndo) {
   Instance instance;
   Process p = instance.run("heft.log");
-  const std::string state = line_after(p.log(), "heft: state file ");
+  const std::string state = line_after(p.log(), "Z info state file ");
   ASSERT_EQ(instance.admin("PATCH", kUpstreams + "/1/weight", "5").status, 200);
   const std::string etag = instance.admin("GET", "/config/").header("etag");
   const std::string saved = read_file(state);
@@ -346,13 +346,13 @@ TEST(InstanceState, ReloadsSayWhatTheyUndo) {
                              "{}\n",
                              instance.file, change));
   EXPECT_EQ(instance.weight(1), "1\n");
-  EXPECT_TRUE(wait_for_log(p, "heft: warning: POST /load undoes " + change + "\n")) << p.log();
+  EXPECT_TRUE(wait_for_log(p, "Z warn POST /load undoes " + change + "\n")) << p.log();
   ASSERT_EQ(instance.heft({"reload", "--dry-run", instance.file}, out), 0) << out;
   EXPECT_EQ(out, fmt::format("heft: reloading {} would change nothing\n", instance.file));
 
   ASSERT_EQ(instance.admin("PATCH", kUpstreams + "/0/weight", "9").status, 200);
   p.signal(SIGHUP);
-  EXPECT_TRUE(wait_for_log(p, fmt::format("heft: warning: SIGHUP reload of {} undoes {}/0/weight: 9 → 1\n",
+  EXPECT_TRUE(wait_for_log(p, fmt::format("Z warn SIGHUP reload of {} undoes {}/0/weight: 9 → 1\n",
                                           instance.file, kUpstreams.substr(7))))
       << p.log();
   EXPECT_EQ(instance.weight(0), "1\n");
@@ -368,10 +368,10 @@ TEST(InstanceState, ASighupWithoutAnAdminApiSaysWhatItChanges) {
   ASSERT_TRUE(wait_for_log(p, "SIGHUP reloads it")) << p.log();
   instance.write(1, 3, "admin off");
   p.signal(SIGHUP);
-  EXPECT_TRUE(wait_for_log(p, fmt::format("heft: warning: SIGHUP reload of {} undoes {}/1/weight: 1 → 3\n",
+  EXPECT_TRUE(wait_for_log(p, fmt::format("Z warn SIGHUP reload of {} undoes {}/1/weight: 1 → 3\n",
                                           instance.file, kUpstreams.substr(7))))
       << p.log();
-  EXPECT_TRUE(wait_for_log(p, "heft: reloaded")) << p.log();
+  EXPECT_TRUE(wait_for_log(p, "Z info reloaded")) << p.log();
 }
 
 // The `heft` command checks it talks to the heft of the configuration it was

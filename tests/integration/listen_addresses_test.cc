@@ -92,7 +92,7 @@ TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
 
   write_file(dir + "/Heftfile", heftfile("::1"));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   EXPECT_TRUE(accepts("::1", port));
   EXPECT_EQ(HttpClient("::1", port).get("/").status, 200);
   // The IPv4 listener is closed; the connection it accepted before is served.
@@ -110,10 +110,10 @@ TEST(ListenAddresses, DefaultBindRestrictsTheAddressesAndAReloadMovesThem) {
   // listeners on the port do not count as the port being taken.
   for (const std::string bind : {"", "127.0.0.1 ::1", "0.0.0.0 ::", "::1", ""}) {
     SCOPED_TRACE("default_bind " + bind);
-    const std::size_t reloads = count_of(heft.log(), "heft: reloaded");
+    const std::size_t reloads = count_of(heft.log(), "Z info reloaded");
     write_file(dir + "/Heftfile", bind.empty() ? site(dir, port, a, "") : heftfile(bind));
     heft.signal(SIGHUP);
-    ASSERT_TRUE(wait_for_count(heft, "heft: reloaded", reloads + 1)) << heft.log();
+    ASSERT_TRUE(wait_for_count(heft, "Z info reloaded", reloads + 1)) << heft.log();
     EXPECT_EQ(heft.log().find("keeping the old configuration"), std::string::npos) << heft.log();
     // The workers move their listeners just after the log line; a connection
     // in that window is reset about once in a hundred moves (docs/proxy.md,
@@ -204,7 +204,7 @@ TEST(ListenAddresses, AnIpLiteralSiteListensOnThatAddressOnly) {
       dir, fmt::format("{{\n\tadmin off\n}}\n127.0.0.1:{0}, localhost:{0} {{\n\treverse_proxy 127.0.0.1:{1}\n}}\n",
                        port, a.port),
       port);
-  EXPECT_TRUE(wait_for_log(heft, fmt::format("heft: listening on 127.0.0.1:{} with", port))) << heft.log();
+  EXPECT_TRUE(wait_for_log(heft, fmt::format("Z info listening on 127.0.0.1:{} with", port))) << heft.log();
   EXPECT_FALSE(accepts("127.0.0.2", port));
   if (has_ipv6_loopback()) EXPECT_FALSE(accepts("::1", port));
   HttpClient client(port);
@@ -215,7 +215,7 @@ TEST(ListenAddresses, AnIpLiteralSiteListensOnThatAddressOnly) {
   write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin off\n}}\n:{} {{\n\treverse_proxy 127.0.0.1:{}\n}}\n",
                                             port, a.port));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   bool reached = false;
   for (int i = 0; i < 100 && !reached; ++i) {  // the workers open it just after the reload
     reached = accepts("127.0.0.2", port);

@@ -231,7 +231,7 @@ TEST_F(LiveChanges, ConnectionsOnARemovedPortCloseAfterTheirRequest) {
 
   write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n{}", admin_port, sites(false)));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   Response r = in_flight.read_response();
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.header("connection"), "close");
@@ -259,7 +259,7 @@ TEST_F(LiveChanges, ARequestArrivingAcrossThePortsRemovalIsServed) {
   std::this_thread::sleep_for(100ms);
   write_file(dir + "/Heftfile", fmt::format("{{\n\tadmin 127.0.0.1:{}\n\tworkers 1\n}}\n{}", admin_port, sites(false)));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   ASSERT_TRUE(client.send_raw("\r\n"));
   Response r = client.read_response();
   EXPECT_EQ(r.status, 200) << r.body;

@@ -694,7 +694,7 @@ TEST(MetricsAndAccessLog, ServerSeriesFollowTheirPortAcrossAReload) {
   requests(second, 10);
   write_file(dir + "/Heftfile", file(false));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded"));
   requests(second, 7);
   HttpClient admin(admin_port);
   Response metrics;

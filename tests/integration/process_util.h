@@ -263,6 +263,19 @@ inline long vm_hwm_kib(pid_t pid) {
   return 0;
 }
 
+// heft's log with the time taken off each line that has one
+// ("2026-12-07T13:41:15.123Z warn x" -> "warn x"), to compare with a text.
+inline std::string untimed(const std::string& log) {
+  constexpr std::size_t kTime = 25;  // "2026-12-07T13:41:15.123Z "
+  std::string out;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const bool timed = line.size() > kTime && line[4] == '-' && line[10] == 'T' && line[kTime - 2] == 'Z';
+    out += (timed ? line.substr(kTime) : line) + "\n";
+  }
+  return out;
+}
+
 struct Response {
   int status = 0;  // 0: no (complete) response
   std::map<std::string, std::string> headers;  // names lower-cased

@@ -158,7 +158,7 @@ TEST(ProxyLifecycle, SighupSwapsWeightsUnderLoadAndInvalidReloadKeepsOld) {
   std::this_thread::sleep_for(300ms);
   write_file(dir + "/Heftfile", pool_file(port, backends, {1, 1, 1}, 2));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded"));
   std::this_thread::sleep_for(300ms);
   load.stop();
   const std::vector<Sample> samples = load.all();
@@ -246,7 +246,7 @@ TEST(ProxyLifecycle, GracePeriodOverDropsWhatIsLeftAndExitsZero) {
   file.replace(file.find("\tgrace_period 5s\n"), 16, "\tgrace_period 300ms\n");
   write_file(dir + "/Heftfile", file);
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded"));
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded"));
   std::vector<Response> slow(6);
   std::vector<std::thread> clients;
   for (Response& r : slow)
@@ -274,7 +274,7 @@ TEST(ProxyLifecycle, SecondSigtermStopsAtOnce) {
   heft.signal(SIGTERM);
   EXPECT_EQ(heft.wait(4s), std::optional<int>(0));
   EXPECT_LT(Clock::now() - second, 2s);
-  EXPECT_NE(heft.log().find("heft: SIGTERM again, stopping now"), std::string::npos) << heft.log();
+  EXPECT_NE(heft.log().find("Z info SIGTERM again, stopping now"), std::string::npos) << heft.log();
   client.join();
 }
 
@@ -1264,7 +1264,7 @@ TEST(ProxyLifecycle, AReloadShorteningKeepaliveTimeoutAppliesToPooledConnections
   EXPECT_EQ(origin.accepted, 1);
   write_file(dir + "/Heftfile", heftfile("1s"));
   heft.signal(SIGHUP);
-  ASSERT_TRUE(wait_for_log(heft, "heft: reloaded")) << heft.log();
+  ASSERT_TRUE(wait_for_log(heft, "Z info reloaded")) << heft.log();
   ASSERT_TRUE(origin.wait_closed(1, 5s)) << "the pooled connection kept the old timeout; log:\n" << heft.log();
   EXPECT_EQ(HttpClient(port).get("/").status, 200);
   EXPECT_EQ(origin.accepted, 2);
@@ -1855,8 +1855,8 @@ TEST(ProxyLifecycle, ASighupStormDoesNotKeepSigtermFromStoppingHeft) {
   ASSERT_TRUE(termed);
   EXPECT_EQ(status, std::optional<int>(0)) << heft.log().substr(0, 3000);
   const std::string log = heft.log();
-  EXPECT_NE(log.find("heft: SIGTERM received"), std::string::npos) << log.substr(0, 3000);
-  EXPECT_NE(log.find("heft: reloaded"), std::string::npos) << "no reload during the storm: the test proves nothing";
+  EXPECT_NE(log.find("Z info SIGTERM received"), std::string::npos) << log.substr(0, 3000);
+  EXPECT_NE(log.find("Z info reloaded"), std::string::npos) << "no reload during the storm: the test proves nothing";
 }
 
 }  // namespace

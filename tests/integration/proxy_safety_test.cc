@@ -589,7 +589,7 @@ TEST(ProxySafety, RunningOutOfDescriptorsIsNotCountedAgainstTheBackends) {
   // The admin API starts after the proxy (once the configuration is saved):
   // up before the clients below take every descriptor.
   ASSERT_TRUE(wait_for_port(port) && wait_for_port(admin_port)) << heft.log();
-  EXPECT_NE(heft.log().find("warning: the descriptor limit (48) is below max_connections 10000"),
+  EXPECT_NE(heft.log().find("Z warn the descriptor limit (48) is below max_connections 10000"),
             std::string::npos)
       << heft.log();
 

@@ -148,7 +148,7 @@ TEST(AccessLog, FailedReopenKeepsTheOldFileAndSaysSo) {
   log->write(entry(2, 200));
   log->flush();
   const std::string said = testing::internal::GetCapturedStderr();
-  EXPECT_NE(said.find("heft: cannot reopen access log " + path), std::string::npos) << said;
+  EXPECT_NE(said.find("Z warn cannot reopen access log " + path), std::string::npos) << said;
   EXPECT_EQ(lines_of(rotated).size(), 2u);
   std::filesystem::remove_all(path);
   std::remove(rotated.c_str());
