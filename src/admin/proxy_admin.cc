@@ -84,6 +84,9 @@ json upstreams_json(proxy::Proxy& proxy, const ShareTracker& shares) {
       entry["queued"] = queued;
       entry["weight_factor"] = snapshot->factor(i);
       entry["active_healthy"] = state.healthy.load(std::memory_order_relaxed);
+      // The hung-backend watch (docs/health.md): the current limit (0: none) and the requests past it.
+      entry["stall_limit_ms"] = state.stall_limit_ms.load(std::memory_order_relaxed);
+      entry["stalls_total"] = state.stalls_total.load(std::memory_order_relaxed);
       entry["health_changes_total"] = state.health_changes_total.load(std::memory_order_relaxed);
       entry["responses_total"] = state.responses_total();
       entry["responses_5xx_total"] = state.responses_5xx_total();

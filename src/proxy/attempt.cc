@@ -215,10 +215,15 @@ Task<AttemptResult> attempt(Exchange& ex, const SiteRoute& route, WorkerSite& si
     bool received = false;
     ReadyWatch* wait_in = sent_now ? &ex.w.ready_watch : nullptr;  // the first head only
     ex.watch_client_from(coarse_now());
+    // The sweep watches for a hung backend meanwhile (exchange.h); it may
+    // end the wait when the loop would try another backend after a timeout.
+    ex.wait_for_head(snapshot, backend, replayable && !last_chance && pool.next_upstream.timeout, coarse_now());
     for (;;) {
       error_code ec = co_await read_response_head(*conn, response, received, std::exchange(wait_in, nullptr));
       if (ec) {
         ex.unwatch_client();
+        ex.head_wait_over();
+        if (ex.head_abandoned_) co_return ex.failure("waiting for the response head (hung or out of service)", ec);
         if (reused && !received && replayable && !ex.timed_out &&
             (ec == asio::error::eof || ec == asio::error::connection_reset))
           break;  // stale pooled connection
@@ -226,6 +231,7 @@ Task<AttemptResult> attempt(Exchange& ex, const SiteRoute& route, WorkerSite& si
       }
       if (is_interim(response)) {
         ex.unwatch_client();  // no check during the relay's write
+        ex.head_retryable_ = false;  // once relayed, no other backend may answer
         if (!co_await relay_interim(ex, response, pool))
           co_return AttemptResult{Outcome::client_gone};
         ex.arm(pool.read_timeout);  // the timeout runs between reads: an interim response is one
@@ -235,6 +241,7 @@ Task<AttemptResult> attempt(Exchange& ex, const SiteRoute& route, WorkerSite& si
       break;
     }
     ex.unwatch_client();
+    ex.head_wait_over();
     if (!response.is_header_done()) continue;  // retry on a fresh connection
     if (error_code bad = unusable_head(response, upgrade)) co_return ex.failure("reading the response head", bad);
     const unsigned status = response.status();

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include <boost/asio/post.hpp>
-#include <fmt/format.h>
 
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/attempt.h"
 #include "proxy/request_plan.h"
@@ -68,8 +68,10 @@ void record_attempt(Exchange& ex, const SiteRoute& route, const upstream::PoolSn
       snapshot.report_success(i);
       break;
     case Outcome::bad_status:
-    case Outcome::error:
-    case Outcome::timeout: snapshot.report_failure(i, end); break;
+    case Outcome::error: snapshot.report_failure(i, end); break;
+    case Outcome::timeout:
+      if (!ex.stall_counted_) snapshot.report_failure(i, end);  // counted once, when it stalled
+      break;
     case Outcome::local_error:
       snapshot.uncount_request(i, ex.w.index);  // nothing reached the backend
       break;
@@ -243,12 +245,14 @@ Task<bool> serve(Exchange& ex) {
   // is counted and logged under the port's site.
   ex.current_route_ = route ? route : port_site(*routes, ex.local_port);
   if (plan.connect) {
-    fmt::print(stderr, "heft: 501 from {}: CONNECT is not supported\n", ex.client_ip);
+    static observe::LogLimit connects("501 for CONNECT", observe::LogLevel::info);
+    if (connects.admit()) observe::info("501 from {}: CONNECT is not supported", ex.client_ip);
     ex.refuse(501, "501 CONNECT is not supported\n", false);
     co_return false;
   }
   if (plan.bad_target) {
-    fmt::print(stderr, "heft: 400 from {}: {}\n", ex.client_ip, plan.bad_target);
+    static observe::LogLimit bad_targets("400 from clients: bad targets or hosts", observe::LogLevel::info);
+    if (bad_targets.admit()) observe::info("400 from {}: {}", ex.client_ip, plan.bad_target);
     ex.refuse(400, "400 Bad Request\n", false);
     co_return false;
   }
@@ -286,7 +290,8 @@ Task<bool> serve(Exchange& ex) {
       auto [ec, got] = co_await ex.read_body(ex.scratch(), want);
       if (ec) {
         if (is_parse_error(ec)) {
-          fmt::print(stderr, "heft: 400 from {}: bad body: {}\n", ex.client_ip, ec.message());
+          static observe::LogLimit bad_bodies("400 from clients: bad request bodies", observe::LogLevel::info);
+          if (bad_bodies.admit()) observe::info("400 from {}: bad body: {}", ex.client_ip, ec.message());
           ex.refuse(400, "400 Bad Request\n", false);
         } else if (ex.timed_out) {
           ex.refuse(408, "408 Request Timeout\n", false);
@@ -354,18 +359,23 @@ Task<bool> serve(Exchange& ex) {
     }
     if (!pick) {
       if (tried.empty() && full && pool.queue > 0) {
-        fmt::print(stderr, "heft: 503 {} {}: no backend had room within queue_timeout, or the queue was full\n",
-                   req.method_string(), req.target());
+        static observe::LogLimit queue_full("503: queue full or timed out", observe::LogLevel::warn);
+        if (queue_full.admit())
+          observe::warn("503 {} {}: no backend had room within queue_timeout, or the queue was full",
+                        req.method_string(), req.target());
         ex.refuse(503, "503 every backend is at its max_conns and the queue is full or timed out\n",
                client_keep_alive && body_complete);
       } else if (tried.empty() && full) {
         // nginx answers 502 here (no live upstreams); HAProxy queues and
         // then answers 503. Every backend is busy, none failed: a 503.
-        fmt::print(stderr, "heft: 503 {} {}: every backend is at its max_conns\n", req.method_string(),
-                   req.target());
+        static observe::LogLimit all_full("503: every backend at its max_conns", observe::LogLevel::warn);
+        if (all_full.admit())
+          observe::warn("503 {} {}: every backend is at its max_conns", req.method_string(), req.target());
         ex.refuse(503, "503 every backend is at its max_conns\n", client_keep_alive && body_complete);
       } else if (tried.empty()) {
-        fmt::print(stderr, "heft: 503 {} {}: no available backend\n", req.method_string(), req.target());
+        static observe::LogLimit none_available("503: no available backend", observe::LogLevel::warn);
+        if (none_available.admit())
+          observe::warn("503 {} {}: no available backend", req.method_string(), req.target());
         ex.refuse(503, "503 no available backend\n", client_keep_alive && body_complete);
       } else {
         unsigned status = last_status ? last_status : 502;
@@ -391,11 +401,14 @@ Task<bool> serve(Exchange& ex) {
     AttemptResult result;
     const auto attempt_start = now;
     ex.response_head_at_ = {};
+    ex.stall_counted_ = false;
+    ex.head_abandoned_ = false;
     result = co_await attempt(ex, *route, site, *snapshot, i, tried, !more_allowed, plan.upgrade);
     if (!ex.tunnel_) active.reset();
     const auto attempt_end = Clock::now();
     record_attempt(ex, *route, *snapshot, i, result, attempt_start, attempt_end);
     ex.upstream = nullptr;
+    ex.head_wait_over();
     const std::string& name = snapshot->backend(i).name;
     switch (result.outcome) {
       case Outcome::done:
@@ -411,25 +424,32 @@ Task<bool> serve(Exchange& ex) {
       case Outcome::local_error:
         // nginx answers 500 when socket() fails and does not mark the peer.
         // The connection closes: one descriptor fewer.
-        fmt::print(stderr, "heft: 500 {} {}: no connection to backend {} ({}); not counted against it\n",
-                   req.method_string(), req.target(), name, ex.failure_reason());
+        static observe::LogLimit no_socket("500: no connection to a backend", observe::LogLevel::warn);
+        if (no_socket.admit())
+          observe::warn("500 {} {}: no connection to backend {} ({}); not counted against it", req.method_string(),
+                        req.target(), name, ex.failure_reason());
         ex.refuse(500, "500 Internal Server Error\n", false);
         co_return false;
       case Outcome::bad_request_body:
         if (ex.record_.status) {
           // The response had started (an echoing backend): nothing can be
           // said inside it; the connection is cut, as for a broken response.
-          fmt::print(stderr, "heft: {} from {}: bad request body during the response; connection closed\n",
-                     ex.record_.status, ex.client_ip);
+          static observe::LogLimit late_bad_bodies("bad request bodies during a response", observe::LogLevel::info);
+          if (late_bad_bodies.admit())
+            observe::info("{} from {}: bad request body during the response; connection closed", ex.record_.status,
+                          ex.client_ip);
           co_return false;
         }
-        fmt::print(stderr, "heft: 400 from {}: bad request body\n", ex.client_ip);
+        static observe::LogLimit bad_bodies("400 from clients: bad request bodies", observe::LogLevel::info);
+        if (bad_bodies.admit()) observe::info("400 from {}: bad request body", ex.client_ip);
         ex.refuse(400, "400 Bad Request\n", false);
         co_return false;
       case Outcome::broken:
         // The response had started: nothing to retry, the client sees a cut.
-        fmt::print(stderr, "heft: {} {}: backend {} {} mid-response ({})\n", req.method_string(), req.target(), name,
-                   ex.failure_timed_out_ ? "timed out" : "failed", ex.failure_reason());
+        static observe::LogLimit mid_response("backends failing mid-response", observe::LogLevel::warn);
+        if (mid_response.admit())
+          observe::warn("{} {}: backend {} {} mid-response ({})", req.method_string(), req.target(), name,
+                        ex.failure_timed_out_ ? "timed out" : "failed", ex.failure_reason());
         co_return false;
       case Outcome::bad_status:
         last_status = result.status;
@@ -441,8 +461,10 @@ Task<bool> serve(Exchange& ex) {
       case Outcome::timeout: {
         const bool timeout = result.outcome == Outcome::timeout;
         last_status = timeout ? 504 : 502;
-        fmt::print(stderr, "heft: {} {}: backend {} {} ({})\n", req.method_string(), req.target(), name,
-                   timeout ? "timed out" : "failed", ex.failure_reason());
+        static observe::LogLimit attempts_failed("backend attempts failed or timed out", observe::LogLevel::warn);
+        if (attempts_failed.admit())
+          observe::warn("{} {}: backend {} {} ({})", req.method_string(), req.target(), name,
+                        timeout ? "timed out" : "failed", ex.failure_reason());
         // A failed connect sent nothing: any method, any body (the streamed
         // rest is still unread) may go on to the next backend (nginx retries
         // a POST then too; once sent, it does not).

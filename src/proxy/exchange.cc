@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "observe/log.h"
 #include "proxy/runtime.h"
+#include "upstream/pool.h"
 
 namespace heft::proxy {
 
@@ -61,6 +63,30 @@ void Exchange::client_left() {
   unwatch_client();
   if (upstream) cancel_io(*upstream);
   if (queue_wait_) queue_wait_->timer.cancel();  // it gives up its place in the queue
+}
+
+void Exchange::check_stall(Clock::time_point now) {
+  const upstream::PoolSnapshot& pool = *head_pool_;
+  upstream::BackendState& state = pool.state(head_backend_);
+  const std::chrono::milliseconds limit(state.stall_limit_ms.load(std::memory_order_relaxed));
+  if (!stall_counted_ && limit.count() > 0 && now - head_asked_at_ >= limit) {
+    stall_counted_ = true;
+    state.stalls_total.fetch_add(1, std::memory_order_relaxed);
+    pool.report_failure(head_backend_, now);
+    static observe::LogLimit stalls("backends past their stall limit", observe::LogLevel::warn);
+    if (stalls.admit())
+      observe::warn("backend {} of {}: no response head after {} ms (its stall limit): counted as a failure",
+                    pool.backend(head_backend_).name, pool.config().name, limit.count());
+  }
+  if (head_retryable_ && !pool.healthy(head_backend_)) {
+    // Out of service now: this request goes to another backend (the
+    // attempt ends as a timeout; the loop retries it).
+    head_abandoned_ = true;
+    head_wait_over();
+    timed_out = true;
+    deadline = Clock::time_point::max();
+    if (upstream) cancel_io(*upstream);
+  }
 }
 
 }  // namespace heft::proxy

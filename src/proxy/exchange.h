@@ -38,6 +38,9 @@ namespace heft::config {
 struct Config;
 struct PoolConfig;
 }  // namespace heft::config
+namespace heft::upstream {
+class PoolSnapshot;
+}  // namespace heft::upstream
 
 namespace heft::proxy {
 
@@ -240,6 +243,26 @@ class Exchange {
   void unwatch_client() { head_wait_since = Clock::time_point::max(); }
   // The client is gone: the backend's connection and a queue wait are ended.
   void client_left();
+
+  // ---- Waiting for a backend's response head, watched by the sweep for a
+  // hung backend (upstream/latency.h): a wait past the backend's stall
+  // limit counts once as a failure of the backend; a wait on a backend out
+  // of service (passive failures, a failed health check) ends as a timeout
+  // when the attempt loop would try another backend (`head_retryable_`).
+  const upstream::PoolSnapshot* head_pool_ = nullptr;  // null: no such wait
+  uint32_t head_backend_ = 0;
+  Clock::time_point head_asked_at_{};
+  bool head_retryable_ = false;
+  bool stall_counted_ = false;  // the current attempt's stall was counted against its backend
+  bool head_abandoned_ = false;  // the sweep ended the wait
+  void wait_for_head(const upstream::PoolSnapshot& pool, uint32_t backend, bool retryable, Clock::time_point since) {
+    head_pool_ = &pool;
+    head_backend_ = backend;
+    head_asked_at_ = since;
+    head_retryable_ = retryable;
+  }
+  void head_wait_over() { head_pool_ = nullptr; }
+  void check_stall(Clock::time_point now);
 
   // A block of the worker's pool (kChunk bytes), taken on first use.
   char* scratch();

@@ -13,6 +13,7 @@
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
 
+#include "observe/log.h"
 #include "observe/metrics.h"
 #include "proxy/attempt_loop.h"
 #include "proxy/header_rules.h"
@@ -103,7 +104,8 @@ void Http1Session::check_client(Clock::time_point now) {
 
 void Http1Session::cut() {
   if (!serving()) return;
-  fmt::print(stderr, "heft: {} {}: cut by the end of the grace period\n", request().method_string(), request().target());
+  static observe::LogLimit cuts("requests cut by the end of the grace period", observe::LogLevel::warn);
+  if (cuts.admit()) observe::warn("{} {}: cut by the end of the grace period", request().method_string(), request().target());
   finish_request(*this);
 }
 
@@ -168,7 +170,8 @@ Task<int> Http1Session::read_head(bool first, std::size_t& skip, std::size_t& si
         later_minor_at_ = scan.later_minor_at;
         co_return 0;
       case HeadScan::bad_request:
-        fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, scan.reason);
+        static observe::LogLimit malformed("400 from clients: malformed request heads", observe::LogLevel::info);
+        if (malformed.admit()) observe::info("400 from {}: {}", client_ip, scan.reason);
         co_return 400;
       case HeadScan::uri_too_long: co_return 414;
       case HeadScan::header_too_large: co_return 431;
@@ -248,7 +251,8 @@ Task<void> Http1Session::run() {
     const error_code ec = parse_request_head(parser, in_.bytes() + skip, size, later_minor_at_, used);
     in_.consume(skip + used);
     if (ec) {
-      fmt::print(stderr, "heft: 400 from {}: {}\n", client_ip, ec.message());
+      static observe::LogLimit refused("400 from clients: heads the parser refused", observe::LogLevel::info);
+      if (refused.admit()) observe::info("400 from {}: {}", client_ip, ec.message());
       co_await send_error(400, "400 Bad Request\n", false);
       record_refused_head(400);
       break;
@@ -491,8 +495,13 @@ void parked_connection_closed(Worker& w) {
 
 void sweep_timeouts(Worker& worker, Clock::time_point now) {
   for (Http1Session* s : worker.sessions) {
-    if (now >= s->deadline) s->expire();
-    else if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
+    if (now >= s->deadline) {
+      s->expire();
+      continue;
+    }
+    if (s->head_pool_)
+      s->check_stall(now);
+    if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
     else if (now >= s->next_client_check && s->head_wait_since != Clock::time_point::max()) s->check_client(now);
   }
   // Four times a second: unmap spare I/O blocks, and once sessions have ended

@@ -1,6 +1,7 @@
 #include "upstream/pool.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <utility>
@@ -416,6 +417,15 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
     decisions_[static_cast<int>(reason)].fetch_add(1, std::memory_order_relaxed);
     events.push_back({config.name, config.backends[i].name, reason, before[i], after, std::move(detail)});
   };
+
+  // Stall limits: each backend's recent latency, folded in (latency.h).
+  for (uint32_t i = 0; i < n; ++i) {
+    BackendState& s = snap->state(i);
+    std::array<uint64_t, kLatencyBuckets> totals;
+    for (size_t b = 0; b < kLatencyBuckets; ++b) totals[b] = s.latency_bucket(b);
+    s.recent_latency.fold(totals, now);
+    s.stall_limit_ms.store(s.recent_latency.stall_limit().count(), std::memory_order_relaxed);
+  }
 
   // Slow start.
   bool ramp_started = false;

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "heft/balance/balancer.h"
+#include "upstream/latency.h"
 #include "upstream/place_queue.h"
 #include "upstream/weights.h"
 
@@ -90,12 +91,6 @@ struct PoolConfig {
   // carried into a new snapshot keeps the slots it was created with).
   unsigned counter_slots = 1;
 };
-
-// Upper bounds (ms) of the per-backend histogram of the time to the response
-// head (+Inf implied).
-inline constexpr uint32_t kLatencyBucketsMs[] = {1,   2,   5,   10,  25,  50,   100,  150,  200,   250,
-                                                 300, 400, 500, 750, 1000, 2000, 5000, 10000, 30000};
-inline constexpr size_t kLatencyBuckets = std::size(kLatencyBucketsMs) + 1;
 
 // The counters every response writes (record_response), one slot per worker.
 // A slot is a cache line of its own that one worker writes: two workers
@@ -212,6 +207,12 @@ struct BackendState {
   IntervalSums carried{};
   unsigned carried_intervals = 0;
   bool last_up = false;
+  RecentLatency recent_latency;  // for the stall limit
+  // The stall limit in force (latency.h; 0: none), set by Pool::tick and
+  // read by the workers' sweeps; stalls_total counts the requests that
+  // waited past it.
+  std::atomic<int64_t> stall_limit_ms{0};
+  std::atomic<uint64_t> stalls_total{0};
 };
 
 class PoolSnapshot {

@@ -212,5 +212,39 @@ TEST_F(HeftLogTest, AFloodOfRefusalsIsABoundedNumberOfLinesAndASummary) {
   EXPECT_NE(heft.log().find(" more like it in the last 10 s\n"), std::string::npos) << heft.log();
 }
 
+// The proxy's messages are limited the same way: a client flooding the proxy
+// port with malformed requests (each a 400 and a closed connection) makes at
+// most ten lines a window and a summary of the rest.
+TEST_F(HeftLogTest, AFloodOfBadRequestsToTheProxyIsABoundedNumberOfLinesAndASummary) {
+  Process heft = start_heft(dir, heftfile("", 1), port);
+  constexpr int kRefused = 1000;
+  for (int i = 0; i < kRefused; ++i) {
+    HttpClient client(port);
+    ASSERT_EQ(client.request("GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n").status, 400) << i;
+  }
+  const std::string summary = "400 from clients: malformed request heads: \u2026and ";
+  const auto deadline = std::chrono::steady_clock::now() + 12s;
+  auto accounted = [&] {
+    size_t lines = 0, summed = 0;
+    for (const std::string& line : lines_of(heft.log())) {
+      if (line.find("Z info 400 from 127.0.0.1: ") != std::string::npos) ++lines;
+      if (const size_t at = line.find(summary); at != std::string::npos) {
+        std::string digits;
+        for (size_t i = at + summary.size(); i < line.size() && (std::isdigit(line[i]) || line[i] == ','); ++i)
+          if (line[i] != ',') digits += line[i];
+        summed += digits.empty() ? 0 : std::stoul(digits);
+      }
+    }
+    return std::pair{lines, summed};
+  };
+  while (accounted().first + accounted().second < kRefused && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(100ms);
+  const auto [lines, summed] = accounted();
+  EXPECT_EQ(lines + summed, size_t{kRefused}) << heft.log();
+  EXPECT_LE(lines, 20u) << heft.log();
+  EXPECT_GE(lines, 10u) << heft.log();
+  EXPECT_EQ(heft.log().find("heft: 400 from"), std::string::npos) << "an unlimited line of the old form";
+}
+
 }  // namespace
 }  // namespace heft::test

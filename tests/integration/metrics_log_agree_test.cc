@@ -222,7 +222,18 @@ TEST(MetricsAndAccessLog, QueuedRequestsLogTheirWait) {
     HttpClient client(port);
     EXPECT_EQ(client.get("/first").status, 200);
   });
-  std::this_thread::sleep_for(100ms);
+  // The second request goes once the first holds the backend's one place
+  // (a fixed pause is too short on a busy machine).
+  bool first_active = false;
+  for (const auto deadline = std::chrono::steady_clock::now() + 10s;
+       !first_active && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(10ms)) {
+    auto upstreams = nlohmann::json::parse(admin_call(admin_port, "GET", "/reverse_proxy/upstreams").body, nullptr, false);
+    first_active = upstreams.is_array() && !upstreams.empty() && upstreams[0].value("active", 0) == 1;
+  }
+  if (!first_active) {
+    first.join();
+    FAIL() << "the first request did not reach the backend within 10 s";
+  }
   HttpClient second(port);
   EXPECT_EQ(second.get("/second").status, 200);
   first.join();
@@ -666,7 +677,7 @@ TEST(MetricsAndAccessLog, RequestsCutByTheGracePeriodAreLogged) {
   EXPECT_EQ(cut["status"], 200) << cut;
   EXPECT_EQ(cut["size"], 1000) << cut;
   EXPECT_EQ(cut["upstream"], fmt::format("127.0.0.1:{}", origin_port)) << cut;
-  EXPECT_NE(heft.log().find("heft: GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
+  EXPECT_NE(heft.log().find("GET /started: cut by the end of the grace period"), std::string::npos) << heft.log();
 }
 
 // Sites sharing a port are one server with a pool each: every per-backend
