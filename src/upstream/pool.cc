@@ -484,15 +484,18 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       s.carried.latency_us += sums.latency_us;
       s.carried_intervals = std::min(s.carried_intervals + 1, kMaxCarriedIntervals);
       const auto [count, errors, latency_us] = s.carried;
+      const double baseline = s.baseline_latency_ms;  // judged against it as it was before this interval
       if (count >= kAdaptiveMinSamples) {
-        s.ewma_latency_ms =
-            ewma_fold(s.ewma_latency_ms, double(latency_us) / 1000.0 / double(count), s.carried_intervals);
+        const double mean_ms = double(latency_us) / 1000.0 / double(count);
+        s.ewma_latency_ms = ewma_fold(s.ewma_latency_ms, mean_ms, s.carried_intervals);
+        s.baseline_latency_ms = ewma_fold(s.baseline_latency_ms, mean_ms, s.carried_intervals, kBaselineAlpha);
         s.ewma_error = ewma_fold(s.ewma_error, double(std::min(errors, count)) / double(count), s.carried_intervals);
         s.carried = {};
         s.carried_intervals = 0;
       }
-      in[i] = {count,           std::max(0.0, s.ewma_latency_ms), std::max(0.0, s.ewma_error), s.adaptive,
-               s.recover_hold,  s.clean_intervals,                   s.last_up,                    s.full_intervals};
+      in[i] = {count,          std::max(0.0, s.ewma_latency_ms), std::max(0.0, s.ewma_error), s.adaptive,
+               s.recover_hold, s.clean_intervals,                   s.last_up,                    s.full_intervals,
+               baseline,       s.above_baseline};
     }
     std::vector<AdaptiveOutput> out = adaptive_evaluate(adaptive, in);
     for (uint32_t i = 0; i < n; ++i) {
@@ -501,6 +504,7 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       s.clean_intervals = out[i].clean;
       s.full_intervals = out[i].full;
       s.last_up = out[i].last_up;
+      s.above_baseline = out[i].above_baseline;
       if (!out[i].reason) continue;
       s.adaptive = out[i].factor;
       std::string detail;
@@ -512,6 +516,10 @@ std::vector<WeightEvent> Pool::tick(TimePoint now) {
       switch (*out[i].reason) {
         case WeightReason::latency:
           detail = fmt::format("latency {:.1f}ms > limit {:.1f}ms", in[i].ewma_latency_ms, out[i].latency_limit_ms);
+          if (out[i].latency_rule == LatencyRule::peers)
+            detail += fmt::format(" (pool median {:.1f}ms)", out[i].latency_reference_ms);
+          else if (out[i].latency_rule == LatencyRule::baseline)
+            detail += fmt::format(" (expected {:.1f}ms from its own baseline)", out[i].latency_reference_ms);
           break;
         case WeightReason::errors:
           detail = fmt::format("error rate {:.1f}% > {:.1f}%", in[i].ewma_error * 100, adaptive.error_threshold * 100);

@@ -200,6 +200,8 @@ struct BackendState {
   double ramp = 1.0;
   double adaptive = 1.0;
   double ewma_latency_ms = -1;  // < 0: no history
+  double baseline_latency_ms = -1;  // its own recent latency (a slow EWMA; weights.h); < 0: none yet
+  bool above_baseline = false;      // the last judgement found it above its baseline limit
   double ewma_error = -1;
   unsigned recover_hold = 1, clean_intervals = 0, full_intervals = 0;
   // Intervals with too few responses to fold, carried into the next.

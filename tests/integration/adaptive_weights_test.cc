@@ -18,10 +18,9 @@ TEST(AdaptiveWeights, SlowBackendCutThenRestored) {
   std::string tos;
   for (const Backend& b : backends) tos += fmt::format("\t\tto 127.0.0.1:{} weight 1\n", b.port);
   // interval 500ms; cut 75% per interval down to 1 % of the weight. An
-  // explicit threshold: over loopback the backends answer in well under a
-  // millisecond, and on a loaded machine the median rule's limit (at least
-  // 1 ms) is within the scheduling noise; the median rule has its own tests
-  // (below, and tests/upstream/weights_test.cc).
+  // explicit threshold: this test is about the cut and the restore through
+  // the proxy; the relative rules (peers, own baseline, the 5 ms noise floor)
+  // have their own tests (below, and tests/upstream/weights_test.cc).
   Process heft = start_heft(dir,
                             two_worker_pool(free_port(), port,
                                             tos + "\t\tadaptive {\n\t\t\tinterval 500ms\n\t\t\tcut 75%\n"

@@ -256,22 +256,137 @@ TEST(AdaptiveEvaluate, ErrorsAbsoluteThresholdAndTooFewSamples) {
   EXPECT_EQ(out[2].reason, std::nullopt);  // fewer than kAdaptiveMinSamples: hold
 }
 
-// Sub-millisecond differences are noise: the relative limit is at least
-// kMinRelativeLatencyLimitMs; an explicit threshold is taken as given.
-TEST(AdaptiveEvaluate, RelativeLimitIsAtLeastOneMillisecond) {
+// A difference below kLatencyNoiseFloorMs is noise, not slowness: at about
+// 1 ms, a backend twice or five times as slow as the median is not cut; one
+// more than the floor above it is. An explicit threshold is taken as given.
+TEST(AdaptiveEvaluate, DifferencesBelowTheNoiseFloorAreNotSlowness) {
+  static_assert(kLatencyNoiseFloorMs == 5.0);
   AdaptiveOptions o = adaptive_options();
-  std::vector<AdaptiveInput> in = {{100, 0.1, 0, 1}, {100, 0.1, 0, 1}, {100, 0.9, 0, 1}};
+  std::vector<AdaptiveInput> in = {{100, 0.9, 0, 1}, {100, 1.0, 0, 1}, {100, 5.9, 0, 1}};
   auto out = adaptive_evaluate(o, in);
-  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, kMinRelativeLatencyLimitMs);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 6.0);  // median 1 ms + 5 ms (2 x median is only 2 ms)
+  EXPECT_EQ(out[2].latency_rule, LatencyRule::peers);
+  EXPECT_DOUBLE_EQ(out[2].latency_reference_ms, 1.0);
   EXPECT_EQ(out[2].reason, std::nullopt);
-  in[2].ewma_latency_ms = 1.5;
+  in[2].ewma_latency_ms = 6.1;
   out = adaptive_evaluate(o, in);
   EXPECT_EQ(out[2].reason, WeightReason::latency);
-  o.latency_threshold = 0ms;
-  o.median_factor = 20;  // 20 x 0.1 = 2 ms: above the minimum, used as is
+  // Far above the floor, the factor rules: 2 x 10 ms.
+  in = {{100, 10, 0, 1}, {100, 10, 0, 1}, {100, 19.9, 0, 1}};
+  out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 20.0);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  // An explicit threshold: no floor, no baseline.
+  o.latency_threshold = 2ms;
+  in = {{100, 0.9, 0, 1}, {100, 1.0, 0, 1}, {100, 2.5, 0, 1}};
   out = adaptive_evaluate(o, in);
   EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 2.0);
+  EXPECT_EQ(out[2].latency_rule, LatencyRule::threshold);
+  EXPECT_EQ(out[2].reason, WeightReason::latency);
+}
+
+// Three 10 ms backends with baselines of 10 ms; `c_ms` is C's EWMA latency,
+// `c_above`: the last judgement found C above its baseline limit.
+std::vector<AdaptiveInput> baselined(double c_ms, bool c_above, double others_ms = 10) {
+  std::vector<AdaptiveInput> in = {{100, others_ms, 0, 1}, {100, others_ms, 0, 1}, {100, c_ms, 0, 1}};
+  for (AdaptiveInput& b : in) b.baseline_latency_ms = 10;
+  in[2].above_baseline = c_above;
+  return in;
+}
+
+// A backend going from 10 ms to 20 ms while its peers stay at 10 ms is not
+// slow by median_factor 2 (limit 20 ms), but it is by its own baseline
+// (kBaselineFactor x 10 ms = 15 ms): cut at the second judgement in a row
+// that finds it so.
+TEST(AdaptiveEvaluate, SlowerThanItsOwnBaselineTwiceInARowIsCut) {
+  AdaptiveOptions o = adaptive_options();
+  auto out = adaptive_evaluate(o, baselined(19.9, false));
+  EXPECT_EQ(out[2].reason, std::nullopt);  // the first time: noted, not cut
+  EXPECT_TRUE(out[2].above_baseline);
+  EXPECT_EQ(out[2].latency_rule, LatencyRule::baseline);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 15.0);
+  EXPECT_DOUBLE_EQ(out[2].latency_reference_ms, 10.0);
+  EXPECT_FALSE(out[0].above_baseline);
+  out = adaptive_evaluate(o, baselined(19.9, true));
+  ASSERT_EQ(out[2].reason, WeightReason::latency);
+  EXPECT_DOUBLE_EQ(out[2].factor, 0.75);
+  EXPECT_EQ(out[0].reason, std::nullopt);
+  EXPECT_EQ(out[1].reason, std::nullopt);
+  // Without a baseline (none yet), only the peers judge it: not cut.
+  auto in = baselined(19.9, true);
+  in[2].baseline_latency_ms = -1;
+  out = adaptive_evaluate(o, in);
   EXPECT_EQ(out[2].reason, std::nullopt);
+  EXPECT_EQ(out[2].latency_rule, LatencyRule::peers);
+  // Once in a while above it, below it in between: never cut.
+  in = baselined(16, false);
+  for (int k = 0; k < 10; ++k) {
+    in[2].ewma_latency_ms = k % 2 ? 16 : 11;
+    out = adaptive_evaluate(o, in);
+    EXPECT_EQ(out[2].reason, std::nullopt) << k;
+    in[2].above_baseline = out[2].above_baseline;
+  }
+  // An explicit latency_threshold is the only latency rule.
+  o.latency_threshold = 50ms;
+  out = adaptive_evaluate(o, baselined(19.9, true));
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  EXPECT_FALSE(out[2].above_baseline);
+}
+
+// The baseline limit is also at least the noise floor above the expected
+// latency: at 1 ms, 5.9 ms twice in a row is not slow, 6.1 ms is.
+TEST(AdaptiveEvaluate, TheBaselineRuleHasTheNoiseFloorToo) {
+  AdaptiveOptions o = adaptive_options();
+  o.median_factor = 100;  // the peers' limit out of the way
+  std::vector<AdaptiveInput> in = {{100, 1, 0, 1}, {100, 1, 0, 1}, {100, 5.9, 0, 1}};
+  for (AdaptiveInput& b : in) b.baseline_latency_ms = 1;
+  in[2].above_baseline = true;
+  auto out = adaptive_evaluate(o, in);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 6.0);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  in[2].ewma_latency_ms = 6.1;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, WeightReason::latency);
+}
+
+// A slowdown the whole pool shares (a common dependency, more load) cuts
+// nobody: the baseline is scaled by the pool's rise (the lower median of the
+// backends' latency / baseline). A backend that rose well beyond the others
+// still is.
+TEST(AdaptiveEvaluate, ASlowdownThePoolSharesCutsNobody) {
+  AdaptiveOptions o = adaptive_options();
+  auto in = baselined(20, true, 20);
+  for (AdaptiveInput& b : in) b.above_baseline = true;
+  auto out = adaptive_evaluate(o, in);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].reason, std::nullopt) << i;
+    EXPECT_FALSE(out[i].above_baseline) << i;
+  }
+  EXPECT_DOUBLE_EQ(out[2].latency_reference_ms, 20.0);  // peers: median 20 ms; baseline: 10 ms x rise 2
+  in = baselined(31, true, 20);  // the pool rose 2x, C 3.1x: above 1.5 x 20 ms
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, WeightReason::latency);
+  EXPECT_EQ(out[2].latency_rule, LatencyRule::baseline);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 30.0);
+  // A pool that got faster does not make a backend that did not slow.
+  in = baselined(10, true, 6);
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+}
+
+// A backend cut by its baseline recovers under that limit (0.8 x 15 ms), not
+// under the peers' (0.8 x 20 ms): back at 10 ms it recovers, at 13 ms it holds.
+TEST(AdaptiveEvaluate, ACutBackendRecoversUnderTheLowerLimit) {
+  AdaptiveOptions o = adaptive_options();
+  auto in = baselined(13, false);
+  in[2].factor = 0.75;
+  auto out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, std::nullopt);
+  EXPECT_DOUBLE_EQ(out[2].latency_limit_ms, 15.0);
+  in[2].ewma_latency_ms = 10;
+  out = adaptive_evaluate(o, in);
+  EXPECT_EQ(out[2].reason, WeightReason::recover);
+  EXPECT_DOUBLE_EQ(out[2].factor, 1.0);
 }
 
 TEST(EwmaFold, HistoryAgesWithIntervalsNotSamples) {
@@ -280,6 +395,8 @@ TEST(EwmaFold, HistoryAgesWithIntervalsNotSamples) {
   EXPECT_NEAR(ewma_fold(100, 0, 2), 4, 1e-9);
   EXPECT_NEAR(ewma_fold(100, 0, 3), 0.8, 1e-9);
   EXPECT_NEAR(ewma_fold(100, 10, 0), ewma_fold(100, 10, 1), 1e-12);  // at least one interval
+  EXPECT_NEAR(ewma_fold(100, 0, 1, kBaselineAlpha), 90, 1e-9);         // the baseline's slower fold
+  EXPECT_NEAR(ewma_fold(100, 0, 2, kBaselineAlpha), 81, 1e-9);
 }
 
 // Feeds `n` responses of `latency` to backend i, `errors` of them failed.
@@ -328,6 +445,87 @@ TEST(PoolAdaptive, SlowBackendLosesShareAndRegainsIt) {
   EXPECT_EQ(pool.snapshot()->balancer().backend(2).balance_weight, 0u);
   c = picks(pool, 3000, now);
   EXPECT_NEAR(double(c[2]), 1000, 2);
+}
+
+// One of three 10 ms backends slows to 20 ms for good: cut from the second
+// interval (its baseline's rule, twice in a row), a few times while its
+// baseline is still what it was, then held where it is (its baseline has
+// become 20 ms and the peers' limit, 2 x 10 ms, is not broken, but 20 ms is
+// above 0.8 x that: no recovery); back at 10 ms it regains its weight.
+TEST(PoolAdaptive, ABackendTwiceAsSlowAsItWasIsCutHeldThenRestored) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  for (int k = 0; k < 20; ++k) EXPECT_TRUE(interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms}).empty());
+  int first_cut = 0;
+  std::vector<double> factors;
+  for (int k = 1; k <= 30; ++k) {
+    for (const WeightEvent& e : interval(pool, now, {100, 100, 100}, {10ms, 10ms, 20ms})) {
+      EXPECT_EQ(e.backend, "C");
+      EXPECT_EQ(e.reason, WeightReason::latency);
+      EXPECT_NE(e.detail.find("from its own baseline"), std::string::npos) << e.detail;
+      if (!first_cut) first_cut = k;
+    }
+    factors.push_back(pool.snapshot()->factor(2));
+  }
+  EXPECT_EQ(first_cut, 2);
+  for (size_t k = 1; k < factors.size(); ++k) EXPECT_LE(factors[k], factors[k - 1]) << k;
+  EXPECT_LT(factors.back(), 0.6);
+  EXPECT_GT(factors.back(), 0.3);
+  EXPECT_EQ(factors.back(), factors[factors.size() - 15]);  // held for the last 15 intervals
+  EXPECT_EQ(pool.snapshot()->factor(0), 1.0);
+  EXPECT_EQ(pool.snapshot()->factor(1), 1.0);
+  for (int k = 0; k < 10; ++k) interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms});
+  EXPECT_EQ(pool.snapshot()->factor(2), 1.0);
+}
+
+// The whole pool slowing from 10 ms to 20 ms (a shared dependency) cuts nobody.
+TEST(PoolAdaptive, ThePoolSlowingTogetherCutsNobody) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  for (int k = 0; k < 20; ++k) interval(pool, now, {100, 100, 100}, {10ms, 10ms, 10ms});
+  for (int k = 0; k < 20; ++k) EXPECT_TRUE(interval(pool, now, {100, 100, 100}, {20ms, 21ms, 20ms}).empty()) << k;
+  EXPECT_EQ(pool.decisions(WeightReason::latency), 0u);
+}
+
+// Scheduling noise on a busy host, at about 1 ms: now and then a backend has
+// an interval in which a fifth of its responses wait 5-20 ms for a CPU, so
+// its mean is 2-4x the others'. Nobody is cut (with a limit of 2 x the
+// median, and no noise floor, such intervals cut backends to half their
+// weight and less).
+TEST(PoolAdaptive, SchedulingNoiseAtAMillisecondCutsNobody) {
+  PoolConfig cfg = pool_config({1, 1, 1});
+  cfg.adaptive = adaptive_options();
+  Pool pool(cfg);
+  TimePoint now = t0;
+  pool.tick(now);
+  uint64_t seed = 12345;
+  const auto uniform = [&seed] {  // deterministic, in [0, 1)
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return double(seed >> 11) / double(1ULL << 53);
+  };
+  int noisy_intervals = 0;
+  for (int k = 0; k < 300; ++k) {
+    auto snap = pool.snapshot();
+    for (uint32_t i = 0; i < 3; ++i) {
+      const bool noisy = uniform() < 0.1;
+      noisy_intervals += noisy;
+      for (int r = 0; r < 100; ++r) {
+        double us = 300 + 1200 * uniform();  // 0.3-1.5 ms
+        if (noisy && uniform() < 0.2) us += 5000 + 15000 * uniform();
+        snap->record_response(i, std::chrono::microseconds(int64_t(us)), 200, true);
+      }
+    }
+    now += 1s;
+    for (const WeightEvent& e : pool.tick(now)) ADD_FAILURE() << "interval " << k << ": " << e.to_string();
+  }
+  EXPECT_GT(noisy_intervals, 60);
+  EXPECT_EQ(pool.decisions(WeightReason::latency), 0u);
 }
 
 // After a full recovery and kMaxRecoverHold intervals at full weight, the
