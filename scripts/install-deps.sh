@@ -18,7 +18,8 @@ packages=(
   systemd adduser logrotate   # systemd-analyze verify, and the package's install test
 )
 peers=(nginx-light haproxy caddy wrk   # benchmark peers, only with --bench
-       linux-perf)                     # profiles, and bench/shapes --syscalls
+       linux-perf                      # profiles, and bench/shapes --syscalls
+       valgrind)                       # bench/instructions (callgrind)
 
 want=("${packages[@]}")
 if [[ "${1:-}" == "--bench" ]]; then want+=("${peers[@]}"); fi

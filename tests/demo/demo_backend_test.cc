@@ -48,7 +48,9 @@ class RunningBackend {
     });
   }
   ~RunningBackend() {
-    if (thread_.joinable()) EXPECT_TRUE(stop_within(kDeadline)) << "stop() left work running after " << kDeadline.count() << " s";
+    if (thread_.joinable()) {
+      EXPECT_TRUE(stop_within(kDeadline)) << "stop() left work running after " << kDeadline.count() << " s";
+    }
   }
   // Stops the backend: true when its io_context then runs out of work (every
   // connection ended) within `limit`. Otherwise the io_context is stopped by
@@ -263,7 +265,9 @@ TEST(DemoBackendTest, FailAboveShedsTheExcessOfABurst) {
     auto res = client.get("/");
     ASSERT_TRUE(res.result_int() == 200 || res.result_int() == 503) << res.result_int();
     passed += res.result_int() == 200;
-    if (res.result_int() == 503) EXPECT_TRUE(res.keep_alive());
+    if (res.result_int() == 503) {
+      EXPECT_TRUE(res.keep_alive());
+    }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_GE(passed, 5);

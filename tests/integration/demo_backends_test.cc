@@ -42,7 +42,7 @@ TEST(DemoBackends, OneHeftServesTheSplitWithItsOwnDemoServers) {
   const std::string dir = make_temp_dir();
   const Ports ports;
   Process heft = start_heft(dir, demo_file(ports), ports.site);
-  EXPECT_TRUE(wait_for_log(heft, fmt::format("heft: demo backends (demo_backends, served by this heft): a on "
+  EXPECT_TRUE(wait_for_log(heft, fmt::format("info demo backends (demo_backends, served by this heft): a on "
                                              "127.0.0.1:{}, b on 127.0.0.1:{}, c on 127.0.0.1:{}",
                                              ports.a, ports.b, ports.c)))
       << heft.log();
