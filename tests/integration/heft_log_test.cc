@@ -34,6 +34,35 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
+// A flood of `expected` messages of one kind, limited by a LogLimit: waits
+// (up to `timeout`) until the log accounts for all of them, as lines holding
+// `line_mark` plus the counts of the summaries holding `summary` ("…and
+// 4,312 more like it"); returns the lines written and the count summed up.
+std::pair<size_t, size_t> wait_for_flood_accounted(const Process& p, const std::string& line_mark,
+                                                   const std::string& summary, size_t expected,
+                                                   std::chrono::milliseconds timeout) {
+  auto accounted = [&] {
+    size_t lines = 0, summed = 0;
+    for (const std::string& line : lines_of(p.log())) {
+      if (line.find(line_mark) != std::string::npos) ++lines;
+      if (const size_t at = line.find(summary); at != std::string::npos) {
+        std::string digits;  // "4,312 more like it ..." -> "4312"
+        for (size_t i = at + summary.size(); i < line.size() && (std::isdigit(line[i]) || line[i] == ','); ++i)
+          if (line[i] != ',') digits += line[i];
+        summed += digits.empty() ? 0 : std::stoul(digits);
+      }
+    }
+    return std::pair{lines, summed};
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto counts = accounted();
+  while (counts.first + counts.second < expected && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+    counts = accounted();
+  }
+  return counts;
+}
+
 // Waits until `what` appears `times` times in the process's log.
 bool wait_for_count(const Process& p, const std::string& what, size_t times, std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
@@ -185,23 +214,7 @@ TEST_F(HeftLogTest, AFloodOfRefusalsIsABoundedNumberOfLinesAndASummary) {
   // The window of the last refusal ends within 10 s; its summary follows
   // within the proxy's next tick (250 ms).
   const std::string summary = "admin API requests refused: \u2026and ";
-  const auto deadline = std::chrono::steady_clock::now() + 12s;
-  auto accounted = [&] {
-    size_t lines = 0, summed = 0;
-    for (const std::string& line : lines_of(heft.log())) {
-      if (line.find("Z warn admin API: PATCH ") != std::string::npos) ++lines;
-      if (const size_t at = line.find(summary); at != std::string::npos) {
-        std::string digits;  // "4,312 more like it ..." -> "4312"
-        for (size_t i = at + summary.size(); i < line.size() && (std::isdigit(line[i]) || line[i] == ','); ++i)
-          if (line[i] != ',') digits += line[i];
-        summed += digits.empty() ? 0 : std::stoul(digits);
-      }
-    }
-    return std::pair{lines, summed};
-  };
-  while (accounted().first + accounted().second < kRefused && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(100ms);
-  const auto [lines, summed] = accounted();
+  const auto [lines, summed] = wait_for_flood_accounted(heft, "Z warn admin API: PATCH ", summary, kRefused, 12s);
   EXPECT_EQ(lines + summed, size_t{kRefused}) << heft.log();
   // The refusals took a few seconds at most: two windows, ten lines each.
   EXPECT_LE(lines, 20u) << heft.log();
@@ -222,24 +235,8 @@ TEST_F(HeftLogTest, AFloodOfBadRequestsToTheProxyIsABoundedNumberOfLinesAndASumm
     HttpClient client(port);
     ASSERT_EQ(client.request("GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n").status, 400) << i;
   }
-  const std::string summary = "400 from clients: malformed request heads: \u2026and ";
-  const auto deadline = std::chrono::steady_clock::now() + 12s;
-  auto accounted = [&] {
-    size_t lines = 0, summed = 0;
-    for (const std::string& line : lines_of(heft.log())) {
-      if (line.find("Z info 400 from 127.0.0.1: ") != std::string::npos) ++lines;
-      if (const size_t at = line.find(summary); at != std::string::npos) {
-        std::string digits;
-        for (size_t i = at + summary.size(); i < line.size() && (std::isdigit(line[i]) || line[i] == ','); ++i)
-          if (line[i] != ',') digits += line[i];
-        summed += digits.empty() ? 0 : std::stoul(digits);
-      }
-    }
-    return std::pair{lines, summed};
-  };
-  while (accounted().first + accounted().second < kRefused && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(100ms);
-  const auto [lines, summed] = accounted();
+  const auto [lines, summed] = wait_for_flood_accounted(
+      heft, "Z info 400 from 127.0.0.1: ", "400 from clients: malformed request heads: \u2026and ", kRefused, 12s);
   EXPECT_EQ(lines + summed, size_t{kRefused}) << heft.log();
   EXPECT_LE(lines, 20u) << heft.log();
   EXPECT_GE(lines, 10u) << heft.log();
