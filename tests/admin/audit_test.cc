@@ -3,6 +3,8 @@
 // line and kept, the last 1,000, for the admin API.
 #include "observe/audit.h"
 
+#include "observe/captured_log.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,33 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
-
-// Sends the log to a file for the life of the object.
-class CapturedLog {
- public:
-  CapturedLog() {
-    char path[] = "/tmp/heft-audit-test-XXXXXX";
-    fd_ = ::mkstemp(path);
-    path_ = path;
-    previous_ = set_log_fd(fd_);
-  }
-  ~CapturedLog() {
-    set_log_fd(previous_);
-    ::close(fd_);
-    std::remove(path_.c_str());
-  }
-  std::string text() const {
-    std::ifstream in(path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
- private:
-  int fd_ = -1;
-  int previous_ = 2;
-  std::string path_;
-};
 
 config::Config sample(const std::string& global = "", uint32_t weight = 5) {
   auto parsed = config::parse_heftfile(

@@ -2,6 +2,8 @@
 // many threads, and the limit on repeated lines with an injected clock.
 #include "observe/log.h"
 
+#include "observe/captured_log.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,39 +25,6 @@ using Clock = RepeatLimit::Clock;
 
 // 2026-12-07T13:41:15.123Z, in milliseconds since the epoch.
 constexpr int64_t kSample = 1796650875123;
-
-// Sends log() to a file for the life of the object; text() reads it.
-class CapturedLog {
- public:
-  CapturedLog() {
-    char path[] = "/tmp/heft-log-test-XXXXXX";
-    fd_ = ::mkstemp(path);
-    path_ = path;
-    previous_ = set_log_fd(fd_);
-  }
-  ~CapturedLog() {
-    set_log_fd(previous_);
-    ::close(fd_);
-    std::remove(path_.c_str());
-  }
-  std::string text() const {
-    std::ifstream in(path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-  std::vector<std::string> lines() const {
-    std::vector<std::string> out;
-    std::istringstream in(text());
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-
- private:
-  int fd_ = -1;
-  int previous_ = 2;
-  std::string path_;
-};
 
 TEST(Log, TextLinesHaveTheTimeAndLevel) {
   EXPECT_EQ(rfc3339_utc(kSample), "2026-12-07T13:41:15.123Z");
