@@ -141,6 +141,11 @@ Task<AttemptResult> attempt(Exchange& ex, const SiteRoute& route, WorkerSite& si
       conn = std::make_unique<UpstreamConnection>(ex.w.io, ex.w.blocks);
       error_code open_ec;
       conn->socket.open(endpoint.protocol(), open_ec);
+      // Out of descriptors while idle connections hold some: one of them goes instead.
+      while (open_ec && out_of_descriptors(open_ec) && close_oldest_idle_connection(ex.w)) {
+        open_ec.clear();
+        conn->socket.open(endpoint.protocol(), open_ec);
+      }
       // Non-blocking for send_now() and read_response_head()'s read. Set before the
       // connect, which then needs no ioctl of its own (after it, a second).
       if (!open_ec) conn->socket.non_blocking(true, open_ec);

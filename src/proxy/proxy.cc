@@ -74,6 +74,7 @@ Task<void> accept_loop(Worker& worker, Acceptor& acceptor, uint16_t port) {
     tcp::endpoint peer;  // from accept() itself: no getpeername() per connection
     auto [ec, socket] = co_await acceptor.async_accept(peer, use_task);
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec && out_of_descriptors(ec) && close_oldest_idle_connection(worker)) continue;
     if (ec) {
       // Out of descriptors or similar: back off briefly instead of spinning.
       Timer pause(worker.io, std::chrono::milliseconds(10));
@@ -597,6 +598,11 @@ void Proxy::bind() {
   unsigned count = worker_count(table->config);
   raise_descriptor_limit(impl.max_connections.load());
   for (unsigned i = 0; i < count; ++i) impl.workers.push_back(std::make_unique<Worker>(impl, i));
+  // Idle upstream connections may hold half the descriptors, shared among the workers.
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    for (auto& w : impl.workers)
+      w->idle_order.cap = std::max<std::size_t>(8, static_cast<std::size_t>(limit.rlim_cur) / 2 / count);
   // As many as nginx's usual worker_connections (4,096), fewer when
   // max_connections is lower: client and upstream sockets of a busy worker.
   const std::size_t states = std::clamp<std::size_t>(2 * std::size_t{impl.max_connections.load()} + 64, 256, 4096);

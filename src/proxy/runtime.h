@@ -128,6 +128,8 @@ struct Worker {
   std::map<tcp::endpoint, std::unique_ptr<Acceptor>> acceptors;  // one per listened address and port
   std::shared_ptr<WorkerRoutes> routes;
   uint64_t routes_version = 0;
+  // Before idle: its connections leave the order as they are destroyed.
+  IdleOrder idle_order;
   std::map<tcp::endpoint, IdleList> idle;  // idle upstream connections per backend address
   std::unique_ptr<Parking> parking;        // idle client connections without a session (after io)
   ReadyWatch ready_watch{io};  // waits for a response or a next request (after io)

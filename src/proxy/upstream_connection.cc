@@ -3,6 +3,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <limits>
 
@@ -48,6 +49,7 @@ std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& li
   while (!list.empty()) {
     std::unique_ptr<UpstreamConnection> conn = std::move(list.back());
     list.pop_back();
+    conn->leave_idle_order();
     if (now >= conn->idle_deadline) continue;  // closed with `conn`
     // Bytes that came during the reactor's current batch are not reported yet
     // (nginx's close handler has the same window). Peeking at every reuse
@@ -95,7 +97,35 @@ void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn, s
   conn->idle_since = coarse_now();
   conn->idle_deadline = timeout.count() == 0 ? Clock::time_point::max() : conn->idle_since + timeout;
   conn->maybe_more = conn->buffer.last_read_filled();
+  IdleOrder& order = w.idle_order;
+  conn->order = &order;
+  conn->list = &list;
+  conn->older = order.newest;
+  (order.newest ? order.newest->newer : order.oldest) = conn.get();
+  order.newest = conn.get();
+  ++order.count;
   list.push_back(std::move(conn));
+  while (order.count > order.cap && close_oldest_idle_connection(w)) {
+  }
+}
+
+bool close_oldest_idle_connection(Worker& w) {
+  UpstreamConnection* oldest = w.idle_order.oldest;
+  if (!oldest) return false;
+  // A backend's list is in the order its connections were pooled: the
+  // worker's oldest is its list's first.
+  IdleList& list = *oldest->list;
+  const auto it = std::find_if(list.begin(), list.end(), [&](const auto& conn) { return conn.get() == oldest; });
+  if (it == list.end()) {
+    oldest->leave_idle_order();  // not reached: an idle connection is in its list
+    return true;
+  }
+  list.erase(it);  // closed, and out of the order, with the connection
+  return true;
+}
+
+bool out_of_descriptors(const error_code& ec) {
+  return ec == boost::system::errc::too_many_files_open || ec == boost::system::errc::too_many_files_open_in_system;
 }
 
 // A 1xx other than 101 is an interim response (RFC 9110 15.2).

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,10 +23,28 @@ namespace heft::proxy {
 
 class ReadyWatch;
 struct Worker;
+struct IdleList;
+struct UpstreamConnection;
+
+// A worker's idle upstream connections across all its backends, from the
+// least recently used: each backend's list alone cannot bound them, and a
+// pool of thousands of backends would keep one per backend until the
+// descriptors run out. At `cap` the least recently used one is closed
+// (nginx's per-worker `keepalive` cache does the same), and a socket that
+// cannot be opened for want of descriptors closes one and tries again.
+struct IdleOrder {
+  UpstreamConnection* oldest = nullptr;
+  UpstreamConnection* newest = nullptr;
+  std::size_t count = 0;
+  std::size_t cap = std::numeric_limits<std::size_t>::max();
+};
 
 // An idle, reusable connection to a backend.
 struct UpstreamConnection {
   UpstreamConnection(boost::asio::io_context& io, BlockPool& blocks) : socket(io), buffer(blocks) {}
+  ~UpstreamConnection() { leave_idle_order(); }
+  UpstreamConnection(const UpstreamConnection&) = delete;
+  UpstreamConnection& operator=(const UpstreamConnection&) = delete;
   Socket socket;
   BlockBuffer buffer;  // keeps its block while idle: upstream connections are few and reused at once
   std::chrono::steady_clock::time_point idle_since{};  // when it was last put back in the idle list
@@ -39,6 +59,21 @@ struct UpstreamConnection {
   // write. A request that goes out in one write never waits for Nagle: by
   // then the backend has acknowledged everything sent before (its response did).
   bool nodelay = false;
+
+  // Its place in the worker's IdleOrder while it is idle (order null: not idle).
+  IdleOrder* order = nullptr;
+  IdleList* list = nullptr;
+  UpstreamConnection* older = nullptr;
+  UpstreamConnection* newer = nullptr;
+  void leave_idle_order() {
+    if (!order) return;
+    (older ? older->newer : order->oldest) = newer;
+    (newer ? newer->older : order->newest) = older;
+    --order->count;
+    order = nullptr;
+    list = nullptr;
+    older = newer = nullptr;
+  }
 };
 
 // Sets TCP_NODELAY on `socket` unless `set` says it is already (a syscall:
@@ -70,6 +105,11 @@ boost::system::error_code connect_error(Socket& socket);
 void park(Worker& w, IdleList& list, std::unique_ptr<UpstreamConnection> conn, std::chrono::milliseconds timeout);
 // The newest idle connection of `list` that is still clean, or null.
 std::unique_ptr<UpstreamConnection> take_idle_connection(Worker& w, IdleList& list);
+// Closes the worker's least recently used idle upstream connection; false
+// when it has none.
+bool close_oldest_idle_connection(Worker& w);
+// Whether `ec` says the process (or the system) is out of descriptors.
+bool out_of_descriptors(const boost::system::error_code& ec);
 
 // Feeds the connection's buffer to `parser` until its header is done, reading
 // when needed; `received` is set once any byte came. `wait_in`: the request

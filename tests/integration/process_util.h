@@ -96,6 +96,9 @@ class Process {
         dup2(fd, 2);
         ::close(fd);
       }
+      // Nothing of the test's own (listeners, backends it runs in-process) is
+      // passed on: the child starts with its standard descriptors only.
+      ::close_range(3, ~0U, 0);
       std::vector<char*> argv;
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
