@@ -94,8 +94,10 @@ struct Http2Callbacks {
   }
 
   static int frame_send(nghttp2_session*, const nghttp2_frame* frame, void* user) {
-    if (frame->hd.type == NGHTTP2_HEADERS && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
-      if (Http2Stream* s = of(user).stream(frame->hd.stream_id)) s->head_sent();
+    const bool ends = (frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+                      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM);
+    if (ends)
+      if (Http2Stream* s = of(user).stream(frame->hd.stream_id)) s->response_sent();
     return 0;
   }
 };
@@ -220,6 +222,11 @@ void Http2Connection::write_started() {
 
 void Http2Connection::close_transport() { close_transport_(); }
 
+void Http2Connection::linger() {
+  close_deadline_ = coarse_now() + std::chrono::seconds(2);
+  w.wake_sweep();
+}
+
 void Http2Connection::start_stream(Http2Stream& stream) {
   stream.task_running = true;
   ++tasks_;
@@ -271,7 +278,7 @@ bool Http2Connection::count_frame(uint8_t type, uint8_t flags, std::size_t lengt
 }
 
 void Http2Connection::enhance_your_calm(const char* what) {
-  if (going_away_ && !nghttp2_session_want_read(session)) return;
+  if (std::exchange(calmed_, true)) return;
   static observe::LogLimit floods("HTTP/2 connections ended for floods", observe::LogLevel::warn);
   if (floods.admit()) observe::warn("HTTP/2 from {}: {}: GOAWAY ENHANCE_YOUR_CALM", client_ip, what);
   going_away_ = true;

@@ -88,6 +88,9 @@ class Http2Connection {
   void write_started();
   void write_finished() { write_deadline_ = Clock::time_point::max(); }
   void close_transport();
+  // The connection's sending side is shut: what the client still sends is
+  // read for a while (the sweep closes it then).
+  void linger();
 
   // ---- The worker's sweep, drain and stop.
   void sweep(Clock::time_point now);
@@ -118,6 +121,7 @@ class Http2Connection {
   bool reader_done_ = false;
   bool transport_failed_ = false;
   bool going_away_ = false;
+  bool calmed_ = false;  // ended for a flood
   Clock::time_point idle_deadline_ = Clock::time_point::max();
   Clock::time_point write_deadline_ = Clock::time_point::max();
   Clock::time_point close_deadline_ = Clock::time_point::max();  // a GOAWAY the client does not take

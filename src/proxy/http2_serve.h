@@ -33,6 +33,13 @@ Task<void> read_frames(Http2Connection& conn, Stream& stream) {
     }
   }
   conn.reader_finished(failed);
+  // What the client still sends is read and dropped until it closes (or the
+  // linger deadline closes it): closed with input unread, the kernel would
+  // reset the connection and could destroy the GOAWAY on its way.
+  while (!failed) {
+    auto [ec, n] = co_await stream.async_read_some(boost::asio::buffer(buffer), use_task);
+    failed = ec.failed();
+  }
 }
 
 template <class Stream>
@@ -51,7 +58,13 @@ Task<void> write_frames(Http2Connection& conn, Stream& stream) {
     if (conn.over()) break;
     co_await conn.wait_for_output();
   }
-  conn.close_transport();  // the reader, if still waiting, ends too
+  if (conn.transport_failed()) {
+    conn.close_transport();  // the reader, if still waiting, ends too
+  } else {
+    boost::system::error_code ignored;
+    stream.lowest_layer().shutdown(boost::asio::socket_base::shutdown_send, ignored);
+    conn.linger();
+  }
 }
 
 }  // namespace http2_detail

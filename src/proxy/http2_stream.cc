@@ -312,17 +312,21 @@ Task<void> Http2Stream::send_refusal(const Refusal& refusal) {
 
 void Http2Stream::end_stream_state() {
   if (!nghttp2_open || conn.transport_failed()) return;
-  const bool response_whole = head_submitted_ && (no_body_ || eof_given_);
-  if (!response_whole) {
+  if (!(head_submitted_ && (no_body_ || eof_given_))) {
     // A response cut short (a backend's body failed, a timeout): the client
     // must not take it for whole.
     nghttp2_submit_rst_stream(conn.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
-  } else if (!body_end_) {
-    // The response is whole but the request body still comes: the client may
-    // stop sending it (RFC 9113 8.1).
-    nghttp2_submit_rst_stream(conn.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+    conn.notify_output();
   }
-  conn.notify_output();
+}
+
+void Http2Stream::response_sent() {
+  head_out_ = true;
+  wake();
+  // The response is whole but the request body still comes: the client may
+  // stop sending it (RFC 9113 8.1). Only now: a reset queued earlier would
+  // overtake the response's last DATA frames.
+  if (!body_end_) nghttp2_submit_rst_stream(conn.session, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
 }
 
 Task<void> Http2Stream::run() {

@@ -45,7 +45,8 @@ class Http2Stream final : public Exchange {
   void closed();
   // A DATA frame's bytes for the response: nghttp2's read callback.
   std::size_t pull(uint8_t* out, std::size_t length, bool& end, bool& deferred);
-  void head_sent() { head_out_ = true; }
+  // The response's last frame (END_STREAM) went out.
+  void response_sent();
 
   bool task_running = false;
   bool nghttp2_open = true;
