@@ -106,6 +106,7 @@ Http2Connection::Http2Connection(Worker& worker, uint16_t port, std::string ip, 
     : w(worker), local_port(port), client_ip(std::move(ip)), close_transport_(std::move(close_transport)),
       output_signal_(worker.io) {
   self = w.h2_connections.insert(w.h2_connections.end(), this);
+  resets_refilled_ = coarse_now();
 }
 
 Http2Connection::~Http2Connection() {
@@ -265,6 +266,19 @@ bool Http2Connection::count_frame(uint8_t type, uint8_t flags, std::size_t lengt
       enhance_your_calm("SETTINGS, PING or PRIORITY flood");
       return false;
     }
+  }
+  if (type == NGHTTP2_RST_STREAM) {
+    // heft's own bucket besides nghttp2's (which not every build has, and
+    // which let some floods through): a burst, then a rate.
+    const Clock::time_point now = coarse_now();
+    const double seconds = std::chrono::duration<double>(now - resets_refilled_).count();
+    reset_tokens_ = std::min<double>(Http2Limits::reset_burst, reset_tokens_ + seconds * Http2Limits::resets_per_second);
+    resets_refilled_ = now;
+    if (reset_tokens_ < 1) {
+      enhance_your_calm("rapid reset");
+      return false;
+    }
+    reset_tokens_ -= 1;
   }
   const bool empty = (type == NGHTTP2_DATA || type == NGHTTP2_HEADERS || type == NGHTTP2_CONTINUATION) &&
                      length == 0 && !(flags & NGHTTP2_FLAG_END_STREAM);

@@ -39,7 +39,8 @@ struct Http2Limits {
   static constexpr int32_t connection_window = 1024 * 1024;
   // CONTINUATION frames after one HEADERS (where nghttp2 can be told).
   static constexpr std::size_t max_continuations = 8;
-  // Client resets: a burst, then this many per second (where nghttp2 can be told).
+  // Client resets (RST_STREAM): a burst, then this many per second (nghttp2's
+  // limit where it has one, and heft's own); past it: GOAWAY ENHANCE_YOUR_CALM.
   static constexpr uint64_t reset_burst = 1000, resets_per_second = 100;
   // Unanswered SETTINGS and PING acknowledgements queued for a client that
   // does not read: past this the connection ends.
@@ -129,6 +130,8 @@ class Http2Connection {
   Clock::time_point control_window_start_{};
   unsigned control_frames_ = 0;
   unsigned empty_frames_ = 0;
+  double reset_tokens_ = Http2Limits::reset_burst;  // client resets allowed now
+  Clock::time_point resets_refilled_{};
 };
 
 }  // namespace heft::proxy

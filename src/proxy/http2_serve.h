@@ -56,6 +56,7 @@ Task<void> write_frames(Http2Connection& conn, Stream& stream) {
       continue;
     }
     if (conn.over()) break;
+    if (out.capacity() > 16 * 1024) std::string().swap(out);  // an idle connection keeps no large buffer
     co_await conn.wait_for_output();
   }
   if (conn.transport_failed()) {
@@ -71,8 +72,10 @@ Task<void> write_frames(Http2Connection& conn, Stream& stream) {
 
 // Serves HTTP/2 on `stream` (accepted on local port `port`) to its end.
 // `received`: bytes read from it already (the connection preface, when
-// a plain listener told HTTP/2 from HTTP/1.1 by them). The connection counts
-// as open (Proxy::Impl::open_connections) until this returns.
+// a plain listener told HTTP/2 from HTTP/1.1 by them). The caller counts the
+// connection open (Proxy::Impl::open_connections, observe::connection_opened)
+// before; it is counted closed when this returns. For TLS, once ALPN chose
+// "h2": co_await serve_http2(worker, tls_stream, port, client_ip, {}).
 template <class Stream>
 Task<void> serve_http2(Worker& worker, Stream& stream, uint16_t port, std::string client_ip,
                        std::string_view received) {

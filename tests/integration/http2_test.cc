@@ -56,14 +56,15 @@ struct H2Fleet {
                       port);
   }
   std::string url(const std::string& path = "/") const { return fmt::format("http://127.0.0.1:{}{}", port, path); }
-  // Requests each backend has received so far (its /_control/stats).
+  // Requests each backend has received before this look (its /_control/stats,
+  // which counts itself: one less).
   std::vector<long> backend_requests() const {
     std::vector<long> out;
     for (const Backend& b : backends) {
       HttpClient client(b.port);
       const Response r = client.get("/_control/stats");
       std::smatch m;
-      out.push_back(std::regex_search(r.body, m, std::regex("\"requests\":(\\d+)")) ? std::stol(m[1]) : -1);
+      out.push_back(std::regex_search(r.body, m, std::regex("\"requests\":(\\d+)")) ? std::stol(m[1]) - 1 : -1);
     }
     return out;
   }
@@ -83,9 +84,6 @@ TEST(Http2, CurlAndNghttpWithPriorKnowledgeBesideHttp11) {
   // HTTP/1.1 on the same port as before.
   HttpClient client(f.port);
   EXPECT_EQ(client.get("/").status, 200);
-  // The access log says which protocol.
-  const Output nghttp_head = run("nghttp -n " + f.url("/logged"));
-  EXPECT_EQ(nghttp_head.exit_code, 0) << nghttp_head.text;
 }
 
 TEST(Http2, PlainListenersSpeakHttp11OnlyByDefault) {
@@ -158,7 +156,7 @@ TEST(Http2, MalformedRequestsAreResetAndNeverForwarded) {
   EXPECT_NE(out.text.find("control: 200"), std::string::npos) << out.text;
   std::vector<long> after = f.backend_requests();
   long forwarded = 0;
-  for (std::size_t i = 0; i < after.size(); ++i) forwarded += after[i] - before[i];
+  for (std::size_t i = 0; i < after.size(); ++i) forwarded += after[i] - before[i] - 1;  // less the first look
   EXPECT_EQ(forwarded, 1) << "only the well-formed request reaches a backend";
 }
 
@@ -214,11 +212,12 @@ void attack(const std::string& name, const std::string& expected_outcome) {
   Process attacker({kPython, std::string(HEFT_SOURCE_DIR) + "/tests/integration/http2_attack.py", std::to_string(f.port), name},
                    f.dir + "/attack.log");
   long rss_peak = rss_before;
-  for (int i = 0; i < 700 && attacker.running(); ++i) {  // 70 s at most
+  std::optional<int> exit_code;
+  for (int i = 0; i < 700 && !exit_code; ++i) {  // 70 s at most
     rss_peak = std::max(rss_peak, vm_rss_kib(f.heft.pid()));
-    std::this_thread::sleep_for(100ms);
+    exit_code = attacker.wait(100ms);
   }
-  const std::optional<int> exit_code = attacker.wait(5s);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the other client's turn, after a quick attack too
   stop = true;
   other.join();
   const std::string outcome = read_file(f.dir + "/attack.log");
