@@ -10,6 +10,8 @@ packages=(
   nlohmann-json3-dev          # JSON config model, admin API, --json output
   libcli11-dev                # the `heft` command line
   libfmt-dev                  # formatting
+  libnghttp2-dev              # HTTP/2 from clients (src/proxy/http2_*)
+  nghttp2-client python3-h2   # HTTP/2 tests: nghttp, h2load, raw frames for the attack tests
   libgtest-dev libgmock-dev   # unit and integration tests
   libbenchmark-dev            # micro-benchmarks in bench/
   python3 curl procps         # test drivers and process checks

@@ -17,7 +17,7 @@ namespace {
 constexpr std::string_view kGlobalNames[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
     "max_connections", "default_bind", "log_format", "demo_backends"};
-constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind"};
+constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind", "protocols"};
 constexpr std::string_view kProxyNames[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
@@ -351,6 +351,14 @@ void Adapter::site(const Directive& head, const std::vector<const Directive*>& b
     } else if (name == "bind") {
       bind_addresses(*d, site.bind);
       site.bind_at = d->name;
+    } else if (name == "protocols") {
+      if (!no_block(*d)) continue;
+      if (d->args.empty()) {
+        error(d->name, "missing value for \"protocols\" (e.g. \"protocols h1 h2c\")");
+        continue;
+      }
+      site.protocols = d->args;
+      site.protocols_at = d->name;
     }
   }
   // A misspelled reverse_proxy was reported already; not also "site has no reverse_proxy".
@@ -515,6 +523,36 @@ void Adapter::servers(bool syntax_ok) {
         listen.push_back(join_host_port(bracketed ? address.substr(1, address.size() - 2) : address, port));
       }
       if (listen.empty()) listen.push_back(fmt::format(":{}", port));
+      // The sites of a server speak the same protocols: the first that names
+      // them decides, and another naming others is told so.
+      const Site* speaks = nullptr;
+      for (size_t s : groups[g].second) {
+        const Site& site = sites_[s];
+        if (!site.protocols_at) continue;
+        if (!speaks) {
+          speaks = &site;
+          continue;
+        }
+        const auto texts = [](const Site& of) {
+          std::vector<std::string> out;
+          for (const Token& t : of.protocols) out.push_back(t.text);
+          std::sort(out.begin(), out.end());
+          return out;
+        };
+        if (texts(site) != texts(*speaks))
+          error(*site.protocols_at, fmt::format("the sites of port {} speak the same protocols: the site at {}:{} "
+                                                "names others", port, speaks->protocols_at->line,
+                                                speaks->protocols_at->column));
+      }
+      json protocols;
+      if (speaks) {
+        protocols = json::array();
+        out_.sources.add(pointer + "/protocols", place(*speaks->protocols_at, "protocols"));
+        for (const Token& t : speaks->protocols) {
+          out_.sources.add(fmt::format("{}/protocols/{}", pointer, protocols.size()), place(t, "protocols"));
+          protocols.push_back(t.text);
+        }
+      }
       json routes = json::array();
       for (size_t s : groups[g].second) {
         Site& site = sites_[s];
@@ -524,6 +562,7 @@ void Adapter::servers(bool syntax_ok) {
         routes.push_back(std::move(site.route));
       }
       servers[name] = {{"listen", std::move(listen)}, {"routes", std::move(routes)}};
+      if (speaks) servers[name]["protocols"] = std::move(protocols);
     }
   }
   // Nothing to serve is the validator's to say, unless it follows from an error already told.

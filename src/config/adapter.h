@@ -56,6 +56,9 @@ struct Site {
   std::vector<std::pair<std::string, Token>> bind;
   std::optional<Token> bind_at;  // the `bind` directive
   std::vector<std::pair<std::string, Token>> ip_addresses;
+  // `protocols h1 h2c`: the names, each with its token (its server's `protocols`).
+  std::vector<Token> protocols;
+  std::optional<Token> protocols_at;
 };
 
 class Adapter {

@@ -159,6 +159,13 @@ nlohmann::json to_json(const Config& config) {
     if (bind.empty()) listen.push_back(fmt::format(":{}", ports[i]));
     servers[fmt::format("srv{}", i)] = {{"listen", std::move(listen)},
                                         {"routes", std::move(routes)}};
+    const Protocols& spoken = sites_of[ports[i]].front()->protocols;
+    if (spoken != Protocols{}) {
+      json names = json::array();
+      for (auto [on, name] : {std::pair{spoken.h1, "h1"}, std::pair{spoken.h2, "h2"}, std::pair{spoken.h2c, "h2c"}})
+        if (on) names.push_back(name);
+      servers[fmt::format("srv{}", i)]["protocols"] = std::move(names);
+    }
   }
   json http = {{"workers", config.workers},
                {"grace_period", format_duration(config.grace_period)},

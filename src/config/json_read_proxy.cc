@@ -36,6 +36,27 @@ constexpr std::string_view kHashKeys[] = {"client_ip", "uri", "header", "cookie"
 
 }  // namespace
 
+void Reader::protocols(const json& value, const std::string& pointer, Protocols& out) {
+  static constexpr std::string_view kProtocols[] = {"h1", "h2", "h2c"};
+  if (!value.is_array() || value.empty()) {
+    error(pointer, "must be a list of protocols, e.g. [\"h1\", \"h2c\"]",
+          "needs at least one protocol, e.g. \"protocols h1 h2c\"");
+    return;
+  }
+  Protocols read{false, false, false};
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string at = pointer_append(pointer, i);
+    const std::string name = value[i].is_string() ? value[i].get<std::string>() : std::string();
+    if (name == "h1") read.h1 = true;
+    else if (name == "h2") read.h2 = true;
+    else if (name == "h2c") read.h2c = true;
+    else if (name == "h3") error(at, "h3 (HTTP/3 over QUIC) is not supported: use h1, h2 or h2c");
+    else if (!value[i].is_string()) error(at, "must be a protocol name: h1, h2 or h2c");
+    else error(at, fmt::format("unknown protocol \"{}\"{} (use h1, h2 or h2c)", printable(name), suggestion(name, kProtocols)));
+  }
+  out = read;
+}
+
 void Reader::reverse_proxy(const json& value, const std::string& pointer, ProxyConfig& pool) {
   if (!object(value, pointer,
               {"handler", "upstreams", "load_balancing", "health_checks", "transport", "headers", "slow_start",

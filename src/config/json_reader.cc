@@ -370,7 +370,9 @@ void Reader::admin_listen_conflict(const json& document, const Config& config,
 
 void Reader::server(const json& value, const std::string& pointer, Config& config,
                     std::map<uint16_t, std::string>& ports) {
-  if (!object(value, pointer, {"listen", "routes"})) return;
+  if (!object(value, pointer, {"listen", "routes", "protocols"})) return;
+  Protocols protocols_spoken;
+  if (const json* list = field(value, "protocols")) protocols(*list, pointer_append(pointer, "protocols"), protocols_spoken);
   uint16_t port = 0;
   std::vector<std::string> bind;  // the server's addresses: each of its sites listens on them (`bind`)
   if (const json* listen = array_field(value, "listen", pointer, true)) {
@@ -405,6 +407,7 @@ void Reader::server(const json& value, const std::string& pointer, Config& confi
     SiteConfig& site = config.sites.emplace_back();
     site.port = port;
     site.bind = bind;
+    site.protocols = protocols_spoken;
     const std::string route_pointer = pointer_append(routes_pointer, i);
     if (sources_) {  // where the site was written: its warnings and resolve errors name it
       const Source& at = sources_->nearest(route_pointer);

@@ -117,6 +117,8 @@ class Reader {
 
   // json_read_proxy.cc
   void reverse_proxy(const json& value, const std::string& pointer, ProxyConfig& pool);
+  // A server's "protocols": ["h1", "h2", "h2c"] (Caddy's names).
+  void protocols(const json& value, const std::string& pointer, Protocols& out);
   bool upstream(const json& value, const std::string& pointer, UpstreamConfig& upstream);
   void dial(const json& object, const std::string& pointer, UpstreamConfig& upstream);
   void load_balancing(const json& value, const std::string& pointer, ProxyConfig& pool);

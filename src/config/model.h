@@ -132,6 +132,17 @@ struct LogConfig {
 
 // One site block: the hosts and port it answers, the addresses it listens
 // on, and its proxy.
+// The protocols a server speaks (Caddy's `protocols`: "h1", "h2", "h2c").
+// h2 is HTTP/2 over TLS (chosen by ALPN); h2c is cleartext HTTP/2 with prior
+// knowledge on a plain listener, told from HTTP/1.1 by its first bytes.
+struct Protocols {
+  bool h1 = true;
+  bool h2 = true;
+  bool h2c = false;
+
+  bool operator==(const Protocols&) const = default;
+};
+
 struct SiteConfig {
   std::vector<std::string> hosts;  // empty = any host
   uint16_t port = 80;
@@ -142,6 +153,7 @@ struct SiteConfig {
   // has the same addresses (one JSON server per port: its `listen`).
   std::vector<std::string> bind;
   bool is_default = false;  // answers requests no other site on its port matches
+  Protocols protocols;      // its server's (the same for every site of a port)
   ProxyConfig proxy;
   LogConfig log;
   std::string file;  // where the site was declared (diagnostics); not in JSON
@@ -151,7 +163,7 @@ struct SiteConfig {
   // Compares what the site means, not where it was written.
   bool operator==(const SiteConfig& other) const {
     return hosts == other.hosts && port == other.port && bind == other.bind && is_default == other.is_default &&
-           proxy == other.proxy && log == other.log;
+           protocols == other.protocols && proxy == other.proxy && log == other.log;
   }
 };
 

@@ -25,6 +25,9 @@ namespace heft::proxy {
 using namespace std::string_view_literals;
 namespace {
 
+// The start of HTTP/2's connection preface (RFC 9113 3.4): an HTTP/1.1 scan
+// reads it as a request line of version 2.0 (505).
+constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n";
 // How long a closing connection drains what its client still sends (linger()).
 constexpr std::chrono::milliseconds kLingeringTime{5000};
 // A client connection idle this long gives back its buffers and waits for
@@ -239,6 +242,17 @@ Task<void> Http1Session::run() {
       co_return;
     }
     if (status < 0) break;
+    if (status == 505 && in_.size() >= kH2Preface.size() && std::string_view(in_.bytes(), kH2Preface.size()) == kH2Preface &&
+        w.current_routes()->table->speaks_h2c(local_port)) {
+      // HTTP/2 with prior knowledge on a listener that speaks h2c: the
+      // connection, and what was read of it, goes to an HTTP/2 connection
+      // (counted open by it from now).
+      handed_to_park_ = true;
+      disarm();
+      w.ready_watch.forget(client.native_handle(), client_watched_);
+      start_http2(w, std::move(client), local_port, std::move(client_ip), std::string(in_.bytes(), in_.size()));
+      co_return;
+    }
     if (status > 0) {
       co_await send_status(static_cast<unsigned>(status), false);
       record_refused_head(static_cast<unsigned>(status));
@@ -504,6 +518,7 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
     else if (now >= s->next_client_check && s->head_wait_since != Clock::time_point::max()) s->check_client(now);
   }
+  if (!worker.h2_connections.empty()) sweep_http2(worker, now);
   // Four times a second: unmap spare I/O blocks, and once sessions have ended
   // (closed or parked: freed in the middle of the heap, where free() keeps
   // pages resident) hand whole free pages back. Connections parked after
@@ -522,7 +537,8 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
 void forget_dropped_ports(Worker& worker) {
   std::erase_if(worker.dropped_port_routes, [&](const auto& entry) {
     return std::none_of(worker.sessions.begin(), worker.sessions.end(),
-                        [&](const Http1Session* s) { return s->local_port == entry.first; });
+                        [&](const Http1Session* s) { return s->local_port == entry.first; }) &&
+           !http2_on_port(worker, entry.first);
   });
 }
 
@@ -530,10 +546,12 @@ void close_idle_sessions(Worker& worker, uint16_t port) {
   for (Http1Session* s : worker.sessions)
     if (s->idle && s->local_port == port) s->cancel_client();
   worker.parking->close_port(port);
+  go_away_http2(worker, port);
 }
 
 void cut_requests(Worker& worker) {
   for (Http1Session* s : worker.sessions) s->cut();
+  cut_http2(worker);
 }
 
 void close_idle_sessions(Worker& worker) {
@@ -542,6 +560,7 @@ void close_idle_sessions(Worker& worker) {
     s->cancel_client();
   }
   worker.parking->close_all();
+  go_away_http2(worker);
 }
 
 }  // namespace heft::proxy

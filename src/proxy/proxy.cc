@@ -65,6 +65,12 @@ void admit(Worker& worker, Socket socket, const tcp::endpoint& peer, uint16_t po
     socket.close(ignored);  // max_connections: refuse rather than queue
     return;
   }
+  if (const std::shared_ptr<WorkerRoutes>& routes = worker.current_routes(); routes->table->speaks_only_h2c(port)) [[unlikely]] {
+    worker.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
+    observe::connection_opened();
+    start_http2(worker, std::move(socket), port, address_text(peer.address()), {});
+    return;
+  }
   start_session(worker, std::move(socket), port, address_text(peer.address()));
   worker.wake_sweep();
 }
@@ -103,7 +109,9 @@ void take_queued_connections(Worker& worker, Acceptor& acceptor, uint16_t port) 
 // parked client connections, pooled upstream connections, routes kept for
 // ports a reload dropped.
 bool has_sweep_work(const Worker& worker) {
-  if (!worker.sessions.empty() || worker.parking->size() > 0 || !worker.dropped_port_routes.empty()) return true;
+  if (!worker.sessions.empty() || !worker.h2_connections.empty() || worker.parking->size() > 0 ||
+      !worker.dropped_port_routes.empty())
+    return true;
   for (const auto& [endpoint, list] : worker.idle)
     if (!list.empty()) return true;
   return false;
@@ -145,7 +153,7 @@ Task<void> sweep_loop(Worker& worker) {
       // And sums up the log lines of any kind held back in a window that has ended.
       observe::flush_log_limits(now);
     }
-    if (worker.draining && worker.sessions.empty() && worker.parking->size() == 0) {
+    if (worker.draining && worker.sessions.empty() && worker.h2_connections.empty() && worker.parking->size() == 0) {
       worker.grace_timer.cancel();
       worker.idle.clear();
       // Nothing is left to finish: stop now instead of waiting for the
@@ -229,6 +237,14 @@ void RouteTable::index() {
     HostRoutes& routes = host_routes.emplace_back(port, HostRoutes{}).second;
     for (std::size_t i : indexes) routes.add(i, sites[i].site.hosts, sites[i].site.is_default);
     routes.finish();
+  }
+  h2c_ports.clear();
+  h2c_only_ports.clear();
+  for (const auto& [port, indexes] : by_port) {
+    if (indexes.empty()) continue;
+    const config::Protocols& spoken = sites[indexes.front()].site.protocols;  // the same for every site of a port
+    if (spoken.h2c) h2c_ports.push_back(port);
+    if (spoken.h2c && !spoken.h1) h2c_only_ports.push_back(port);
   }
 }
 

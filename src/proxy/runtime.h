@@ -9,6 +9,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -80,7 +81,17 @@ struct RouteTable {
   // number of sites (see host_routes.h).
   std::vector<std::pair<uint16_t, HostRoutes>> host_routes;
 
-  // Fills host_routes; call once sites and by_port are complete.
+  // Ports whose server speaks h2c (sorted; usually none), and of those the
+  // ones that do not speak HTTP/1.1 as well.
+  std::vector<uint16_t> h2c_ports, h2c_only_ports;
+  bool speaks_h2c(uint16_t port) const {
+    return !h2c_ports.empty() && std::binary_search(h2c_ports.begin(), h2c_ports.end(), port);
+  }
+  bool speaks_only_h2c(uint16_t port) const {
+    return !h2c_only_ports.empty() && std::binary_search(h2c_only_ports.begin(), h2c_only_ports.end(), port);
+  }
+
+  // Fills host_routes (and the h2c ports); call once sites and by_port are complete.
   void index();
   // The site for `host` (a Host header value, port included or not) on `port`:
   // a site naming the host, else one with no hosts, else the port's default; null = 404.
@@ -88,6 +99,7 @@ struct RouteTable {
 };
 
 class Http1Session;
+class Http2Connection;
 struct Worker;
 
 // A worker's view of one site: its cached pool snapshot and, per snapshot, the
@@ -121,6 +133,7 @@ struct Worker {
   // destroyed with io's pending operations, and leave this list then.
   std::list<Http1Session*> sessions;            // for the timeout sweep and draining
   std::size_t sessions_ended_since_trim = 0;  // sessions freed (closed or parked) since the last malloc_trim
+  std::list<Http2Connection*> h2_connections;  // likewise, for HTTP/2 connections
   // One thread runs it and only that thread touches its sockets (others post
   // to it), so the reactor's per-socket locks are off; posting stays locked.
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
@@ -227,5 +240,17 @@ void sweep_idle_upstream_connections(Worker& worker, Clock::time_point now);
 void close_idle_sessions(Worker& worker, uint16_t port);
 // Lets go of Worker::dropped_port_routes of ports no session is on any more (http1_session.cc).
 void forget_dropped_ports(Worker& worker);
+
+// HTTP/2 with prior knowledge (h2c) on `socket`, counted open already;
+// `received`: what was read of it (http2_plain.cc).
+void start_http2(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip, std::string received);
+// The worker's HTTP/2 connections (http2_connection.cc): the sweep (idle,
+// write and stream deadlines); GOAWAY on a drain, or for a port a reload
+// stopped serving; the end of the grace period; whether any is on `port`.
+void sweep_http2(Worker& worker, Clock::time_point now);
+void go_away_http2(Worker& worker);
+void go_away_http2(Worker& worker, uint16_t port);
+void cut_http2(Worker& worker);
+bool http2_on_port(const Worker& worker, uint16_t port);
 
 }  // namespace heft::proxy

@@ -1193,3 +1193,57 @@ TEST(Heftfile, FiftyNineThousandPortsAreGroupedInOrder) {
 
 }  // namespace
 }  // namespace heft::config
+
+namespace heft::config {
+namespace {
+
+TEST(HeftfileProtocols, PlainListenersSpeakHttp11AloneByDefault) {
+  const Config config = parse_ok(":8080 {\n\treverse_proxy 127.0.0.1:9000\n}\n");
+  EXPECT_TRUE(config.sites[0].protocols.h1);
+  EXPECT_FALSE(config.sites[0].protocols.h2c);
+}
+
+TEST(HeftfileProtocols, H1AndH2cReachEverySiteOfThePortAndRoundTrip) {
+  const Config config = parse_ok(
+      "a.test:8080 {\n\tprotocols h1 h2c\n\treverse_proxy 127.0.0.1:9000\n}\n"
+      "b.test:8080 {\n\treverse_proxy 127.0.0.1:9001\n}\n");
+  ASSERT_EQ(config.sites.size(), 2u);
+  for (const SiteConfig& site : config.sites) {
+    EXPECT_TRUE(site.protocols.h1);
+    EXPECT_TRUE(site.protocols.h2c);
+    EXPECT_FALSE(site.protocols.h2);
+  }
+  const nlohmann::json document = to_json(config);
+  EXPECT_EQ(document["apps"]["http"]["servers"]["srv0"]["protocols"], nlohmann::json::array({"h1", "h2c"}));
+  Result<Config> back = from_json(document);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, config);
+}
+
+TEST(HeftfileProtocols, UnknownProtocolsAreErrorsAtTheirPlace) {
+  EXPECT_EQ(only_error(":8080 {\n\tprotocols h1 h2cc\n\treverse_proxy 127.0.0.1:9000\n}\n"),
+            "Heftfile:2:15: unknown protocol \"h2cc\" (did you mean \"h2c\"?) (use h1, h2 or h2c)");
+  EXPECT_EQ(only_error(":8080 {\n\tprotocols h3\n\treverse_proxy 127.0.0.1:9000\n}\n"),
+            "Heftfile:2:12: h3 (HTTP/3 over QUIC) is not supported: use h1, h2 or h2c");
+  EXPECT_EQ(only_error(":8080 {\n\tprotocols\n\treverse_proxy 127.0.0.1:9000\n}\n"),
+            "Heftfile:2:2: missing value for \"protocols\" (e.g. \"protocols h1 h2c\")");
+}
+
+TEST(HeftfileProtocols, SitesOfOnePortAgree) {
+  EXPECT_EQ(only_error("a.test:8080 {\n\tprotocols h1 h2c\n\treverse_proxy 127.0.0.1:9000\n}\n"
+                       "b.test:8080 {\n\tprotocols h1\n\treverse_proxy 127.0.0.1:9001\n}\n"),
+            "Heftfile:6:2: the sites of port 8080 speak the same protocols: the site at 2:2 names others");
+}
+
+TEST(JsonProtocols, ErrorsNameTheJsonPointer) {
+  nlohmann::json document = nlohmann::json::parse(R"({"apps": {"http": {"servers": {"srv0": {
+      "listen": [":8080"], "protocols": ["h1", "http2"],
+      "routes": [{"handle": [{"handler": "reverse_proxy", "upstreams": [{"dial": "127.0.0.1:9000"}]}]}]}}}}})");
+  Result<Config> result = from_json(document);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.errors[0].to_string(),
+            "/apps/http/servers/srv0/protocols/1: unknown protocol \"http2\" (use h1, h2 or h2c)");
+}
+
+}  // namespace
+}  // namespace heft::config

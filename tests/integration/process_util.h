@@ -257,14 +257,18 @@ inline uint16_t read_port_file(const std::string& path, std::chrono::millisecond
   throw std::runtime_error("no port file " + path);
 }
 
-// Peak resident memory of a process (VmHWM), in KiB; 0 if unknown.
-inline long vm_hwm_kib(pid_t pid) {
+// A memory figure of a process from /proc/PID/status ("VmHWM:", "VmRSS:"), in KiB; 0 if unknown.
+inline long vm_status_kib(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+    if (line.rfind(key, 0) == 0) return std::atol(line.c_str() + key.size());
   return 0;
 }
+// Peak resident memory of a process (VmHWM), in KiB; 0 if unknown.
+inline long vm_hwm_kib(pid_t pid) { return vm_status_kib(pid, "VmHWM:"); }
+// Resident memory of a process now (VmRSS), in KiB; 0 if unknown.
+inline long vm_rss_kib(pid_t pid) { return vm_status_kib(pid, "VmRSS:"); }
 
 // heft's log with the time taken off each line that has one
 // ("2026-12-07T13:41:15.123Z warn x" -> "warn x"), to compare with a text.
