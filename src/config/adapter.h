@@ -56,6 +56,10 @@ struct Site {
   std::vector<std::pair<std::string, Token>> bind;
   std::optional<Token> bind_at;  // the `bind` directive
   std::vector<std::pair<std::string, Token>> ip_addresses;
+  // Served over TLS: an https:// address, port 443, or a `tls` directive.
+  bool tls = false;
+  std::optional<Token> tls_at;       // the `tls` directive
+  std::vector<Token> tls_files;      // its CERT_FILE and KEY_FILE
 };
 
 class Adapter {
@@ -97,6 +101,10 @@ class Adapter {
   void bind_addresses(const Directive& d, std::vector<std::pair<std::string, Token>>& out);
   void demo_backends(const Directive& d, std::vector<std::pair<std::string, Source>>& sources);
   void log(const Directive& d, Site& site);
+  void tls(const Directive& d, Site& site);
+  // The TLS sites of one server: their certificates (apps.tls) and the
+  // server's tls_connection_policies; null when none of them is TLS.
+  json tls_policies(const std::vector<size_t>& sites, const std::string& server_pointer);
   void servers(bool syntax_ok);
 
   // ---- reverse_proxy (adapt_proxy.cc) ----
