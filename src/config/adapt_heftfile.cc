@@ -442,6 +442,7 @@ void Adapter::site_addresses(const Directive& head, Site& site) {
 void Adapter::tls(const Directive& d, Site& site) {
   site.tls = true;
   site.tls_at = d.name;
+  site.tls_refused = true;  // until it proves right
   if (!no_block(d)) return;
   if (d.args.size() == 1 && d.args[0].text == "internal") {
     error(d.args[0], "\"tls internal\" (heft's own local CA) is not supported yet: give \"tls CERT_FILE KEY_FILE\"");
@@ -463,6 +464,7 @@ void Adapter::tls(const Directive& d, Site& site) {
     }
     site.tls_files.push_back(std::move(path));
   }
+  site.tls_refused = false;
 }
 
 json Adapter::tls_policies(const std::vector<size_t>& group, const std::string& server_pointer) {
@@ -471,6 +473,9 @@ json Adapter::tls_policies(const std::vector<size_t>& group, const std::string& 
   json policies = json::array();
   const std::string at = server_pointer + "/tls_connection_policies";
   out_.sources.add(at, place(sites_[group.front()].head, "site address"));
+  // A certificate left out for an error told already: not also "no certificate".
+  if (std::any_of(group.begin(), group.end(), [&](size_t s) { return sites_[s].tls_refused; }))
+    out_.sources.mark_incomplete(at);
   json& files = out_.document["apps"]["tls"]["certificates"]["load_files"];
   if (files.is_null()) files = json::array();
   for (size_t s : group) {

@@ -60,6 +60,7 @@ struct Site {
   bool tls = false;
   std::optional<Token> tls_at;       // the `tls` directive
   std::vector<Token> tls_files;      // its CERT_FILE and KEY_FILE
+  bool tls_refused = false;          // the `tls` directive had an error (told already)
 };
 
 class Adapter {

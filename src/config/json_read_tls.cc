@@ -182,7 +182,7 @@ void Reader::tls_policies(const json& policies, const std::string& pointer, cons
     if (string_field(value, "default_sni", at, policy.default_sni)) policy.default_sni = lower(policy.default_sni);
   }
   if (config.certificates.empty() && !certificates_refused_)
-    error(pointer, "this server terminates TLS but apps.tls.certificates loads no certificate",
+    missing(pointer, "this server terminates TLS but apps.tls.certificates loads no certificate",
           "this site serves https but no certificate is loaded: add \"tls CERT_FILE KEY_FILE\"");
 }
 

@@ -816,6 +816,11 @@ TEST(HeftfileErrors, OtherValueErrors) {
   parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 0.99\n\t\t}\n\t}\n}\n");
   EXPECT_EQ(only_error("https://a.com {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:1: this site serves https but no certificate is loaded: add \"tls CERT_FILE KEY_FILE\"");
+  // A tls directive in error is the one error (not also "no certificate").
+  EXPECT_EQ(only_error("https://a.com {\n\ttls internal\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:6: \"tls internal\" (heft's own local CA) is not supported yet: give \"tls CERT_FILE KEY_FILE\"");
+  EXPECT_EQ(only_error(":443 {\n\ttls a.pem\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:6: \"tls\" takes a certificate file and its key file: \"tls CERT_FILE KEY_FILE\"");
   EXPECT_EQ(only_error("a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
 }
