@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -22,6 +23,13 @@ constexpr std::size_t kMaxPemBytes = 1 << 20;
 
 // The file's text, or why it could not be read.
 bool read_pem_file(const std::string& path, std::string& text, std::string& problem) {
+  // A FIFO or a device would block or never end the read.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    problem = "not a regular file";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     problem = std::strerror(errno);

@@ -315,6 +315,10 @@ TEST(Tls, ValidateNamesTheBadFileAndWhere) {
   run = validate("tls a.pem b.key");
   EXPECT_NE(run.out.find("Heftfile:2:12: key \"" + dir + "/b.key\" does not match the certificate"), std::string::npos)
       << run.out;
+  run = validate("tls /dev/zero a.key");  // never read: it would not end
+  EXPECT_NE(run.out.find("Heftfile:2:6: cannot read certificate file \"/dev/zero\": not a regular file"),
+            std::string::npos)
+      << run.out;
   run = validate("tls a.pem a.key");
   EXPECT_EQ(run.exit_code, 0) << run.out;
 }
