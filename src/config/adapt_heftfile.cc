@@ -1,6 +1,7 @@
 // The Heftfile adapter (adapt.h): the file, its global options and its sites.
 // A site's reverse_proxy is adapt_proxy.cc's.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -17,7 +18,7 @@ namespace {
 constexpr std::string_view kGlobalNames[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
     "max_connections", "default_bind", "log_format", "demo_backends"};
-constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind", "protocols"};
+constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind", "protocols", "tls"};
 constexpr std::string_view kProxyNames[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
@@ -359,6 +360,8 @@ void Adapter::site(const Directive& head, const std::vector<const Directive*>& b
       }
       site.protocols = d->args;
       site.protocols_at = d->name;
+    } else if (name == "tls") {
+      tls(*d, site);
     }
   }
   // A misspelled reverse_proxy was reported already; not also "site has no reverse_proxy".
@@ -393,12 +396,8 @@ void Adapter::site_addresses(const Directive& head, Site& site) {
   for (const Token& address : addresses) {
     std::string_view text = address.text;
     const std::string scheme = scheme_of(text);
-    if (scheme == "https") {
-      error(address, fmt::format("\"{}\": https is not supported; heft serves plain HTTP", text));
-      continue;
-    }
-    if (!scheme.empty() && scheme != "http") {
-      error(address, fmt::format("\"{}\": unsupported scheme \"{}\" (heft serves plain http://)", text, scheme));
+    if (!scheme.empty() && scheme != "http" && scheme != "https") {
+      error(address, fmt::format("\"{}\": unsupported scheme \"{}\" (write http:// or https://)", text, scheme));
       continue;
     }
     text.remove_prefix(scheme.empty() ? 0 : scheme.size() + 3);
@@ -406,7 +405,7 @@ void Adapter::site_addresses(const Directive& head, Site& site) {
       error(address, fmt::format("\"{}\": paths are not supported in site addresses", address.text));
       continue;
     }
-    auto split = split_host_port(text, 80);
+    auto split = split_host_port(text, scheme == "https" ? 443 : 80);
     if (!split.value) {
       error(address, fmt::format("invalid site address \"{}\": {}", address.text, split.error));
       continue;
@@ -420,6 +419,8 @@ void Adapter::site_addresses(const Directive& head, Site& site) {
       first_port_at = address;
       site.port = split.value->port;
     }
+    // Caddy's rule: https:// and port 443 are served over TLS.
+    if (scheme == "https" || (scheme.empty() && split.value->port == 443)) site.tls = true;
     if (split.value->host.empty()) {
       if (!hosts.empty() || any_host)
         error(address, fmt::format("\"{}\" answers every host: write it alone", address.text));
@@ -441,6 +442,67 @@ void Adapter::site_addresses(const Directive& head, Site& site) {
     }
   }
   if (!hosts.empty()) site.route["match"] = json::array({{{"host", std::move(hosts)}}});
+}
+
+// `tls CERT_FILE KEY_FILE`: the site is served over TLS with this
+// certificate (apps.tls.certificates.load_files, tagged for the site's
+// connection policy). Relative paths are the Heftfile's directory's.
+void Adapter::tls(const Directive& d, Site& site) {
+  site.tls = true;
+  site.tls_at = d.name;
+  site.tls_refused = true;  // until it proves right
+  if (!no_block(d)) return;
+  if (d.args.size() == 1 && d.args[0].text == "internal") {
+    error(d.args[0], "\"tls internal\" (heft's own local CA) is not supported yet: give \"tls CERT_FILE KEY_FILE\"");
+    return;
+  }
+  if (d.args.size() != 2) {
+    error(d.args.empty() ? d.name : d.args[0],
+          "\"tls\" takes a certificate file and its key file: \"tls CERT_FILE KEY_FILE\"");
+    return;
+  }
+  // Absolute: the JSON form may be read by a heft running elsewhere (`heft
+  // reload` sends it to one whose working directory is not the Heftfile's).
+  const std::filesystem::path base = std::filesystem::path(file_).parent_path();
+  for (Token path : d.args) {
+    if (!path.text.empty() && path.text[0] != '/') {
+      std::error_code ec;
+      const std::filesystem::path absolute = std::filesystem::absolute(base / path.text, ec);
+      if (!ec) path.text = absolute.lexically_normal().string();
+    }
+    site.tls_files.push_back(std::move(path));
+  }
+  site.tls_refused = false;
+}
+
+json Adapter::tls_policies(const std::vector<size_t>& group, const std::string& server_pointer) {
+  const bool any_tls = std::any_of(group.begin(), group.end(), [&](size_t s) { return sites_[s].tls; });
+  if (!any_tls) return nullptr;
+  json policies = json::array();
+  const std::string at = server_pointer + "/tls_connection_policies";
+  out_.sources.add(at, place(sites_[group.front()].head, "site address"));
+  // A certificate left out for an error told already: not also "no certificate".
+  if (std::any_of(group.begin(), group.end(), [&](size_t s) { return sites_[s].tls_refused; }))
+    out_.sources.mark_incomplete(at);
+  json& files = out_.document["apps"]["tls"]["certificates"]["load_files"];
+  if (files.is_null()) files = json::array();
+  for (size_t s : group) {
+    const Site& site = sites_[s];
+    if (site.tls_files.size() != 2) continue;
+    const std::string tag = fmt::format("cert{}", files.size());
+    const std::string file_at = fmt::format("/apps/tls/certificates/load_files/{}", files.size());
+    out_.sources.add(file_at, place(*site.tls_at, "tls"));
+    out_.sources.add(file_at + "/certificate", place(site.tls_files[0], "tls certificate file"));
+    out_.sources.add(file_at + "/key", place(site.tls_files[1], "tls key file"));
+    files.push_back({{"certificate", site.tls_files[0].text}, {"key", site.tls_files[1].text}, {"tags", {tag}}});
+    json policy = {{"certificate_selection", {{"any_tag", {tag}}}}};
+    if (site.route.contains("match")) policy["match"]["sni"] = site.route["match"][0]["host"];
+    out_.sources.add(fmt::format("{}/{}", at, policies.size()), place(*site.tls_at, "tls"));
+    policies.push_back(std::move(policy));
+  }
+  // Any other name (or none) gets a certificate still: the first that fits.
+  policies.push_back(json::object());
+  return policies;
 }
 
 void Adapter::log(const Directive& d, Site& site) {
@@ -553,6 +615,7 @@ void Adapter::servers(bool syntax_ok) {
           protocols.push_back(t.text);
         }
       }
+      json policies = tls_policies(groups[g].second, pointer);  // before the routes move out
       json routes = json::array();
       for (size_t s : groups[g].second) {
         Site& site = sites_[s];
@@ -561,8 +624,10 @@ void Adapter::servers(bool syntax_ok) {
         for (const std::string& below : site.incomplete) out_.sources.mark_incomplete(route + below);
         routes.push_back(std::move(site.route));
       }
-      servers[name] = {{"listen", std::move(listen)}, {"routes", std::move(routes)}};
-      if (speaks) servers[name]["protocols"] = std::move(protocols);
+      json server = {{"listen", std::move(listen)}, {"routes", std::move(routes)}};
+      if (speaks) server["protocols"] = std::move(protocols);
+      if (!policies.is_null()) server["tls_connection_policies"] = std::move(policies);
+      servers[name] = std::move(server);
     }
   }
   // Nothing to serve is the validator's to say, unless it follows from an error already told.

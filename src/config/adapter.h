@@ -59,6 +59,11 @@ struct Site {
   // `protocols h1 h2c`: the names, each with its token (its server's `protocols`).
   std::vector<Token> protocols;
   std::optional<Token> protocols_at;
+  // Served over TLS: an https:// address, port 443, or a `tls` directive.
+  bool tls = false;
+  std::optional<Token> tls_at;       // the `tls` directive
+  std::vector<Token> tls_files;      // its CERT_FILE and KEY_FILE
+  bool tls_refused = false;          // the `tls` directive had an error (told already)
 };
 
 class Adapter {
@@ -100,6 +105,10 @@ class Adapter {
   void bind_addresses(const Directive& d, std::vector<std::pair<std::string, Token>>& out);
   void demo_backends(const Directive& d, std::vector<std::pair<std::string, Source>>& sources);
   void log(const Directive& d, Site& site);
+  void tls(const Directive& d, Site& site);
+  // The TLS sites of one server: their certificates (apps.tls) and the
+  // server's tls_connection_policies; null when none of them is TLS.
+  json tls_policies(const std::vector<size_t>& sites, const std::string& server_pointer);
   void servers(bool syntax_ok);
 
   // ---- reverse_proxy (adapt_proxy.cc) ----

@@ -135,6 +135,38 @@ json route_to_json(const SiteConfig& site) {
 
 }  // namespace
 
+namespace {
+
+// Files are named, not copied: a reload reads them again (and the state file
+// holds no key that was not written in JSON already).
+json certificates_to_json(const std::vector<TlsCertificate>& certificates) {
+  json files = json::array(), pems = json::array();
+  for (const TlsCertificate& c : certificates) {
+    json entry = c.certificate_file.empty() ? json{{"certificate", c.certificate_pem}, {"key", c.key_pem}}
+                                            : json{{"certificate", c.certificate_file}, {"key", c.key_file}};
+    if (!c.tags.empty()) entry["tags"] = c.tags;
+    (c.certificate_file.empty() ? pems : files).push_back(std::move(entry));
+  }
+  json out = json::object();
+  if (!files.empty()) out["load_files"] = std::move(files);
+  if (!pems.empty()) out["load_pem"] = std::move(pems);
+  return out;
+}
+
+json tls_policies_to_json(const std::vector<TlsPolicy>& policies) {
+  json out = json::array();
+  for (const TlsPolicy& p : policies) {
+    json policy = json::object();
+    if (!p.sni.empty()) policy["match"]["sni"] = p.sni;
+    if (!p.any_tag.empty()) policy["certificate_selection"]["any_tag"] = p.any_tag;
+    if (!p.default_sni.empty()) policy["default_sni"] = p.default_sni;
+    out.push_back(std::move(policy));
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const Config& config) {
   json admin = {{"listen", config.admin.address}, {"disabled", !config.admin.enabled}};
   if (!config.admin.token.empty()) admin["token"] = config.admin.token;
@@ -157,15 +189,17 @@ nlohmann::json to_json(const Config& config) {
     json listen = json::array();
     for (const std::string& address : bind) listen.push_back(join_host_port(address, ports[i]));
     if (bind.empty()) listen.push_back(fmt::format(":{}", ports[i]));
-    servers[fmt::format("srv{}", i)] = {{"listen", std::move(listen)},
-                                        {"routes", std::move(routes)}};
+    json server = {{"listen", std::move(listen)}, {"routes", std::move(routes)}};
     const Protocols& spoken = sites_of[ports[i]].front()->protocols;
     if (spoken != Protocols{}) {
       json names = json::array();
       for (auto [on, name] : {std::pair{spoken.h1, "h1"}, std::pair{spoken.h2, "h2"}, std::pair{spoken.h2c, "h2c"}})
         if (on) names.push_back(name);
-      servers[fmt::format("srv{}", i)]["protocols"] = std::move(names);
+      server["protocols"] = std::move(names);
     }
+    if (const SiteConfig& first = *sites_of[ports[i]].front(); first.tls)
+      server["tls_connection_policies"] = tls_policies_to_json(first.tls_policies);
+    servers[fmt::format("srv{}", i)] = std::move(server);
   }
   json http = {{"workers", config.workers},
                {"grace_period", format_duration(config.grace_period)},
@@ -179,6 +213,7 @@ nlohmann::json to_json(const Config& config) {
     for (const DemoBackendConfig& b : config.demo_backends) backends.push_back({{"name", b.name}, {"listen", b.listen}});
     apps["demo"] = {{"backends", std::move(backends)}};
   }
+  if (!config.certificates.empty()) apps["tls"] = {{"certificates", certificates_to_json(config.certificates)}};
   json logging = {{"format", config.log_format == LogFormat::json ? "json" : "text"}};
   return {{"admin", std::move(admin)}, {"logging", std::move(logging)}, {"apps", std::move(apps)}};
 }

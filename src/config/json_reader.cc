@@ -285,8 +285,9 @@ Config Reader::config(const json& document) {
     missing("/apps", "required", "required");
     return config;
   }
-  if (!object(*apps, "/apps", {"http", "demo"})) return config;
+  if (!object(*apps, "/apps", {"http", "demo", "tls"})) return config;
   if (const json* demo = field(*apps, "demo")) demo_backends(*demo, config.demo_backends);
+  if (const json* tls = field(*apps, "tls")) tls_app(*tls, config);
   const json* http = field(*apps, "http");
   if (!http) {
     missing("/apps/http", "required", "required");
@@ -370,10 +371,13 @@ void Reader::admin_listen_conflict(const json& document, const Config& config,
 
 void Reader::server(const json& value, const std::string& pointer, Config& config,
                     std::map<uint16_t, std::string>& ports) {
-  if (!object(value, pointer, {"listen", "routes", "protocols"})) return;
+  if (!object(value, pointer, {"listen", "routes", "protocols", "tls_connection_policies"})) return;
   Protocols protocols_spoken;
   if (const json* list = field(value, "protocols")) protocols(*list, pointer_append(pointer, "protocols"), protocols_spoken);
   uint16_t port = 0;
+  std::optional<std::vector<TlsPolicy>> policies;  // set: the server terminates TLS
+  if (const json* tls = field(value, "tls_connection_policies"))
+    tls_policies(*tls, pointer_append(pointer, "tls_connection_policies"), config, policies.emplace());
   std::vector<std::string> bind;  // the server's addresses: each of its sites listens on them (`bind`)
   if (const json* listen = array_field(value, "listen", pointer, true)) {
     const std::string listen_pointer = pointer_append(pointer, "listen");
@@ -408,6 +412,8 @@ void Reader::server(const json& value, const std::string& pointer, Config& confi
     site.port = port;
     site.bind = bind;
     site.protocols = protocols_spoken;
+    site.tls = policies.has_value();
+    if (policies) site.tls_policies = *policies;
     const std::string route_pointer = pointer_append(routes_pointer, i);
     if (sources_) {  // where the site was written: its warnings and resolve errors name it
       const Source& at = sources_->nearest(route_pointer);

@@ -115,6 +115,12 @@ class Reader {
                     const std::vector<HostPlaces>& host_places);
   void admin_listen_conflict(const json& document, const Config& config, const std::map<uint16_t, std::string>& ports);
 
+  // json_read_tls.cc
+  void tls_app(const json& tls, Config& config);
+  void certificate(const json& value, const std::string& pointer, bool from_files, TlsCertificate& out);
+  void tls_policies(const json& policies, const std::string& pointer, const Config& config,
+                    std::vector<TlsPolicy>& out);
+
   // json_read_proxy.cc
   void reverse_proxy(const json& value, const std::string& pointer, ProxyConfig& pool);
   // A server's "protocols": ["h1", "h2", "h2c"] (Caddy's names).
@@ -136,6 +142,7 @@ class Reader {
   std::vector<Diagnostic>& errors_;
   const SourceMap* sources_;
   size_t error_count_ = 0;  // listed or not
+  bool certificates_refused_ = false;  // apps.tls had an error: a server's "no certificate" would only repeat it
 };
 
 }  // namespace heft::config::reading

@@ -123,6 +123,33 @@ struct ProxyConfig {
   bool operator==(const ProxyConfig&) const = default;
 };
 
+// One certificate with its key (apps.tls.certificates: load_files or
+// load_pem), as the validator read and checked them: PEM text, so that what
+// was checked is what is served (a file changed later is read again by the
+// next reload, not behind the validator's back).
+struct TlsCertificate {
+  std::string certificate_file;  // where it was read; empty for load_pem
+  std::string key_file;
+  std::string certificate_pem;  // the leaf first, then its chain
+  std::string key_pem;
+  std::vector<std::string> tags;   // Caddy's tags: a connection policy selects by them
+  std::vector<std::string> names;  // the DNS names it is valid for (SAN, else CN), lower case
+
+  bool operator==(const TlsCertificate&) const = default;
+};
+
+// One of a server's tls_connection_policies (Caddy's shape): the first whose
+// `sni` names the client's server name (or that has no `sni`) picks the
+// certificates a handshake may use: those with one of `any_tag` (every
+// certificate when empty), by name: exact, then wildcard, then the first.
+struct TlsPolicy {
+  std::vector<std::string> sni;      // lower case; empty = any
+  std::vector<std::string> any_tag;  // certificate_selection.any_tag
+  std::string default_sni;           // the name assumed when the client sends none
+
+  bool operator==(const TlsPolicy&) const = default;
+};
+
 struct LogConfig {
   bool enabled = false;
   std::string output;  // file path, or "stderr"
@@ -156,6 +183,10 @@ struct SiteConfig {
   Protocols protocols;      // its server's (the same for every site of a port)
   ProxyConfig proxy;
   LogConfig log;
+  // The server's tls_connection_policies: its port terminates TLS iff
+  // `tls` (every site of a port has the same, like `bind`).
+  bool tls = false;
+  std::vector<TlsPolicy> tls_policies;
   std::string file;  // where the site was declared (diagnostics); not in JSON
   int line = 0;
   int column = 0;
@@ -163,7 +194,8 @@ struct SiteConfig {
   // Compares what the site means, not where it was written.
   bool operator==(const SiteConfig& other) const {
     return hosts == other.hosts && port == other.port && bind == other.bind && is_default == other.is_default &&
-           protocols == other.protocols && proxy == other.proxy && log == other.log;
+           protocols == other.protocols && proxy == other.proxy && log == other.log && tls == other.tls &&
+           tls_policies == other.tls_policies;
   }
 };
 
@@ -221,6 +253,7 @@ struct Config {
   uint32_t max_connections = 10000;
   std::vector<SiteConfig> sites;
   std::vector<DemoBackendConfig> demo_backends;  // none unless asked for
+  std::vector<TlsCertificate> certificates;      // apps.tls.certificates, load_files then load_pem
 
   bool operator==(const Config&) const = default;
 };

@@ -147,6 +147,10 @@ std::string format_access_log_line(const AccessLogEntry& e) {
   line["ts"] = e.ts;
   line["request"] = {{"remote_ip", e.remote_ip}, {"method", e.method}, {"host", e.host}, {"uri", e.uri},
                      {"proto", e.proto}};
+  if (!e.tls.version.empty())
+    line["request"]["tls"] = {{"resumed", e.tls.resumed}, {"version", e.tls.version},
+                              {"cipher_suite", e.tls.cipher_suite}, {"proto", e.tls.proto},
+                              {"server_name", e.tls.server_name}};
   line["upstream"] = e.upstream;
   line["status"] = e.status;
   line["duration"] = e.duration;

@@ -2,6 +2,7 @@
 //   {"ts":1732921234.5,"request":{"remote_ip":"..","method":"GET","host":"..",
 //    "uri":"/","proto":"HTTP/1.1"},"upstream":"10.0.0.5:3000","status":200,
 //    "duration":0.0012,"size":512,"tries":1}
+// (over TLS, request.tls: {"resumed","version","cipher_suite","proto","server_name"})
 //
 // Requests never wait for the disk: write() copies the entry into a bounded
 // queue and returns; a background thread per output formats and writes the
@@ -41,6 +42,15 @@ struct AccessLogEntry {
   // ($upstream_response_time); < 0: no attempt, or no head (header_time).
   double upstream_header_time = -1;
   double upstream_response_time = -1;
+  // The client connection's TLS, as Caddy's request.tls (names, not numbers:
+  // "TLSv1.3", OpenSSL's cipher name); version empty over plain TCP.
+  struct Tls {
+    bool resumed = false;
+    std::string version;
+    std::string cipher_suite;
+    std::string proto;  // ALPN's choice ("http/1.1"); empty when none
+    std::string server_name;
+  } tls;
 };
 
 // The line for `entry`, without the newline.

@@ -123,7 +123,8 @@ void finish_request(Exchange& ex) {
   route->log->write({wall_start, ex.client_ip, std::string(req.method_string()), std::string(ex.routed_host_),
                      std::string(req.target()), protocol_name(req.version()), ex.record_.upstream,
                      status, seconds, ex.record_.size, ex.record_.tries, ex.record_.queued,
-                     ex.record_.upstream_header_time, ex.record_.upstream_response_time});
+                     ex.record_.upstream_header_time, ex.record_.upstream_response_time,
+                     access_log_tls(ex.client_tls)});
 }
 
 const SiteRoute* port_site(const WorkerRoutes& routes, uint16_t local_port) {

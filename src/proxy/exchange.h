@@ -44,6 +44,7 @@ class PoolSnapshot;
 
 namespace heft::proxy {
 
+struct ClientTls;
 struct Worker;
 struct WorkerRoutes;
 struct SiteRoute;
@@ -102,6 +103,9 @@ class Exchange {
   Worker& w;
   const uint16_t local_port;
   std::string client_ip;
+  // What the client connection's TLS handshake settled; null over plain TCP
+  // (X-Forwarded-Proto, the access log's `tls`).
+  const ClientTls* client_tls = nullptr;
 
   // ---- The request (set while one is served).
   const RequestHead& request() const { return *request_; }

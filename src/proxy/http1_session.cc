@@ -28,6 +28,8 @@ namespace {
 // The start of HTTP/2's connection preface (RFC 9113 3.4): an HTTP/1.1 scan
 // reads it as a request line of version 2.0 (505).
 constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n";
+// write_tls() copies buffers up to one TLS record's worth into one write.
+constexpr std::size_t kTlsRecordBytes = 16 * 1024;
 // How long a closing connection drains what its client still sends (linger()).
 constexpr std::chrono::milliseconds kLingeringTime{5000};
 // A client connection idle this long gives back its buffers and waits for
@@ -57,7 +59,10 @@ const char* status_text(unsigned status) {
 }  // namespace
 
 Http1Session::Http1Session(Worker& worker, Socket socket, uint16_t port, std::string ip, bool resumed)
-    : Exchange(worker, port, std::move(ip)), client(std::move(socket)), in_(worker.blocks, FieldArena::kBytes) {
+    : Exchange(worker, port, std::move(ip)),
+      plain_(std::move(socket)),
+      client(plain_),
+      in_(worker.blocks, FieldArena::kBytes) {
   self = w.sessions.insert(w.sessions.end(), this);
   // Synchronous sends (send_now()) must return would_block, never wait.
   // The ioctl is the one Asio would make before the first async operation
@@ -71,6 +76,19 @@ Http1Session::Http1Session(Worker& worker, Socket socket, uint16_t port, std::st
   }
   w.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
   observe::connection_opened();
+}
+
+Http1Session::Http1Session(Worker& worker, std::unique_ptr<TlsStream> stream, uint16_t port, std::string ip,
+                           ClientTls tls)
+    : Exchange(worker, port, std::move(ip)),
+      plain_(worker.io),
+      tls_(std::move(stream)),
+      tls_info_(std::move(tls)),
+      client(tls_->next_layer()),
+      in_(worker.blocks, FieldArena::kBytes) {
+  self = w.sessions.insert(w.sessions.end(), this);
+  client_tls = &tls_info_;
+  nodelay_ = true;  // set for the handshake
 }
 
 Http1Session::~Http1Session() {
@@ -146,9 +164,11 @@ Task<int> Http1Session::read_head(bool first, std::size_t& skip, std::size_t& si
       if (ec == asio::error::would_block || ec == asio::error::try_again)  // a stale event
         std::tie(ec, n) = co_await client.async_read_some(room, use_task);
     } else {
-      std::tie(ec, n) = co_await client.async_read_some(room, use_task);
+      std::tie(ec, n) = co_await on_client([&](auto& stream) { return stream.async_read_some(room, use_task); });
     }
-    client_drained_ = !ec && n < room.size();
+    // Over TLS a short read says nothing of the socket: OpenSSL may hold
+    // decrypted bytes, so the ReadyWatch is for plain connections only.
+    client_drained_ = !ec && n < room.size() && !tls_;
     in_.commit(n);
     idle = false;
     if (ec == asio::error::operation_aborted && park_requested && !timed_out && !closing()) co_return -2;
@@ -187,7 +207,7 @@ Task<int> Http1Session::read_head(bool first, std::size_t& skip, std::size_t& si
         break;
     }
     client_drained_ = false;
-    error_code ec = co_await read_more(client, in_);
+    error_code ec = co_await on_client([&](auto& stream) { return read_more(stream, in_); });
     if (ec) co_return timed_out ? 408 : -1;
   }
 }
@@ -207,7 +227,7 @@ Task<void> Http1Session::send_error(unsigned status, std::string_view text, bool
                                 keep_alive ? "" : "Connection: close\r\n", text));
   arm(std::chrono::milliseconds(10000));
   before_client_write();
-  co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
+  co_await on_client([&](auto& stream) { return asio::async_write(stream, asio::buffer(down_head_.view()), use_task); });
 }
 
 void Http1Session::record_refused_head(unsigned status) {
@@ -218,7 +238,8 @@ void Http1Session::record_refused_head(unsigned status) {
   observe::record_request(w.index, route->server_label, static_cast<int>(status), seconds);
   if (!route->log) return;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  route->log->write({now - seconds, client_ip, "", "", "", "", "", static_cast<int>(status), seconds, record_.size, 0});
+  route->log->write({now - seconds, client_ip, "", "", "", "", "", static_cast<int>(status), seconds, record_.size, 0,
+                     -1, -1, -1, access_log_tls(client_tls)});
 }
 
 Task<void> Http1Session::run() {
@@ -311,13 +332,14 @@ Task<void> Http1Session::linger() {
 
 Task<BodyPiece> Http1Session::read_body(char* out, std::size_t capacity) {
   client_drained_ = false;  // the body is read through Asio
-  return read_body_piece(client, in_, *parser_, out, capacity);
+  return on_client([&](auto& stream) { return read_body_piece(stream, in_, *parser_, out, capacity); });
 }
 
 Task<bool> Http1Session::send_continue() {
   if (request().version() < 11) co_return true;  // HTTP/1.0 has no interim responses
   before_client_write();
-  auto [ec, n] = co_await asio::async_write(client, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), use_task);
+  auto [ec, n] = co_await on_client(
+      [](auto& stream) { return asio::async_write(stream, asio::buffer("HTTP/1.1 100 Continue\r\n\r\n", 25), use_task); });
   co_return !ec;
 }
 
@@ -398,6 +420,10 @@ bool Http1Session::send_body(std::string_view piece, bool last, SendResult& resu
   before_client_write();
   unsent_ = std::span(send_buffers_.data(), count);
   send_total_ = asio::buffer_size(unsent_);
+  if (tls_) {  // no synchronous send through OpenSSL: finish_send() writes it all
+    send_written_ = 0;
+    return false;
+  }
   const error_code ec = send_now(client, unsent_);
   send_written_ = ec ? 0 : send_total_ - asio::buffer_size(unsent_);
   if (!ec && !unsent_.empty()) return false;  // finish_send() writes the rest
@@ -407,9 +433,22 @@ bool Http1Session::send_body(std::string_view piece, bool last, SendResult& resu
 }
 
 Task<void> Http1Session::finish_send(SendResult& result) {
-  auto [ec, n] = co_await asio::async_write(client, unsent_, use_task);
+  error_code ec;
+  std::size_t n = 0;
+  if (tls_) std::tie(ec, n) = co_await write_tls(unsent_);
+  else std::tie(ec, n) = co_await asio::async_write(client, unsent_, use_task);
   result.ec = ec;
   account(result, send_written_ + n);
+}
+
+Task<std::tuple<error_code, std::size_t>> Http1Session::write_tls(std::span<const asio::const_buffer> buffers) {
+  const std::size_t total = asio::buffer_size(buffers);
+  if (buffers.size() > 1 && total <= kTlsRecordBytes) {
+    tls_out_.clear();
+    for (const asio::const_buffer& buffer : buffers) tls_out_.append(static_cast<const char*>(buffer.data()), buffer.size());
+    co_return co_await asio::async_write(*tls_, asio::buffer(tls_out_), use_task);
+  }
+  co_return co_await asio::async_write(*tls_, buffers, use_task);
 }
 
 void Http1Session::account(SendResult& result, std::size_t written) const {
@@ -439,14 +478,16 @@ Task<bool> Http1Session::send_interim(const ResponseParser& response) {
   down_head_.append("\r\n"sv);
   before_client_write();
   interim_relayed_ = true;
-  auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
+  auto [ec, n] = co_await on_client(
+      [&](auto& stream) { return asio::async_write(stream, asio::buffer(down_head_.view()), use_task); });
   co_return !ec;
 }
 
 Task<bool> Http1Session::send_switch() {
   head_pending_ = false;
   before_client_write();
-  auto [ec, n] = co_await asio::async_write(client, asio::buffer(down_head_.view()), use_task);
+  auto [ec, n] = co_await on_client(
+      [&](auto& stream) { return asio::async_write(stream, asio::buffer(down_head_.view()), use_task); });
   co_return !ec;
 }
 
@@ -458,7 +499,8 @@ Task<void> Http1Session::splice(UpstreamConnection& conn) {
   error_code ec;
   // Bytes already read past the heads belong to the tunnel.
   if (conn.buffer.size() > 0) {
-    std::tie(ec, std::ignore) = co_await asio::async_write(client, conn.buffer.data(), use_task);
+    std::tie(ec, std::ignore) =
+        co_await on_client([&](auto& stream) { return asio::async_write(stream, conn.buffer.data(), use_task); });
     conn.buffer.consume(conn.buffer.size());
     if (ec) co_return;
   }
@@ -467,7 +509,7 @@ Task<void> Http1Session::splice(UpstreamConnection& conn) {
     in_.consume(in_.size());
     if (ec) co_return;
   }
-  auto pump = [](Socket& from, Socket& to) -> Task<void> {
+  auto pump = [](auto& from, auto& to) -> Task<void> {
     std::array<char, 16 * 1024> buffer;
     for (;;) {
       auto [ec, n] = co_await from.async_read_some(asio::buffer(buffer), use_task);
@@ -478,9 +520,10 @@ Task<void> Http1Session::splice(UpstreamConnection& conn) {
       if (ec) break;
     }
     error_code ignored;
-    to.shutdown(Socket::shutdown_send, ignored);
+    to.lowest_layer().shutdown(Socket::shutdown_send, ignored);
   };
-  co_await (pump(client, conn.socket) || pump(conn.socket, client));
+  if (tls_) co_await (pump(*tls_, conn.socket) || pump(conn.socket, *tls_));
+  else co_await (pump(client, conn.socket) || pump(conn.socket, client));
   error_code ignored;
   conn.socket.close(ignored);
 }
@@ -493,6 +536,15 @@ void start_session(Worker& worker, Socket socket, uint16_t local_port, std::stri
   asio::co_spawn(worker.io,
                  run_session(std::make_unique<Http1Session>(worker, std::move(socket), local_port, std::move(client_ip), false)),
                  asio::detached);
+}
+
+void start_tls_session(Worker& worker, std::unique_ptr<TlsStream> stream, uint16_t local_port, std::string client_ip,
+                       ClientTls tls) {
+  asio::co_spawn(worker.io,
+                 run_session(std::make_unique<Http1Session>(worker, std::move(stream), local_port,
+                                                            std::move(client_ip), std::move(tls))),
+                 asio::detached);
+  worker.wake_sweep();
 }
 
 void resume_session(Worker& w, Socket socket, uint16_t local_port, std::string client_ip,
@@ -515,7 +567,9 @@ void sweep_timeouts(Worker& worker, Clock::time_point now) {
     }
     if (s->head_pool_)
       s->check_stall(now);
-    if (s->idle && !s->park_requested && now - s->idle_since >= kParkAfter) s->request_park();
+    // A TLS connection is not parked: its TLS state stays with it (OpenSSL
+    // releases its buffers when idle: SSL_MODE_RELEASE_BUFFERS).
+    if (s->idle && !s->park_requested && !s->tls() && now - s->idle_since >= kParkAfter) s->request_park();
     else if (now >= s->next_client_check && s->head_wait_since != Clock::time_point::max()) s->check_client(now);
   }
   if (!worker.h2_connections.empty()) sweep_http2(worker, now);

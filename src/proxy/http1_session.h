@@ -17,14 +17,25 @@
 #include <string>
 
 #include "proxy/exchange.h"
+#include "proxy/tls_server.h"
 
 namespace heft::proxy {
 
 class Http1Session final : public Exchange {
+  // Declared first: `client` refers to one of them. Over TLS every read and
+  // write goes through tls_ (on_client()); over plain TCP through the
+  // socket, with the fast paths TLS cannot take (synchronous sends, the
+  // ReadyWatch, parking).
+  Socket plain_;
+  std::unique_ptr<TlsStream> tls_;
+  ClientTls tls_info_;
+
  public:
   // A new connection (counted open here), or one resumed from parking
   // (counted since it was accepted).
   Http1Session(Worker& worker, Socket socket, uint16_t port, std::string ip, bool resumed);
+  // A connection whose TLS handshake is done (counted open since it was accepted).
+  Http1Session(Worker& worker, std::unique_ptr<TlsStream> stream, uint16_t port, std::string ip, ClientTls tls);
   ~Http1Session() override;
 
   Task<void> run();
@@ -46,7 +57,10 @@ class Http1Session final : public Exchange {
   // for good: the request in flight, if any, is recorded as it stands.
   void cut();
 
-  Socket client;
+  // The client's TCP connection (under tls_ over TLS): for what is not a
+  // read or a write of the byte stream (peeks, options, shutdown, close).
+  Socket& client;
+  bool tls() const { return tls_ != nullptr; }
   std::list<Http1Session*>::iterator self;
   bool idle = false;            // waiting for a request, nothing received: drain may close it
   bool lingering = false;       // in linger(): drain may close it too
@@ -75,6 +89,16 @@ class Http1Session final : public Exchange {
   void cancel_client() override { cancel_io(client); }
 
  private:
+  // `op` applied to the client's byte stream: the TLS stream, else the socket.
+  template <typename Op>
+  auto on_client(Op&& op) {
+    return tls_ ? op(*tls_) : op(client);
+  }
+  // Writes `buffers` to the client over TLS: several small ones are copied
+  // into one first (a TLS record each would cost a record's overhead and a
+  // syscall each).
+  Task<std::tuple<error_code, std::size_t>> write_tls(std::span<const boost::asio::const_buffer> buffers);
+
   // 0: a head is in in_ at [skip, skip+size). -1: the connection is done
   // (closed, idle timeout, draining). -2: idle long enough to be parked (the
   // sweep asked). Otherwise an HTTP status to answer before closing.
@@ -130,6 +154,7 @@ class Http1Session final : public Exchange {
   std::span<boost::asio::const_buffer> unsent_;
   std::array<char, 24> size_line_;
   std::size_t send_total_ = 0, send_written_ = 0, head_bytes_ = 0, before_body_ = 0, piece_size_ = 0;
+  std::string tls_out_;  // write_tls()'s coalescing buffer
 };
 
 }  // namespace heft::proxy

@@ -65,6 +65,8 @@ class Http2Connection {
   Worker& w;
   const uint16_t local_port;
   const std::string client_ip;
+  // What the TLS handshake settled, for each stream's log and X-Forwarded-Proto; null over plain TCP.
+  const ClientTls* client_tls = nullptr;
   nghttp2_session* session = nullptr;
   std::list<Http2Connection*>::iterator self;
 

@@ -75,15 +75,16 @@ Task<void> write_frames(Http2Connection& conn, Stream& stream) {
 // a plain listener told HTTP/2 from HTTP/1.1 by them). The caller counts the
 // connection open (Proxy::Impl::open_connections, observe::connection_opened)
 // before; it is counted closed when this returns. For TLS, once ALPN chose
-// "h2": co_await serve_http2(worker, tls_stream, port, client_ip, {}).
+// "h2" (tls_accept.cc), with `tls` what its handshake settled (outliving the call).
 template <class Stream>
 Task<void> serve_http2(Worker& worker, Stream& stream, uint16_t port, std::string client_ip,
-                       std::string_view received) {
+                       std::string_view received, const ClientTls* tls = nullptr) {
   using namespace boost::asio::experimental::awaitable_operators;
   Http2Connection conn(worker, port, std::move(client_ip), [&stream] {
     boost::system::error_code ignored;
     stream.lowest_layer().close(ignored);
   });
+  conn.client_tls = tls;
   if (!conn.start()) {
     conn.close_transport();
     co_return;

@@ -47,6 +47,7 @@ ssize_t pull_body(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32
 Http2Stream::Http2Stream(Http2Connection& connection, int32_t stream_id)
     : Exchange(connection.w, connection.local_port, connection.client_ip), conn(connection), id(stream_id),
       signal_(connection.w.io) {
+  client_tls = connection.client_tls;
   arena_.reset(arena_bytes_.data());
   head_.emplace(ArenaAllocator<char>(arena_));
   head_->version(20);

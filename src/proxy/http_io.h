@@ -47,14 +47,21 @@ inline bool is_parse_error(const error_code& ec) {
   return ec.category() == error_code(http::error::partial_message).category() && ec != http::error::partial_message;
 }
 
-// Reads more bytes from `socket` into `buffer`.
-Task<error_code> read_more(Socket& socket, BlockBuffer& buffer);
+// Reads more bytes from `stream` (a Socket, or a TlsStream over one) into `buffer`.
+template <typename Stream>
+Task<error_code> read_more(Stream& stream, BlockBuffer& buffer) {
+  const auto room = buffer.prepare(kReadSize);
+  if (room.size() == 0) co_return http::error::buffer_overflow;  // a head or chunk line fills the block
+  auto [ec, n] = co_await stream.async_read_some(room, use_task);
+  buffer.commit(n);
+  co_return ec;
+}
 
 // Reads the next piece of body: for a request at most `capacity` bytes into
 // `out`, for a response into parser.body(). Returns the byte count; 0 with
 // parser.is_done() at the end.
-template <typename Parser>
-Task<BodyPiece> read_body_piece(Socket& socket, BlockBuffer& buffer, Parser& parser, char* out,
+template <typename Stream, typename Parser>
+Task<BodyPiece> read_body_piece(Stream& socket, BlockBuffer& buffer, Parser& parser, char* out,
                                 std::size_t capacity) {
   body_into(parser, out, capacity);
   for (;;) {

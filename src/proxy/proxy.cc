@@ -65,7 +65,14 @@ void admit(Worker& worker, Socket socket, const tcp::endpoint& peer, uint16_t po
     socket.close(ignored);  // max_connections: refuse rather than queue
     return;
   }
-  if (const std::shared_ptr<WorkerRoutes>& routes = worker.current_routes(); routes->table->speaks_only_h2c(port)) [[unlikely]] {
+  const std::shared_ptr<WorkerRoutes>& routes = worker.current_routes();
+  if (!routes->table->tls.empty()) {
+    if (std::shared_ptr<TlsServer> server = routes->table->tls_server(port)) {
+      start_tls_connection(worker, std::move(socket), port, address_text(peer.address()), std::move(server));
+      return;
+    }
+  }
+  if (routes->table->speaks_only_h2c(port)) [[unlikely]] {
     worker.proxy.open_connections.fetch_add(1, std::memory_order_relaxed);
     observe::connection_opened();
     start_http2(worker, std::move(socket), port, address_text(peer.address()), {});
@@ -403,6 +410,18 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
                                                      std::vector<std::shared_ptr<observe::AccessLog>> logs) const {
   auto table = std::make_shared<RouteTable>();
   table->version = previous ? previous->version + 1 : 1;
+  // Each TLS port's certificates, first: OpenSSL refusing one (throws) must
+  // leave the pools below untouched. Kept from the previous table when they
+  // did not change (with their session cache), else built anew; connections
+  // already open keep what their handshake used.
+  for (const config::SiteConfig& site : next.sites) {
+    if (!site.tls || table->tls_server(site.port)) continue;
+    std::shared_ptr<TlsServer> server = previous ? previous->tls_server(site.port) : nullptr;
+    if (!server || !server->built_from(next.certificates, site.tls_policies, site.protocols.h2))
+      server = std::make_shared<TlsServer>(next.certificates, site.tls_policies, site.protocols.h2);
+    table->tls.emplace_back(site.port, std::move(server));
+  }
+  std::sort(table->tls.begin(), table->tls.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   // The old sites by (port, hosts), looked up once per new site: scanning
   // them all for each was quadratic (a 5,000-site reload spent most of its
   // time there). The first old site with a key wins, as the scan's did.
@@ -668,7 +687,14 @@ bool Proxy::reload(config::Config next, std::string& error) {
     error = e.what();
     return false;
   }
-  impl.publish(impl.build(std::move(next), old.get(), std::move(*logs)));
+  std::shared_ptr<const RouteTable> table;
+  try {
+    table = impl.build(std::move(next), old.get(), std::move(*logs));
+  } catch (const std::exception& e) {  // OpenSSL refused a certificate (TlsServer)
+    error = e.what();
+    return false;
+  }
+  impl.publish(std::move(table));
   if (impl.health) impl.health->set_pools(health_targets(*impl.current()));  // follow the pools across reloads
   std::vector<tcp::endpoint> removed;
   for (const auto& endpoint : old_endpoints)

@@ -171,7 +171,8 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
     if (!forwarded_for.empty()) ex.up_head_.append(forwarded_for).append(", "sv);
     ex.up_head_.append(ex.client_ip).append("\r\n"sv);
   }
-  if (ours("x-forwarded-proto")) ex.up_head_.append("X-Forwarded-Proto: http\r\n"sv);
+  if (ours("x-forwarded-proto"))
+    ex.up_head_.append(ex.client_tls ? "X-Forwarded-Proto: https\r\n"sv : "X-Forwarded-Proto: http\r\n"sv);
   // None asked for (HTTP/1.0 without Host): none.
   if (!host.empty() && ours("x-forwarded-host")) ex.up_head_.field("X-Forwarded-Host", host);
   if (ours("x-real-ip")) ex.up_head_.field("X-Real-IP", ex.client_ip);

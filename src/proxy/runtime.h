@@ -36,6 +36,7 @@
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "proxy/ready_watch.h"
+#include "proxy/tls_server.h"
 #include "proxy/upstream_connection.h"
 #include "health/health_checker.h"
 #include "proxy/proxy.h"
@@ -80,6 +81,16 @@ struct RouteTable {
   // sites and by_port, once, so that a request's cost does not grow with the
   // number of sites (see host_routes.h).
   std::vector<std::pair<uint16_t, HostRoutes>> host_routes;
+  // The ports that terminate TLS, each with its certificates (sorted by port;
+  // empty when none does).
+  std::vector<std::pair<uint16_t, std::shared_ptr<TlsServer>>> tls;
+
+  // The TLS server of `port`; null when the port speaks plain HTTP.
+  std::shared_ptr<TlsServer> tls_server(uint16_t port) const {
+    for (const auto& [p, server] : tls)
+      if (p == port) return server;
+    return nullptr;
+  }
 
   // Ports whose server speaks h2c (sorted; usually none), and of those the
   // ones that do not speak HTTP/1.1 as well.
@@ -218,6 +229,14 @@ std::string listen_label(const tcp::endpoint& endpoint, const config::Config& co
 
 // Runs one client connection to its end (http1_session.cc).
 void start_session(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip);
+// Runs a client connection on a TLS port: its handshake, then the protocol
+// ALPN chose (tls_accept.cc).
+void start_tls_connection(Worker& worker, Socket socket, uint16_t local_port, std::string client_ip,
+                          std::shared_ptr<TlsServer> server);
+// Runs an HTTP/1.1 session on a connection whose TLS handshake is done
+// (http1_session.cc); it was counted open by start_tls_connection().
+void start_tls_session(Worker& worker, std::unique_ptr<TlsStream> stream, uint16_t local_port, std::string client_ip,
+                       ClientTls tls);
 // Runs a new session on a connection back from parking (http1_session.cc).
 // `head_deadline`: the header timeout of a first request the connection has
 // not sent yet (it runs from the connection), else max.

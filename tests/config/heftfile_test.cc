@@ -815,7 +815,12 @@ TEST(HeftfileErrors, OtherValueErrors) {
   parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 100%\n\t\t}\n\t}\n}\n");
   parse_ok(":80 {\n\treverse_proxy a:1 {\n\t\tadaptive {\n\t\t\terror_threshold 0.99\n\t\t}\n\t}\n}\n");
   EXPECT_EQ(only_error("https://a.com {\n\treverse_proxy a:1\n}\n"),
-            "Heftfile:1:1: \"https://a.com\": https is not supported; heft serves plain HTTP");
+            "Heftfile:1:1: this site serves https but no certificate is loaded: add \"tls CERT_FILE KEY_FILE\"");
+  // A tls directive in error is the one error (not also "no certificate").
+  EXPECT_EQ(only_error("https://a.com {\n\ttls internal\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:6: \"tls internal\" (heft's own local CA) is not supported yet: give \"tls CERT_FILE KEY_FILE\"");
+  EXPECT_EQ(only_error(":443 {\n\ttls a.pem\n\treverse_proxy a:1\n}\n"),
+            "Heftfile:2:6: \"tls\" takes a certificate file and its key file: \"tls CERT_FILE KEY_FILE\"");
   EXPECT_EQ(only_error("a.com:80, b.com:81 {\n\treverse_proxy a:1\n}\n"),
             "Heftfile:1:11: all addresses of a site must share one port (\"a.com:80\" uses 80)");
 }
@@ -905,9 +910,9 @@ TEST(HeftfileErrors, Schemes) {
   EXPECT_EQ(config.sites[0].proxy.upstreams[0].name, "b:1");
   EXPECT_EQ(config.sites[0].proxy.upstreams[1].name, "c:2");
   EXPECT_EQ(only_error("HTTPS://a.com {\n\treverse_proxy a:1\n}\n"),
-            "Heftfile:1:1: \"HTTPS://a.com\": https is not supported; heft serves plain HTTP");
+            "Heftfile:1:1: this site serves https but no certificate is loaded: add \"tls CERT_FILE KEY_FILE\"");
   EXPECT_EQ(only_error("ftp://a.com {\n\treverse_proxy a:1\n}\n"),
-            "Heftfile:1:1: \"ftp://a.com\": unsupported scheme \"ftp\" (heft serves plain http://)");
+            "Heftfile:1:1: \"ftp://a.com\": unsupported scheme \"ftp\" (write http:// or https://)");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy HTTPS://a:1\n}\n"),
             "Heftfile:2:16: \"HTTPS://a:1\": TLS to backends is not supported");
   EXPECT_EQ(only_error(":80 {\n\treverse_proxy ws://a:1\n}\n"),

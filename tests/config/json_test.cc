@@ -593,3 +593,38 @@ TEST(JsonErrors, ListsTheFirstHundredAndCountsTheRest) {
 
 }  // namespace
 }  // namespace heft::config
+
+namespace heft::config {
+namespace {
+
+TEST(JsonTlsErrors, NameThePath) {
+  const std::string srv = "/apps/http/servers/srv0/tls_connection_policies";
+  // A TLS server with nothing to serve: said at its policies.
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["tls_connection_policies"] = json::array(); }),
+            std::vector<std::string>{srv + ": this server terminates TLS but apps.tls.certificates loads no certificate"});
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv0"]["tls_connection_policies"] = json::object(); }),
+            std::vector<std::string>{srv + ": must be an array of connection policies (an empty one: TLS with every "
+                                           "certificate)"});
+  // PEM that is none, and a policy member heft does not know.
+  const std::string pem = "/apps/tls/certificates/load_pem/0";
+  EXPECT_EQ(errors_after([](json& d) {
+              d["apps"]["tls"]["certificates"]["load_pem"] = {{{"certificate", "x"}, {"key", "y"}}};
+              d["apps"]["http"]["servers"]["srv0"]["tls_connection_policies"] = {{{"protocol_min", "tls1.2"}}};
+            }),
+            (std::vector<std::string>{
+                pem + "/certificate: the PEM text is not a PEM certificate (no \"-----BEGIN CERTIFICATE-----\" block "
+                      "that parses)",
+                pem + "/key: the PEM text is not a PEM private key (or is encrypted: heft reads unencrypted keys)",
+                srv + "/0/protocol_min: unknown field"}));
+  EXPECT_EQ(errors_after([](json& d) { d["apps"]["tls"]["certificates"]["load_files"] = {{{"key", "/nonexistent"}}}; }),
+            std::vector<std::string>{"/apps/tls/certificates/load_files/0/certificate: required"});
+  EXPECT_EQ(errors_after([](json& d) {
+              d["apps"]["tls"]["certificates"]["load_files"] = {{{"certificate", "/nonexistent"}, {"key", "/nonexistent"}}};
+            }),
+            (std::vector<std::string>{
+                "/apps/tls/certificates/load_files/0/certificate: cannot read \"/nonexistent\": No such file or directory",
+                "/apps/tls/certificates/load_files/0/key: cannot read \"/nonexistent\": No such file or directory"}));
+}
+
+}  // namespace
+}  // namespace heft::config

@@ -422,6 +422,32 @@ class HttpClient {
   std::string buffer_;
 };
 
+// What a shell command printed (stdout and stderr) and its exit code.
+struct CommandRun {
+  int exit_code = -1;
+  std::string out;
+};
+
+// Runs `command` through sh, ended after `timeout` (coreutils' timeout: exit
+// code 124 then, reported as a failure of the calling test by the caller).
+inline CommandRun run_shell(const std::string& command, std::chrono::seconds timeout = 60s) {
+  const std::string bounded =
+      "timeout -k 5 " + std::to_string(timeout.count()) + " sh -c '" + [&] {
+        std::string quoted;
+        for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+        return quoted;
+      }() + "' 2>&1";
+  FILE* pipe = ::popen(bounded.c_str(), "r");
+  CommandRun run;
+  if (!pipe) return run;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) run.out.append(buf, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
 // One call to heft's admin API on 127.0.0.1:`admin_port`, a JSON body (or none).
 inline Response admin_call(uint16_t admin_port, const std::string& method, const std::string& path,
                            const std::string& body = "") {
