@@ -214,7 +214,10 @@ Task<void> Http1Session::send_own(unsigned status, bool keep_alive) {
   record_.status = status;
   record_.size = head_only ? 0 : own_body_.size();
   down_head_.clear();
-  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\n{}{}{}", status, status_text(status), w.date.line(), own_fields_,
+  // Any status a route may give (200..599): Beast's reason phrases.
+  const std::string_view reason = http::obsolete_reason(http::int_to_status(status));
+  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\n{}{}{}", status, reason.starts_with('<') ? "Status" : reason,
+                                w.date.line(), own_fields_,
                                 typed ? "" : "Content-Type: text/plain; charset=utf-8\r\n"));
   if (!no_body) down_head_.append(fmt::format("Content-Length: {}\r\n", own_body_.size()));
   down_head_.append(keep_alive ? "\r\n" : "Connection: close\r\n\r\n");
