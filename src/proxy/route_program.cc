@@ -174,6 +174,9 @@ bool host_matches(std::string_view pattern, std::string_view host) {
 // dot segments resolved (a trailing slash kept).
 void clean_path(std::string_view raw, std::string& out) {
   out.clear();
+  // A leading slash, so that each segment written below has one read
+  // before it ("*" of OPTIONS * becomes "/*").
+  if (raw.empty() || raw.front() != '/') out.push_back('/');
   for (std::size_t i = 0; i < raw.size(); ++i) {
     char c = raw[i];
     if (c == '%' && i + 2 < raw.size() + 0 && hex_value(raw[i + 1]) >= 0 && hex_value(raw[i + 2]) >= 0) {
