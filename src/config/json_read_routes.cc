@@ -287,7 +287,7 @@ void Reader::static_response(const json& value, const std::string& pointer, Rout
     // Caddy takes the status as a number or as its text ("301").
     const std::string at = pointer_append(pointer, "status_code");
     std::optional<uint64_t> code;
-    if (status->is_number_unsigned()) code = status->get<uint64_t>();
+    if (status->is_number_integer() && status->get<int64_t>() >= 0) code = status->get<uint64_t>();
     else if (status->is_string()) code = parse_uint(status->get<std::string>(), 999);
     if (!code || *code < 200 || *code > 599)
       error(at, "must be a status 200..599", fmt::format("invalid status \"{}\" (200..599)", token_of(at, *status)));
