@@ -63,6 +63,7 @@ struct SimFlags {
   bool running = false;     // --running: the running heft's configuration, through its admin API
   AdminClientOptions admin;  // --address, --token for --running
   std::string site;         // --site: which of its sites' pool, an index (checked once the sites are known)
+  size_t pool = 1;          // --pool: which of the site's reverse_proxy pools (1: its first)
   // Whether a flag was given: an empty value ("--policies ''") is an error
   // for its parser, not a silent "not given".
   CLI::App* command = nullptr;
@@ -239,13 +240,22 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   // The warnings heft run and heft validate give for this site (a queue
   // without max_conns, weights round_robin ignores): the sim leaves out what
   // they say has no effect, so it says so too. Other sites' stay unsaid.
+  // A site with routes has a pool per reverse_proxy: --pool N is simulated as any pool.
+  if (f.pool < 1 || f.pool > sites[index].pool_count())
+    throw std::invalid_argument(fmt::format("--pool {}: site {} has {} pool{} (1..{}, in the order written)", f.pool,
+                                            index, sites[index].pool_count(),
+                                            sites[index].pool_count() == 1 ? "" : "s", sites[index].pool_count()));
+  config::SiteConfig site = sites[index];
+  site.proxy = sites[index].pool(f.pool - 1);
+  site.handle.clear();
+  site.pools.clear();
   config::Config chosen = *loaded;
-  chosen.sites = {sites[index]};
+  chosen.sites = {site};
   for (const std::string& warning : config::config_warnings(chosen)) fmt::print(stderr, "warning: {}\n", warning);
-  const config::ProxyConfig& pool = sites[index].proxy;
+  const config::ProxyConfig& pool = site.proxy;
   const std::vector<config::UpstreamConfig>& backends = pool.upstreams;
   sim::Scenario s;
-  s.name = fmt::format("{} site {}", source, index);
+  s.name = f.pool > 1 ? fmt::format("{} site {} pool {}", source, index, f.pool) : fmt::format("{} site {}", source, index);
   s.servers = servers_from_flags(f);
   if (s.servers.size() != backends.size())
     throw std::invalid_argument(fmt::format("--servers: {} size{} for the {} backend{} of site {} ({})",
@@ -261,7 +271,7 @@ sim::Scenario scenario_from_config(const SimFlags& f, FileMembers& from) {
   }
   // Passive failures, slow start and adaptive weights as heft run's pool
   // takes them (each backend's own values, or the pool's).
-  const upstream::PoolConfig runtime = proxy::make_pool_config(sites[index], index);
+  const upstream::PoolConfig runtime = proxy::make_pool_config(site, index);
   const auto seconds = [](std::chrono::milliseconds ms) { return std::chrono::duration<double>(ms).count(); };
   s.max_fails = pool.max_fails;
   s.fail_timeout_s = seconds(pool.fail_timeout);
@@ -370,6 +380,7 @@ std::vector<sim::Scenario> build_scenarios(const SimFlags& f) {
     throw std::invalid_argument(
         "give exactly one of --example, --scenario, --config or --running (with --servers), or --servers/--server");
   if (f.given("--site") && !from_config) throw std::invalid_argument("--site needs --config or --running");
+  if (f.given("--pool") && !from_config) throw std::invalid_argument("--pool needs --config or --running");
   if ((f.given("--address") || f.given("--token")) && !f.running)
     throw std::invalid_argument(fmt::format("{} needs --running", f.given("--address") ? "--address" : "--token"));
   // They shape the servers --servers makes; anywhere else they did nothing.
@@ -479,6 +490,10 @@ void setup(CLI::App& root) {
   cmd->add_option("--site", f->site,
                   "With --config or --running: the site, as heft weight takes it: a host name, HOST:PORT, :PORT or "
                   "its index (heft upstreams' SITE); needed when there are several");
+  cmd->add_option("--pool", f->pool,
+                  "With --config or --running: which of the site's reverse_proxy pools, 1 (its first) to N in the "
+                  "order written (a site with routes has one per reverse_proxy)")
+      ->capture_default_str();
   cmd->add_option("--servers", f->servers, "Server sizes in units, e.g. 3x,1x,1x");
   cmd->add_option("--unit-workers", f->unit_workers, "Workers per unit of --servers")->capture_default_str();
   cmd->add_option("--service", f->service, "Mean service time for --servers, e.g. 20ms")->capture_default_str();

@@ -67,7 +67,8 @@ int run_validate(const ValidateOptions& options) {
   }
   for (const std::string& warning : config::config_warnings(*loaded)) fmt::print(stderr, "warning: {}\n", warning);
   size_t upstreams = 0;
-  for (const auto& site : loaded->sites) upstreams += site.proxy.upstreams.size();
+  for (const auto& site : loaded->sites)
+    for (std::size_t n = 0; n < site.pool_count(); ++n) upstreams += site.pool(n).upstreams.size();
   fmt::print("{}: valid ({} site{}, {} upstream{})\n", options.config, loaded->sites.size(),
              loaded->sites.size() == 1 ? "" : "s", upstreams, upstreams == 1 ? "" : "s");
   return 0;

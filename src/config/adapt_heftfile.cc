@@ -18,7 +18,8 @@ namespace {
 constexpr std::string_view kGlobalNames[] = {
     "admin", "admin_token", "workers", "grace_period", "idle_timeout", "header_timeout",
     "max_connections", "default_bind", "log_format", "demo_backends"};
-constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind", "protocols", "tls"};
+constexpr std::string_view kSiteNames[] = {"reverse_proxy", "log", "default", "bind", "protocols", "tls", "handle",
+                                           "handle_path", "route", "respond", "redir", "rewrite", "header", "split"};
 constexpr std::string_view kProxyNames[] = {
     "to", "lb_policy", "hash_strategy", "keepalive", "keepalive_timeout", "next_upstream", "next_upstream_tries",
     "next_upstream_timeout", "connect_timeout", "read_timeout", "send_timeout",
@@ -326,8 +327,14 @@ void Adapter::site(const Directive& head, const std::vector<const Directive*>& b
   const Directive* proxy = nullptr;
   std::map<std::string, Token> seen;
   const size_t errors_before = out_.errors.size();
+  const bool routes = has_routes(body);
+  std::vector<const Directive*> route_directives;
   for (const Directive* d : body) {
     const std::string& name = d->name.text;
+    if (routes && (name.starts_with('@') || (name != "log" && name != "default" && name != "bind"))) {
+      route_directives.push_back(d);
+      continue;
+    }
     if (!contains(kSiteOptions, name)) {
       unknown(d->name, kSiteOptions, "directive");
       continue;
@@ -364,8 +371,9 @@ void Adapter::site(const Directive& head, const std::vector<const Directive*>& b
       tls(*d, site);
     }
   }
+  if (routes) site_routes(route_directives, site);
   // A misspelled reverse_proxy was reported already; not also "site has no reverse_proxy".
-  if (!proxy && out_.errors.size() != errors_before) site.incomplete.push_back("/handle");
+  if (!proxy && !routes && out_.errors.size() != errors_before) site.incomplete.push_back("/handle");
   site.route["terminal"] = true;
 }
 

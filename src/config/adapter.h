@@ -125,6 +125,38 @@ class Adapter {
   void health_headers(const Directive& d, json& handler, Site& site, const std::string& base);
   void adaptive(const Directive& d, json& handler, Site& site, const std::string& base);
 
+  // ---- routes inside a site (adapt_routes.cc) ----
+  // One route of a site or block, before Caddy's ordering places it.
+  struct RoutePiece {
+    std::string directive;
+    json route = json::object();
+    std::vector<std::pair<std::string, Source>> sources;  // pointer below the route -> place
+    std::vector<std::string> incomplete;
+  };
+  struct NamedMatcher {
+    json set = json::object();
+    std::vector<std::pair<std::string, Source>> sources;  // pointer below the set -> place
+  };
+  // Whether the site's directives need routes (matchers, handle, respond,
+  // several reverse_proxys, ...); a site of one reverse_proxy keeps its shape.
+  bool has_routes(const std::vector<const Directive*>& body);
+  void site_routes(const std::vector<const Directive*>& body, Site& site);
+  std::vector<RoutePiece> route_pieces(const std::vector<const Directive*>& body, bool sorted);
+  // The routes of `pieces` in order, their places moved to `site` under `base`.
+  json assemble(std::vector<RoutePiece>& pieces, const std::string& base, Site& site);
+  bool route_piece(const Directive& d, RoutePiece& piece);
+  bool inline_matcher(const Token& t, RoutePiece& piece);
+  bool respond(const Directive& d, const std::vector<Token>& args, RoutePiece& piece);
+  bool split(const Directive& d, RoutePiece& piece);
+  bool redirect(const Directive& d, const std::vector<Token>& args, RoutePiece& piece);
+  bool header(const Directive& d, const std::vector<Token>& args, RoutePiece& piece);
+  void matcher_definition(const Directive& d);
+  void matcher_line(const Directive& line, json& set, const std::string& base,
+                    std::vector<std::pair<std::string, Source>>& sources, int depth);
+
+  std::map<std::string, NamedMatcher> matchers_;  // the current site's
+  std::size_t groups_ = 0;                        // groups named so far ("group0", ...)
+
   std::string file_;
   Adapted& out_;
   std::vector<Site> sites_;

@@ -122,13 +122,128 @@ json reverse_proxy_to_json(const ProxyConfig& pool) {
   return handler;
 }
 
+json named_values_to_json(const NamedValues& values) {
+  json out = json::object();
+  for (const auto& [name, list] : values) out[name] = list;
+  return out;
+}
+
+json matcher_set_to_json(const MatcherSet& set) {
+  json out = json::object();
+  if (!set.paths.empty()) out["path"] = set.paths;
+  if (!set.hosts.empty()) out["host"] = set.hosts;
+  if (!set.methods.empty()) out["method"] = set.methods;
+  if (!set.headers.empty()) out["header"] = named_values_to_json(set.headers);
+  if (!set.query.empty()) out["query"] = named_values_to_json(set.query);
+  if (!set.cookies.empty()) out["cookie"] = named_values_to_json(set.cookies);
+  if (!set.remote_ranges.empty()) out["remote_ip"] = {{"ranges", set.remote_ranges}};
+  if (!set.nots.empty()) {
+    json nots = json::array();
+    for (const MatcherSet& n : set.nots) nots.push_back(matcher_set_to_json(n));
+    out["not"] = std::move(nots);
+  }
+  return out;
+}
+
+// Caddy's header ops map ({"add": {...}, "set": {...}, "delete": [...]}),
+// which reads back into the same ops when they come in its order (add, set,
+// delete), as the validator stores them.
+json header_map_to_json(const std::vector<HeaderOp>& ops) {
+  json out = json::object();
+  std::string_view last_key;
+  for (const HeaderOp& op : ops) {
+    if (op.op == HeaderOp::remove) {
+      out["delete"].push_back(op.name);
+      continue;
+    }
+    // An add after a set of the same name is the set's second value.
+    const bool more = op.op == HeaderOp::add && last_key == "set" && out["set"].contains(op.name);
+    const std::string_view key = more || op.op == HeaderOp::set ? "set" : "add";
+    out[std::string(key)][op.name].push_back(op.value);
+    last_key = key;
+  }
+  return out;
+}
+
+json handlers_to_json(const SiteConfig& site, const std::vector<RouteHandler>& list);
+
+json routes_to_json(const SiteConfig& site, const std::vector<Route>& routes) {
+  json out = json::array();
+  for (const Route& route : routes) {
+    json entry = json::object();
+    if (!route.group.empty()) entry["group"] = route.group;
+    if (!route.match.empty()) {
+      entry["match"] = json::array();
+      for (const MatcherSet& set : route.match) entry["match"].push_back(matcher_set_to_json(set));
+    }
+    entry["handle"] = handlers_to_json(site, route.handle);
+    if (route.terminal) entry["terminal"] = true;
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+json handlers_to_json(const SiteConfig& site, const std::vector<RouteHandler>& list) {
+  json out = json::array();
+  for (const RouteHandler& h : list) {
+    switch (h.kind) {
+      case RouteHandler::subroute:
+        out.push_back({{"handler", "subroute"}, {"routes", routes_to_json(site, h.routes)}});
+        break;
+      case RouteHandler::reverse_proxy: out.push_back(reverse_proxy_to_json(site.pool(h.pool))); break;
+      case RouteHandler::static_response: {
+        json entry = {{"handler", "static_response"}, {"status_code", h.status}};
+        if (!h.body.empty()) entry["body"] = h.body;
+        if (!h.fields.empty()) {
+          json fields = json::object();
+          for (const auto& [name, value] : h.fields) fields[name].push_back(value);
+          entry["headers"] = std::move(fields);
+        }
+        if (h.close) entry["close"] = true;
+        out.push_back(std::move(entry));
+        break;
+      }
+      case RouteHandler::rewrite: {
+        json entry = {{"handler", "rewrite"}};
+        if (!h.strip_path_prefix.empty()) entry["strip_path_prefix"] = h.strip_path_prefix;
+        if (!h.uri.empty()) entry["uri"] = h.uri;
+        out.push_back(std::move(entry));
+        break;
+      }
+      case RouteHandler::split: {
+        json sides = json::array();
+        for (size_t i = 0; i < h.routes.size(); ++i)
+          sides.push_back({{"name", h.side_names[i]},
+                           {"weight", h.side_weights[i]},
+                           {"handle", handlers_to_json(site, h.routes[i].handle)}});
+        json entry = {{"handler", "split"}, {"cookie", h.cookie}, {"sides", std::move(sides)}};
+        if (!h.header.empty()) entry["header"] = h.header;
+        out.push_back(std::move(entry));
+        break;
+      }
+      case RouteHandler::headers: {
+        json entry = {{"handler", "headers"}};
+        if (!h.request_ops.empty()) entry["request"] = header_map_to_json(h.request_ops);
+        if (!h.response_ops.empty()) entry["response"] = header_map_to_json(h.response_ops);
+        out.push_back(std::move(entry));
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 json route_to_json(const SiteConfig& site) {
   json route;
   if (!site.hosts.empty()) route["match"] = json::array({{{"host", site.hosts}}});
   if (site.is_default) route["default"] = true;
   if (site.log.enabled) route["log"] = {{"output", site.log.output}};
-  json subroute = {{"handle", json::array({reverse_proxy_to_json(site.proxy)})}};
-  route["handle"] = json::array({{{"handler", "subroute"}, {"routes", json::array({std::move(subroute)})}}});
+  if (!site.handle.empty()) {
+    route["handle"] = handlers_to_json(site, site.handle);
+  } else {
+    json subroute = {{"handle", json::array({reverse_proxy_to_json(site.proxy)})}};
+    route["handle"] = json::array({{{"handler", "subroute"}, {"routes", json::array({std::move(subroute)})}}});
+  }
   route["terminal"] = true;
   return route;
 }

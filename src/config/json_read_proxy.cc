@@ -366,7 +366,8 @@ void Reader::header_ops(const json& headers, std::string_view key, const std::st
       if (!field(entry, "value")) missing(pointer_append(at, "value"), "required", "required");
       continue;
     }
-    if (!header_value(pointer_append(at, "value"), op.name, op.value)) continue;
+    // header_up values are templates (the plan expands them per request).
+    if (!header_value(pointer_append(at, "value"), op.name, op.value, key == "request")) continue;
     out.push_back(std::move(op));
   }
 }
@@ -384,8 +385,9 @@ bool Reader::header_name(const std::string& pointer, const std::string& name, He
   return true;
 }
 
-bool Reader::header_value(const std::string& pointer, const std::string& name, const std::string& value) {
-  const std::string problem = header_value_problem(value);
+bool Reader::header_value(const std::string& pointer, const std::string& name, const std::string& value,
+                          bool expanded) {
+  const std::string problem = header_value_problem(value, expanded);
   if (problem.empty()) return true;
   error(pointer, problem, fmt::format("invalid value for header \"{}\": {}", printable(name), problem));
   return false;

@@ -612,39 +612,25 @@ void Reader::match_hosts(const json& match, const std::string& pointer, SiteConf
   }
 }
 
-// handle: [{"handler": "subroute", "routes": [{"handle": [REVERSE_PROXY]}]}], Caddy's shape.
+// The site's handlers (route_model.h). The shape of a site of one
+// reverse_proxy, [{"handler": "subroute", "routes": [{"handle":
+// [REVERSE_PROXY]}]}], is kept as that pool alone (SiteConfig::handle empty):
+// its requests take no route step.
 void Reader::route_handler(const json& route, const std::string& pointer, SiteConfig& site) {
   const json* handle = array_field(route, "handle", pointer, true);
   if (!handle) return;
   const std::string handle_pointer = pointer_append(pointer, "handle");
-  if (handle->size() != 1) {
-    error(handle_pointer, "must hold exactly one subroute handler");
-    return;
-  }
-  const std::string subroute_pointer = pointer_append(handle_pointer, 0);
-  const json& subroute = (*handle)[0];
-  if (!object(subroute, subroute_pointer, {"handler", "routes"})) return;
-  if (subroute.value("handler", json()) != json("subroute")) {
-    error(pointer_append(subroute_pointer, "handler"), "must be \"subroute\"");
-    return;
-  }
-  const json* inner = array_field(subroute, "routes", subroute_pointer, true);
-  if (!inner) return;
-  const std::string inner_pointer = pointer_append(subroute_pointer, "routes");
-  if (inner->size() != 1) {
-    error(inner_pointer, "must hold exactly one route");
-    return;
-  }
-  const std::string inner_route_pointer = pointer_append(inner_pointer, 0);
-  if (!object((*inner)[0], inner_route_pointer, {"handle"})) return;
-  const json* proxies = array_field((*inner)[0], "handle", inner_route_pointer, true);
-  if (!proxies) return;
-  const std::string proxies_pointer = pointer_append(inner_route_pointer, "handle");
-  if (proxies->size() != 1) {
-    error(proxies_pointer, "must hold exactly one reverse_proxy handler");
-    return;
-  }
-  reverse_proxy((*proxies)[0], pointer_append(proxies_pointer, 0), site.proxy);
+  std::vector<RouteHandler> list;
+  std::vector<ProxyConfig> pools;
+  handlers(*handle, handle_pointer, list, pools, 0);
+  const bool one_pool = list.size() == 1 && list[0].kind == RouteHandler::subroute && list[0].routes.size() == 1 &&
+                        list[0].routes[0].match.empty() && list[0].routes[0].group.empty() &&
+                        list[0].routes[0].handle.size() == 1 &&
+                        list[0].routes[0].handle[0].kind == RouteHandler::reverse_proxy;
+  if (!pools.empty()) site.proxy = std::move(pools.front());
+  if (one_pool) return;
+  site.handle = std::move(list);
+  if (pools.size() > 1) site.pools.assign(std::make_move_iterator(pools.begin() + 1), std::make_move_iterator(pools.end()));
 }
 
 }  // namespace heft::config::reading

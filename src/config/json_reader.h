@@ -111,6 +111,25 @@ class Reader {
   void route(const json& value, const std::string& pointer, SiteConfig& site, HostPlaces& hosts);
   void match_hosts(const json& match, const std::string& pointer, SiteConfig& site, HostPlaces& hosts);
   void route_handler(const json& route, const std::string& pointer, SiteConfig& site);
+
+  // json_read_routes.cc: routes inside a site (route_model.h). Handlers
+  // append the pools of their reverse_proxy handlers to `pools`.
+  void handlers(const json& list, const std::string& pointer, std::vector<RouteHandler>& out,
+                std::vector<ProxyConfig>& pools, int depth);
+  void handler(const json& value, const std::string& pointer, RouteHandler& out, std::vector<ProxyConfig>& pools,
+               int depth);
+  void routes(const json& list, const std::string& pointer, std::vector<Route>& out, std::vector<ProxyConfig>& pools,
+              int depth);
+  void matcher_set(const json& value, const std::string& pointer, MatcherSet& out, int depth);
+  void named_values(const json& value, const std::string& pointer, std::string_view what, NamedValues& out);
+  void static_response(const json& value, const std::string& pointer, RouteHandler& out);
+  void split(const json& value, const std::string& pointer, RouteHandler& out, std::vector<ProxyConfig>& pools,
+             int depth);
+  void rewrite(const json& value, const std::string& pointer, RouteHandler& out);
+  // Caddy's header ops: {"set": {NAME: [VALUE, ...]}, "add": {...}, "delete": [NAME, ...]}.
+  void header_map(const json& value, const std::string& pointer, bool request, std::vector<HeaderOp>& out);
+  // False after reporting an unknown placeholder in `text` (a body or a URI).
+  bool placeholders(const std::string& pointer, const std::string& text);
   void routes_agree(const std::vector<SiteConfig>& sites, size_t first, const std::string& routes_pointer,
                     const std::vector<HostPlaces>& host_places);
   void admin_listen_conflict(const json& document, const Config& config, const std::map<uint16_t, std::string>& ports);
@@ -135,7 +154,8 @@ class Reader {
   void header_ops(const json& headers, std::string_view key, const std::string& pointer, std::vector<HeaderOp>& out);
   // False after reporting a header name or value that cannot be sent.
   bool header_name(const std::string& pointer, const std::string& name, HeaderOp::Op op, bool request);
-  bool header_value(const std::string& pointer, const std::string& name, const std::string& value);
+  bool header_value(const std::string& pointer, const std::string& name, const std::string& value,
+                    bool expanded = false);
   void adaptive(const json& value, const std::string& pointer, upstream::AdaptiveOptions& adaptive);
 
  private:

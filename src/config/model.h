@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "heft/balance/balancer.h"
+#include "config/route_model.h"
 #include "heft/balance/policy.h"
 #include "upstream/weights.h"
 
@@ -37,16 +38,6 @@ struct UpstreamConfig : balance::BackendSpec {
   std::optional<milliseconds> slow_start;  // per-backend override of ProxyConfig::slow_start
 
   bool operator==(const UpstreamConfig&) const = default;
-};
-
-// A header edit applied to requests (header_up) or responses (header_down).
-struct HeaderOp {
-  enum Op { set, add, remove };
-  Op op = set;
-  std::string name;
-  std::string value;  // empty for remove
-
-  bool operator==(const HeaderOp&) const = default;
 };
 
 // The key a hash policy hashes.
@@ -181,7 +172,16 @@ struct SiteConfig {
   std::vector<std::string> bind;
   bool is_default = false;  // answers requests no other site on its port matches
   Protocols protocols;      // its server's (the same for every site of a port)
+  // The site's first reverse_proxy pool (its only one unless it has routes).
   ProxyConfig proxy;
+  // Its handlers in Caddy's shape (route_model.h); empty: `proxy` answers
+  // every request (a site of one reverse_proxy, the fast path). Pools beyond
+  // `proxy`, in the order their reverse_proxy handlers are written.
+  std::vector<RouteHandler> handle;
+  std::vector<ProxyConfig> pools;
+  // Pool n of the site (RouteHandler::pool), and how many it has.
+  const ProxyConfig& pool(std::size_t n) const { return n == 0 ? proxy : pools[n - 1]; }
+  std::size_t pool_count() const { return 1 + pools.size(); }
   LogConfig log;
   // The server's tls_connection_policies: its port terminates TLS iff
   // `tls` (every site of a port has the same, like `bind`).
@@ -194,8 +194,8 @@ struct SiteConfig {
   // Compares what the site means, not where it was written.
   bool operator==(const SiteConfig& other) const {
     return hosts == other.hosts && port == other.port && bind == other.bind && is_default == other.is_default &&
-           protocols == other.protocols && proxy == other.proxy && log == other.log && tls == other.tls &&
-           tls_policies == other.tls_policies;
+           protocols == other.protocols && proxy == other.proxy && handle == other.handle && pools == other.pools &&
+           log == other.log && tls == other.tls && tls_policies == other.tls_policies;
   }
 };
 

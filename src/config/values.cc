@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "config/model.h"
+#include "config/placeholders.h"
 
 namespace heft::config {
 
@@ -442,7 +443,7 @@ std::string header_op_problem(std::string_view name, HeaderOp::Op op, bool reque
   return "";
 }
 
-std::string header_value_problem(std::string_view value) {
+std::string header_value_problem(std::string_view value, bool expanded) {
   for (char c : value) {
     auto byte = static_cast<unsigned char>(c);
     if (byte >= 0x20 && byte != 0x7f) continue;  // VCHAR, SP and obs-text are fine
@@ -466,9 +467,15 @@ std::string header_value_problem(std::string_view value) {
         std::all_of(inside.begin(), inside.end(), [](char c) {
           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
         });
-    if (placeholder)
-      return fmt::format("{{{}}} looks like a Caddy placeholder; heft has none and would send it as written",
+    if (placeholder && expanded) {
+      std::string problem;
+      split_placeholders(value.substr(open, close - open + 1), &problem);
+      if (!problem.empty()) return problem;
+    } else if (placeholder) {
+      return fmt::format("{{{}}} looks like a Caddy placeholder; heft expands placeholders in request header edits, "
+                         "static responses and rewrites, not here, and would send it as written",
                          inside);
+    }
   }
   return {};
 }
@@ -550,6 +557,40 @@ std::string closest_match(std::string_view word, std::span<const std::string_vie
   }
   if (best_distance > allowed) return {};
   return best;
+}
+
+std::optional<IpRange> parse_ip_range(std::string_view text) {
+  IpRange range;
+  const std::size_t slash = text.find('/');
+  const std::string address(text.substr(0, slash));
+  if (::inet_pton(AF_INET, address.c_str(), range.bytes.data()) == 1) {
+    range.bits = 32;
+  } else if (::inet_pton(AF_INET6, address.c_str(), range.bytes.data()) == 1) {
+    range.v6 = true;
+    range.bits = 128;
+  } else {
+    return std::nullopt;
+  }
+  if (slash != std::string_view::npos) {
+    const auto bits = parse_uint(text.substr(slash + 1), range.bits);
+    if (!bits || text.size() == slash + 1) return std::nullopt;
+    range.bits = static_cast<unsigned>(*bits);
+  }
+  return range;
+}
+
+bool in_range(const IpRange& range, std::string_view address) {
+  std::array<uint8_t, 16> bytes{};
+  char text[64];
+  if (address.size() >= sizeof text) return false;
+  address.copy(text, address.size());
+  text[address.size()] = '\0';
+  if (::inet_pton(range.v6 ? AF_INET6 : AF_INET, text, bytes.data()) != 1) return false;
+  const unsigned whole = range.bits / 8, rest = range.bits % 8;
+  if (!std::equal(bytes.begin(), bytes.begin() + whole, range.bytes.begin())) return false;
+  if (rest == 0) return true;
+  const uint8_t mask = static_cast<uint8_t>(0xff << (8 - rest));
+  return (bytes[whole] & mask) == (range.bytes[whole] & mask);
 }
 
 }  // namespace heft::config

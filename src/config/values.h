@@ -5,6 +5,7 @@
 // Pure functions; each returns nullopt (or an error string) instead of throwing.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -116,7 +117,9 @@ inline constexpr std::string_view kHeaderNameCharacters = "!#$%&'*+-.^_`|~";
 // RFC 9110 field-value: no control character but horizontal tab. A CR or LF
 // would end the header and start one the configuration did not mean to send.
 // And UTF-8: the configuration's JSON form holds nothing else (utf8_problem).
-std::string header_value_problem(std::string_view value);
+// `expanded`: the value's placeholders are expanded (placeholders.h), so an
+// unknown one is the problem; else any `{name}` is (it would go as written).
+std::string header_value_problem(std::string_view value, bool expanded = false);
 
 // Why `pattern` cannot be a health_body regular expression, or empty if it
 // can (Boost.Regex, as the health checks match it; body_pattern.cc).
@@ -141,5 +144,17 @@ std::string printable(std::string_view text);
 // The candidate closest to `word` by edit distance, if it is close enough to
 // be a likely typo; empty otherwise.
 std::string closest_match(std::string_view word, std::span<const std::string_view> candidates);
+
+// An address range as the remote_ip matcher takes it: "10.0.0.0/8",
+// "2001:db8::/32", or one address ("127.0.0.1", "::1"). `bytes` holds the
+// address (4 or 16 bytes used), `bits` the prefix length.
+struct IpRange {
+  bool v6 = false;
+  std::array<uint8_t, 16> bytes{};
+  unsigned bits = 0;
+};
+std::optional<IpRange> parse_ip_range(std::string_view text);
+// Whether the address `text` (an IP literal, no brackets) is in `range`.
+bool in_range(const IpRange& range, std::string_view address);
 
 }  // namespace heft::config

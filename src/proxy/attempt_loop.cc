@@ -269,6 +269,12 @@ Task<bool> serve(Exchange& ex) {
     ex.refuse(417, "417 Expectation Failed\n", false);
     co_return false;
   }
+  if (plan.respond) {
+    // Unread body bytes would be read as the next request: close instead.
+    const bool keep = client_keep_alive && ex.body_done() && !plan.respond_close;
+    ex.respond(plan.respond, keep);
+    co_return keep;
+  }
   const config::ProxyConfig& pool = route->site.proxy;
   WorkerSite& site = routes->sites[route->index];
   // Replaced only by a wait for a place (wait_for_place()), before any attempt.

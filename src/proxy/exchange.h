@@ -32,6 +32,7 @@
 #include "proxy/http_io.h"
 #include "proxy/io_types.h"
 #include "proxy/response_parser.h"
+#include "proxy/route_program.h"
 #include "proxy/upstream_connection.h"
 
 namespace heft::config {
@@ -178,10 +179,19 @@ class Exchange {
     unsigned status = 0;    // 0: none
     std::string_view text;  // a literal; empty: "<status> <reason>\n"
     bool keep_alive = false;
+    bool own = false;       // a route's answer: own_fields_ and own_body_ instead of `text`
   };
   Refusal refusal_;
   void refuse(unsigned status, std::string_view text, bool keep_alive) { refusal_ = {status, text, keep_alive}; }
   void refuse_status(unsigned status, bool keep_alive) { refusal_ = {status, {}, keep_alive}; }
+  // A route's own answer (a static_response; Caddy's empty 200 when no
+  // handler answered): its fields as "Name: value\r\n" lines and its body.
+  std::string own_fields_;
+  std::string own_body_;
+  void respond(unsigned status, bool keep_alive) { refusal_ = {status, {}, keep_alive, true}; }
+  // The site's routes for the current request (route_program.h): rewrites,
+  // header edits; kept across requests for its buffers.
+  RouteState route_state_;
 
   // The request plan's products: the head for the backend (same for every
   // attempt), an absolute-form target's origin-form, several Connection

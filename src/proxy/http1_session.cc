@@ -230,6 +230,26 @@ Task<void> Http1Session::send_error(unsigned status, std::string_view text, bool
   co_await on_client([&](auto& stream) { return asio::async_write(stream, asio::buffer(down_head_.view()), use_task); });
 }
 
+Task<void> Http1Session::send_own(unsigned status, bool keep_alive) {
+  const bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200);
+  const bool head_only = no_body || request().method() == http::verb::head;
+  const bool typed = own_body_.empty() || has_field_line(own_fields_, "content-type");
+  record_.status = status;
+  record_.size = head_only ? 0 : own_body_.size();
+  down_head_.clear();
+  // Any status a route may give (200..599): Beast's reason phrases.
+  const std::string_view reason = http::obsolete_reason(http::int_to_status(status));
+  down_head_.append(fmt::format("HTTP/1.1 {} {}\r\n{}{}{}", status, reason.starts_with('<') ? "Status" : reason,
+                                w.date.line(), own_fields_,
+                                typed ? "" : "Content-Type: text/plain; charset=utf-8\r\n"));
+  if (!no_body) down_head_.append(fmt::format("Content-Length: {}\r\n", own_body_.size()));
+  down_head_.append(keep_alive ? "\r\n" : "Connection: close\r\n\r\n");
+  if (!head_only) down_head_.append(own_body_);
+  arm(std::chrono::milliseconds(10000));
+  before_client_write();
+  co_await on_client([&](auto& stream) { return asio::async_write(stream, asio::buffer(down_head_.view()), use_task); });
+}
+
 void Http1Session::record_refused_head(unsigned status) {
   const std::shared_ptr<WorkerRoutes> routes = w.current_routes();
   const SiteRoute* route = port_site(*routes, local_port);
@@ -300,7 +320,8 @@ Task<void> Http1Session::run() {
     bool keep_alive = co_await serve(*this);
     if (refusal_.status) {
       const Refusal refusal = std::exchange(refusal_, Refusal{});
-      if (refusal.text.empty()) co_await send_status(refusal.status, refusal.keep_alive);
+      if (refusal.own) co_await send_own(refusal.status, refusal.keep_alive);
+      else if (refusal.text.empty()) co_await send_status(refusal.status, refusal.keep_alive);
       else co_await send_error(refusal.status, refusal.text, refusal.keep_alive);
     }
     finish_request(*this);
@@ -374,7 +395,8 @@ void Http1Session::begin_response(const ResponseParser& response, const config::
   down_head_.number(status);
   down_head_.append(" "sv).append(response.reason()).append("\r\n"sv);
   for_each_forwarded_field(response, pool, connection_lines_, w.date.value(),
-                           [this](std::string_view name, std::string_view value) { down_head_.field(name, value); });
+                           [this](std::string_view name, std::string_view value) { down_head_.field(name, value); },
+                           route_state_.response_ops);
   if (switching) {
     down_head_.append("Connection: upgrade\r\n"sv);
     down_head_.field("Upgrade", response.value(http::field::upgrade));

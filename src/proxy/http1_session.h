@@ -113,6 +113,10 @@ class Http1Session final : public Exchange {
   // send_error() with the body "<status> <reason>\n". Its own coroutine, so the
   // text is not a temporary in the caller's frame.
   Task<void> send_status(unsigned status, bool keep_alive);
+  // A route's own answer (own_fields_, own_body_), as Caddy's static_response
+  // sends it: a body gets Content-Type text/plain unless the route set one;
+  // a HEAD gets the head alone.
+  Task<void> send_own(unsigned status, bool keep_alive);
   // Counts and logs a request refused while its head was read (no parsed
   // request: method and URI stay empty in the log).
   void record_refused_head(unsigned status);

@@ -186,7 +186,8 @@ void Http2Stream::begin_response(const ResponseParser& response, const config::P
   for_each_forwarded_field(response, pool, connection_lines_, w.date.value(),
                            [this](std::string_view name, std::string_view value) {
                              if (!connection_specific(name)) add_response_field(name, value);
-                           });
+                           },
+                           route_state_.response_ops);
   if (!no_body_ && !response.chunked() && response.content_length())
     add_response_field("content-length",
                        std::string_view(digits, fmt::format_to(digits, "{}", *response.content_length()) - digits));
@@ -285,6 +286,10 @@ Task<bool> Http2Stream::send_interim(const ResponseParser& response) {
 // ---- The request's life.
 
 Task<void> Http2Stream::send_refusal(const Refusal& refusal) {
+  if (refusal.own) {
+    co_await send_own(refusal.status);
+    co_return;
+  }
   refusal_body_ = refusal.text.empty() ? fmt::format("{} {}\n", refusal.status, "error") : std::string(refusal.text);
   if (refusal.text.empty()) {
     static constexpr std::pair<unsigned, std::string_view> kReasons[] = {
@@ -305,6 +310,44 @@ Task<void> Http2Stream::send_refusal(const Refusal& refusal) {
   no_body_ = false;
   head_submitted_ = false;
   record_.status = refusal.status;
+  record_.size = refusal_body_.size();
+  arm(std::chrono::milliseconds(10000));
+  SendResult sent;
+  if (!send_body(refusal_body_, true, sent)) co_await finish_send(sent);
+}
+
+// A route's own answer (respond, redir): its fields ("Name: value\r\n"
+// lines, connection-specific ones dropped) and its body, none where the
+// status or a HEAD request allows none.
+Task<void> Http2Stream::send_own(unsigned status) {
+  const bool head_only = status == 204 || status == 304 || request().method() == http::verb::head;
+  refusal_body_ = head_only ? std::string() : own_body_;
+  response_text_.clear();
+  response_spans_.clear();
+  char digits[24];
+  add_response_field(":status", std::string_view(digits, fmt::format_to(digits, "{}", status) - digits));
+  bool typed = false;
+  for (std::string_view rest = own_fields_; !rest.empty();) {
+    const std::size_t end = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 2);
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, colon);
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    if (connection_specific(name)) continue;
+    typed = typed || iequals(name, "content-type");
+    add_response_field(name, value);
+  }
+  if (!typed && !own_body_.empty()) add_response_field("content-type", "text/plain; charset=utf-8");
+  if (status != 204 && status != 304)
+    add_response_field("content-length",
+                       std::string_view(digits, fmt::format_to(digits, "{}", own_body_.size()) - digits));
+  add_response_field("date", w.date.value());
+  no_body_ = false;
+  head_submitted_ = false;
+  record_.status = status;
   record_.size = refusal_body_.size();
   arm(std::chrono::milliseconds(10000));
   SendResult sent;

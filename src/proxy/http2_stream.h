@@ -83,6 +83,7 @@ class Http2Stream final : public Exchange {
   bool submit_head();
   // heft's own answer (a refusal), written whole.
   Task<void> send_refusal(const Refusal& refusal);
+  Task<void> send_own(unsigned status);
   // The stream ends with nothing more to say: a response not sent whole is reset.
   void end_stream_state();
 

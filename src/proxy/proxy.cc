@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include <boost/asio/as_tuple.hpp>
@@ -394,6 +395,61 @@ struct SiteKeyHash {
   }
 };
 
+// The site's routes compiled, and its header_up when it needs the route step.
+void compile_routes(SiteRoute& route) {
+  if (!route.site.handle.empty()) {
+    route.program = std::make_shared<const RouteProgram>(route.site.handle);
+    route.pool_routes.push_back(route.index);
+  }
+  route.header_up = compile_ops(route.site.proxy.header_up);
+  route.templated_header_up = route.program != nullptr || std::any_of(route.header_up.begin(), route.header_up.end(),
+                                                                      [](const CompiledOp& op) {
+                                                                        return !op.value.literal();
+                                                                      });
+}
+
+// The pools of sites with routes beyond their first: each a SiteRoute after
+// the sites (not routed by host: a site's routes pick it), labelled
+// "SITE#N" (N = 2, 3, ... in the order written) in metrics and health lines,
+// and keeping its state across reloads as a site's pool does.
+void add_route_pools(RouteTable& table, const RouteTable* previous, unsigned workers) {
+  std::map<std::tuple<uint16_t, std::vector<std::string>, std::size_t>, const SiteRoute*> old_pools;
+  if (previous)
+    for (const SiteRoute& old : previous->sites)
+      if (old.pool_number > 0) old_pools.try_emplace({old.site.port, old.site.hosts, old.pool_number}, &old);
+  const std::size_t sites = table.sites.size();
+  for (std::size_t i = 0; i < sites; ++i) {
+    for (std::size_t n = 1; n < table.sites[i].site.pool_count(); ++n) {
+      const SiteRoute& owner = table.sites[i];
+      SiteRoute route;
+      route.index = table.sites.size();
+      route.site = owner.site;
+      route.server_label = owner.server_label;
+      route.log = owner.log;
+      route.default_host = owner.default_host;
+      route.site.proxy = owner.site.pools[n - 1];
+      route.site.handle.clear();
+      route.site.pools.clear();
+      route.pool_number = n;
+      route.site_label = fmt::format("{}#{}", owner.site_label, n + 1);
+      upstream::PoolConfig pool_config = make_pool_config(route.site, i);
+      pool_config.name = fmt::format("site{}#{}", i, n + 1);
+      pool_config.counter_slots = workers;
+      if (auto found = old_pools.find({route.site.port, route.site.hosts, n}); found != old_pools.end()) {
+        route.pool = found->second->pool;
+        if (!(found->second->site.proxy == route.site.proxy) || found->second->site_label != route.site_label ||
+            found->second->index != route.index)
+          route.pool->update(pool_config);
+      } else {
+        route.pool = std::make_shared<upstream::Pool>(pool_config);
+      }
+      compile_routes(route);
+      table.sites[i].pool_routes.push_back(route.index);
+      table.sites.push_back(std::move(route));
+    }
+  }
+}
+
 }  // namespace
 
 Proxy::Impl::Impl(config::Config config) {
@@ -429,11 +485,13 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
   if (previous) {
     old_sites.reserve(previous->sites.size());
     for (const SiteRoute& old : previous->sites)
-      if (old.pool) old_sites.try_emplace(SiteKey{old.site.port, &old.site.hosts}, &old);
+      if (old.pool && old.pool_number == 0) old_sites.try_emplace(SiteKey{old.site.port, &old.site.hosts}, &old);
   }
   for (std::size_t i = 0; i < next.sites.size(); ++i) {
     const config::SiteConfig& site = next.sites[i];
-    SiteRoute route{i, site, nullptr, {}, nullptr, {}, {}};
+    SiteRoute route;
+    route.index = i;
+    route.site = site;
     route.server_label = observe::server_label(site);
     route.site_label = observe::site_label(site);
     route.default_host = default_host(site);
@@ -449,9 +507,11 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
       if (!(old.site.proxy == site.proxy) || old.index != i) route.pool->update(pool_config);
     }
     if (!route.pool) route.pool = std::make_shared<upstream::Pool>(pool_config);
+    compile_routes(route);
     table->by_port[site.port].push_back(i);
     table->sites.push_back(std::move(route));
   }
+  add_route_pools(*table, previous, worker_count(next));
   table->index();
   table->config = std::move(next);
   return table;

@@ -97,6 +97,35 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
   ex.routed_host_ = host;
   plan.route = routes.table->route(ex.local_port, host);
   if (!plan.route) return plan;
+  // The site's routes (none for a site of one reverse_proxy): which pool, or
+  // an answer of heft's own; rewrites and header edits on the way.
+  RouteState& state = ex.route_state_;
+  const bool routed = plan.route->program || plan.route->templated_header_up;
+  RouteRequest route_request{&req, req.method_string(), target, host, ex.client_ip};
+  state.reset();
+  if (routed) {
+    if (plan.route->program) {
+      const RouteResult result = plan.route->program->run(route_request, state);
+      // Placeholders after a rewrite see the rewritten URI, as Caddy's do.
+      if (state.rewritten) route_request.target = state.target;
+      if (result.kind != RouteResult::proxy) {
+        ex.own_fields_.clear();
+        ex.own_body_.clear();
+        plan.respond = result.answer ? RouteProgram::respond(*result.answer, route_request, ex.own_fields_,
+                                                             ex.own_body_, plan.respond_close)
+                                     : 200;
+        // The response edits met on the way (a site's `header`, a split's cookie).
+        for (const std::vector<config::HeaderOp>* ops : state.response_ops)
+          for_each_op_field(*ops, [&](std::string_view name, std::string_view value) {
+            ex.own_fields_.append(name).append(": ").append(value).append("\r\n");
+          });
+        return plan;
+      }
+      plan.route = &routes.table->sites[plan.route->pool_routes[result.pool]];
+      if (state.rewritten) target = state.target;
+    }
+    if (!plan.route->header_up.empty()) state.request_ops.push_back(&plan.route->header_up);
+  }
   const config::ProxyConfig& pool = plan.route->site.proxy;
   const std::string_view extras = connection_extras(connection);
   // Upgrade in an HTTP/1.0 request is ignored (RFC 9110 7.8). So is an
@@ -157,15 +186,18 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
       if (iequals(name, "x-forwarded-proto") || iequals(name, "x-forwarded-host") || iequals(name, "x-real-ip"))
         continue;
     }
-    if (!pool.header_up.empty() && overridden(pool.header_up, name)) continue;
+    if (routed ? state.overrides(name) : !pool.header_up.empty() && overridden(pool.header_up, name)) continue;
     ex.up_head_.field(name, field.value());
   }
-  if ((host.empty() || absolute.status == AbsoluteTarget::absolute) && !overridden(pool.header_up, "host")) {
+  if ((host.empty() || absolute.status == AbsoluteTarget::absolute) &&
+      !(routed ? state.overrides("host") : overridden(pool.header_up, "host"))) {
     ex.up_head_.field("Host", !host.empty() ? host : std::string_view(plan.route->default_host));
   }
   // heft's own forwarding fields, unless header_up sets or removes them
   // (e.g. X-Forwarded-Proto https behind a TLS terminator).
-  const auto ours = [&](std::string_view name) { return pool.header_up.empty() || !overridden(pool.header_up, name); };
+  const auto ours = [&](std::string_view name) {
+    return routed ? !state.overrides(name) : pool.header_up.empty() || !overridden(pool.header_up, name);
+  };
   if (ours("x-forwarded-for")) {
     ex.up_head_.append("X-Forwarded-For: "sv);
     if (!forwarded_for.empty()) ex.up_head_.append(forwarded_for).append(", "sv);
@@ -176,7 +208,8 @@ RequestPlan plan_request(Exchange& ex, const RequestHead& req, const WorkerRoute
   // None asked for (HTTP/1.0 without Host): none.
   if (!host.empty() && ours("x-forwarded-host")) ex.up_head_.field("X-Forwarded-Host", host);
   if (ours("x-real-ip")) ex.up_head_.field("X-Real-IP", ex.client_ip);
-  append_ops(ex.up_head_, pool.header_up);
+  if (routed) state.append_request_fields(ex.up_head_, route_request);
+  else append_ops(ex.up_head_, pool.header_up);
   if (plan.upgrade) {
     ex.up_head_.append("Connection: upgrade\r\n"sv);
     ex.up_head_.field("Upgrade", upgrade_value);

@@ -15,6 +15,11 @@ namespace heft::proxy {
 
 struct RequestPlan {
   const SiteRoute* route = nullptr;  // none: 404
+  // The site's routes answer it themselves (a static_response, or Caddy's
+  // empty 200 when no handler answered): status, fields and body in
+  // ex.own_fields_ and ex.own_body_.
+  unsigned respond = 0;
+  bool respond_close = false;
   const char* bad_target = nullptr;  // 400: why
   uint64_t key_hash = 0;             // for a hash policy
   bool upgrade = false;

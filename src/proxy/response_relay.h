@@ -6,10 +6,13 @@
 // head was accepted reaches the client cut, with the backend's status.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <span>
 #include <string>
 #include <utility>
 #include <string_view>
+#include <vector>
 
 #include "config/model.h"
 #include "proxy/exchange.h"
@@ -33,9 +36,17 @@ Task<bool> relay_interim(Exchange& ex, ResponseParser& response, const config::P
 // header_down names Date. A HEAD's or 304's Content-Length is kept, once, as
 // the number the parser read. `connection_lines` is scratch space for
 // several Connection lines.
+// `route_ops`: the response edits of a site's routes (RouteState::response_ops),
+// applied after header_down.
 template <typename Field>
 void for_each_forwarded_field(const ResponseParser& response, const config::ProxyConfig& pool,
-                              std::string& connection_lines, std::string_view date, Field&& field) {
+                              std::string& connection_lines, std::string_view date, Field&& field,
+                              std::span<const std::vector<config::HeaderOp>* const> route_ops = {}) {
+  const auto route_overrides = [&](std::string_view name) {
+    for (const std::vector<config::HeaderOp>* ops : route_ops)
+      if (overridden(*ops, name)) return true;
+    return false;
+  };
   const unsigned status = response.status();
   const bool no_body = response.is_done();  // HEAD, 204, 304 (length known to be 0 or skipped)
   const std::string_view extras = connection_extras(connection_list(response, connection_lines));
@@ -61,13 +72,27 @@ void for_each_forwarded_field(const ResponseParser& response, const config::Prox
     }
     if (is_hop_by_hop(f.name) || named_by_connection(extras, name)) continue;
     if (!pool.header_down.empty() && overridden(pool.header_down, name)) continue;
+    if (!route_ops.empty() && route_overrides(name)) continue;
     date_sent |= f.name == http::field::date;
     field(name, response.value(f));
   }
-  for_each_op_field(pool.header_down, field);
+  // Each list's fields, unless a later list sets or removes them.
+  for_each_op_field(pool.header_down, [&](std::string_view name, std::string_view value) {
+    if (route_ops.empty() || !route_overrides(name)) field(name, value);
+  });
+  for (std::size_t l = 0; l < route_ops.size(); ++l)
+    for_each_op_field(*route_ops[l], [&](std::string_view name, std::string_view value) {
+      for (std::size_t later = l + 1; later < route_ops.size(); ++later)
+        if (overridden(*route_ops[later], name)) return;
+      field(name, value);
+    });
   // A response without a Date gets one, unless header_down names Date: then
   // the configuration decides.
-  if (!date_sent && !names_field(pool.header_down, "Date")) field(std::string_view("Date"), date);
+  const bool routes_name_date = std::any_of(route_ops.begin(), route_ops.end(), [](const auto* ops) {
+    return names_field(*ops, "Date");
+  });
+  if (!date_sent && !names_field(pool.header_down, "Date") && !routes_name_date)
+    field(std::string_view("Date"), date);
 }
 
 }  // namespace heft::proxy

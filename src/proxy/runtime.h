@@ -36,6 +36,7 @@
 #include "proxy/io_types.h"
 #include "proxy/parking.h"
 #include "proxy/ready_watch.h"
+#include "proxy/route_program.h"
 #include "proxy/tls_server.h"
 #include "proxy/upstream_connection.h"
 #include "health/health_checker.h"
@@ -69,6 +70,17 @@ struct SiteRoute {
   // Host): the site's first host that is not a wildcard, an IPv6 literal in
   // brackets ("[::1]"); "localhost" when it has none.
   std::string default_host;
+  // A site with routes (SiteConfig::handle): its compiled routes, and the
+  // table index of each of its pools (pool 0 is this entry; the others
+  // follow the sites, each a SiteRoute of its own with `pool_number` n).
+  // Null and empty for a site of one reverse_proxy.
+  std::shared_ptr<const RouteProgram> program;
+  std::vector<std::size_t> pool_routes;
+  std::size_t pool_number = 0;
+  // header_up compiled, used when `templated_header_up` (its values hold
+  // placeholders, or the site has routes whose edits come first).
+  CompiledOps header_up;
+  bool templated_header_up = false;
 };
 
 // Which site answers a request: by listening port, then Host.

@@ -463,7 +463,8 @@ TEST(JsonErrors, StructureAndSemantics) {
             std::vector<std::string>{"/admin/token: required when the admin API listens on a non-loopback address "
                                      "(0.0.0.0:2019)"});
   EXPECT_EQ(errors_after([](json& d) { proxy_of(d)["handler"] = "file_server"; }),
-            std::vector<std::string>{rp + "/handler: must be \"reverse_proxy\""});
+            std::vector<std::string>{rp + "/handler: Caddy's \"file_server\" handler is not supported by heft (it "
+                                          "has subroute, reverse_proxy, static_response, rewrite, headers and split)"});
   EXPECT_EQ(errors_after([](json& d) { d["apps"]["http"]["servers"]["srv1"]["listen"][0] = ":80"; }),
             std::vector<std::string>{"/apps/http/servers/srv1/listen/0: port 80 is also used by /apps/http/servers/srv0/listen"});
   EXPECT_EQ(errors_after([](json& d) {

@@ -117,8 +117,13 @@ TEST(Values, HeaderValues) {
   EXPECT_EQ(printable("a\r\n\t\x01\xc3\xa9\"z"), "a\\r\\n\\t\\x01\\xC3\\xA9\"z");
   // Caddy placeholders are named, other braces are text.
   EXPECT_EQ(header_value_problem("{upstream_hostport}"),
-            "{upstream_hostport} looks like a Caddy placeholder; heft has none and would send it as written");
+            "{upstream_hostport} looks like a Caddy placeholder; heft expands placeholders in request header edits, "
+            "static responses and rewrites, not here, and would send it as written");
   EXPECT_NE(header_value_problem("x-{http.request.host}"), "");
+  // Where placeholders are expanded (header_up), known ones are fine and unknown ones named.
+  EXPECT_EQ(header_value_problem("x-{http.request.host}-{remote_host}", true), "");
+  EXPECT_EQ(header_value_problem("{upstream_hostport}", true).substr(0, 48),
+            "unknown placeholder {upstream_hostport} (heft kn");
   for (std::string_view ok : {"{}", "{\"a\":1}", "{ x }", "{1}", "a}b{"}) EXPECT_EQ(header_value_problem(ok), "") << ok;
 }
 
