@@ -122,6 +122,8 @@ json reverse_proxy_to_json(const ProxyConfig& pool) {
   return handler;
 }
 
+}  // namespace
+
 json route_to_json(const SiteConfig& site) {
   json route;
   if (!site.hosts.empty()) route["match"] = json::array({{{"host", site.hosts}}});
@@ -132,8 +134,6 @@ json route_to_json(const SiteConfig& site) {
   route["terminal"] = true;
   return route;
 }
-
-}  // namespace
 
 nlohmann::json to_json(const Config& config) {
   json admin = {{"listen", config.admin.address}, {"disabled", !config.admin.enabled}};
