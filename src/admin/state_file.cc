@@ -195,6 +195,10 @@ std::optional<std::string> keep_state_aside(const std::string& state_path, std::
   return std::nullopt;
 }
 
+std::string state_temp_path(const std::string& state_path) {
+  return state_path + ".tmp." + std::to_string(::getpid());
+}
+
 StateFileWrite::~StateFileWrite() {
   if (!temp_.empty()) ::unlink(temp_.c_str());
 }
@@ -212,7 +216,7 @@ bool StateFileWrite::prepare(const std::string& text, std::string& error) {
     error = path_ + " is a directory";
     return false;
   }
-  std::string temp = path_ + ".tmp." + std::to_string(::getpid());
+  std::string temp = state_temp_path(path_);
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = errno_text("cannot create " + temp);

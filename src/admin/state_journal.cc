@@ -2,6 +2,7 @@
 #include "admin/state_journal.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "admin/state_file.h"
 #include "config/json.h"
 
 namespace heft::admin {
@@ -134,6 +136,14 @@ bool StateJournal::open_new(std::string& error) {
 bool StateJournal::append(const JournalRecord& record, std::string& error) {
   if (!following_) {
     error = "no state file for the journal to follow";
+    return false;
+  }
+  // The state file must stay writable whole (the compaction writes it so): a
+  // change is refused, as a whole write would be, while something stands
+  // where that write puts its text first.
+  const std::string temp = state_temp_path(state_path_);
+  if (struct stat st{}; ::stat(temp.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    error = "cannot create " + temp + ": Is a directory";
     return false;
   }
   if (fd_ < 0 && !open_new(error)) return false;
