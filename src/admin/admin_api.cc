@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "admin/admin_parts.h"
 #include "admin/config_tree.h"
 #include "admin/state_file.h"
 #include "config/heftfile.h"
@@ -25,13 +26,6 @@ namespace {
 using json = nlohmann::json;
 
 bool is_wildcard_host(const std::string& host) { return host.empty() || host == "0.0.0.0" || host == "::"; }
-
-// FNV-1a over the serialized tree: cheap, stable, good enough to detect change.
-std::string make_etag(const std::string& serialized) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : serialized) h = (h ^ c) * 1099511628211ULL;
-  return fmt::format("\"{:016x}\"", h);
-}
 
 // Constant-time comparison (for equal lengths), so the token cannot be guessed byte by byte.
 bool same_secret(const std::string& given, const std::string& expected) {
@@ -70,19 +64,6 @@ IfMatch if_match_result(const std::string& field, const std::string& current) {
   return result;
 }
 
-// The diagnostics as one message: the first 200, then how many more (a
-// Heftfile of a million bad lines must not get a million-line answer).
-std::string joined(const std::vector<config::Diagnostic>& diagnostics, const std::string& if_none) {
-  constexpr size_t kShown = 200;
-  std::string message;
-  for (size_t i = 0; i < diagnostics.size() && i < kShown; ++i)
-    message += (message.empty() ? "" : "; ") + diagnostics[i].to_string();
-  if (diagnostics.size() > kShown) message += fmt::format("; and {} more", diagnostics.size() - kShown);
-  return message.empty() ? if_none : message;
-}
-
-std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
-
 // 405 with the `Allow` field RFC 9110 15.5.6 requires: the methods `path` takes.
 AdminResponse method_not_allowed(const std::string& path, const std::string& allow) {
   AdminResponse r = error_response(405, fmt::format("method not allowed: {} takes {}", path, allow));
@@ -98,6 +79,26 @@ std::string media_type(const std::string& content_type) {
 }
 
 }  // namespace
+
+// FNV-1a over the serialized tree: cheap, stable, good enough to detect change.
+std::string make_etag(const std::string& serialized) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : serialized) h = (h ^ c) * 1099511628211ULL;
+  return fmt::format("\"{:016x}\"", h);
+}
+
+// The diagnostics as one message: the first 200, then how many more (a
+// Heftfile of a million bad lines must not get a million-line answer).
+std::string joined(const std::vector<config::Diagnostic>& diagnostics, const std::string& if_none) {
+  constexpr size_t kShown = 200;
+  std::string message;
+  for (size_t i = 0; i < diagnostics.size() && i < kShown; ++i)
+    message += (message.empty() ? "" : "; ") + diagnostics[i].to_string();
+  if (diagnostics.size() > kShown) message += fmt::format("; and {} more", diagnostics.size() - kShown);
+  return message.empty() ? if_none : message;
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 std::string admin_config_error(const config::AdminConfig& admin) {
   if (!admin.enabled) return "";
@@ -149,6 +150,7 @@ AdminApi::AdminApi(const config::Config& running, AdminHooks hooks, std::string 
       demo_backends_(running.demo_backends) {
   current_ = config::to_json(running);
   etag_ = make_etag(current_.dump());
+  if (!state_path_.empty()) journal_ = std::make_unique<StateJournal>(state_path_);
 }
 
 json AdminApi::config_json() const {
@@ -321,6 +323,7 @@ AdminResponse AdminApi::handle_config(const AdminRequest& request, const std::st
     value = config::parse_json_text(request.body, syntax, kAdminJsonLimits);
     if (value.is_discarded()) return error_response(400, "request body is " + syntax);
   }
+  if (std::optional<AdminResponse> done = commit_site(request, op, tree_path, value)) return std::move(*done);
   json candidate = config_json();
   if (TreeError error = tree_apply(candidate, op, tree_path, std::move(value)))
     return error_response(error.status, error.message);
@@ -359,7 +362,7 @@ AdminResponse AdminApi::handle_load(const AdminRequest& request) {
   return commit(request, std::move(value), kind, "POST /load");
 }
 
-AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Commit kind, const std::string& source) {
+AdminResponse AdminApi::if_match_refusal(const AdminRequest& request) const {
   if (std::string match = request.header("if-match"); !match.empty()) {
     const IfMatch result = if_match_result(match, etag());
     if (result == IfMatch::weak_current)
@@ -369,6 +372,13 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
     if (result == IfMatch::stale)
       return error_response(412, fmt::format("If-Match {} is stale: the configuration is now {}", match, etag()));
   }
+  AdminResponse holds;
+  holds.status = 0;
+  return holds;
+}
+
+AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Commit kind, const std::string& source) {
+  if (AdminResponse refused = if_match_refusal(request); refused.status != 0) return refused;
   // From here on a change is applied or refused for what it is: counted in
   // heft_config_reloads_total (a no-op is neither).
   const auto refused = [kind](int status, const std::string& message) {
@@ -445,11 +455,12 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
   // save that cannot even start refuses the change before it touches the
   // proxy), the proxy applies it, and only then does it replace the state file.
   std::optional<StateFileWrite> save;
+  std::string saved_text;
   if (!state_path_.empty()) {
     std::string error;
     save.emplace(state_path_);
-    if (!save->prepare(canonical.dump(2) + "\n", error))
-      return refused(500, "cannot save the configuration: " + error);
+    saved_text = canonical.dump(2) + "\n";
+    if (!save->prepare(saved_text, error)) return refused(500, "cannot save the configuration: " + error);
   }
   if (hooks_.apply) {
     std::string error;
@@ -457,6 +468,8 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
   }
   if (save) {
     std::string error;
+    // The journal of the state file replaced is gone with it (commit removes it).
+    if (journal_) journal_->forget();
     if (!save->commit(error)) {
       // Not durable, so not accepted: put the old configuration back in service.
       // Only a failed rename or directory fsync gets here, after the write
@@ -468,6 +481,7 @@ AdminResponse AdminApi::commit(const AdminRequest& request, json candidate, Comm
       }
       return refused(500, "cannot save the configuration: " + error);
     }
+    if (journal_) journal_->follow(saved_text);
   }
   std::string tag = make_etag(serialized);
   observe::ConfigChange change;

@@ -12,12 +12,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "admin/config_tree.h"
+#include "admin/state_journal.h"
 #include "config/diff.h"
 #include "config/json.h"
 #include "config/model.h"
@@ -29,6 +32,10 @@ namespace heft::admin {
 struct AdminHooks {
   // Puts a validated configuration in service; false + `error` to refuse.
   std::function<bool(const config::Config&, std::string& error)> apply;
+  // Puts a validated change to one site's handler in service (the site named
+  // by its port and hosts, which stay; every other site as it is); false +
+  // `error` to refuse. Without it, such a change goes through `apply` whole.
+  std::function<bool(const config::SiteConfig&, std::string& error)> apply_site;
   // GET /reverse_proxy/upstreams.
   std::function<nlohmann::json()> upstreams;
   // GET /metrics (Prometheus text format).
@@ -140,6 +147,16 @@ class AdminApi {
   // a request is named by its method, path and client.
   AdminResponse commit(const AdminRequest& request, nlohmann::json candidate, Commit kind = Commit::write,
                        const std::string& source = "");
+  // A write confined to one site's handler (a path under
+  // /apps/http/servers/S/routes/R/handle), when it can be done on that site
+  // alone (site_write.cc): that route checked, applied to its pool, journaled
+  // and published. nullopt when it must go through commit(): another path,
+  // one that does not fit the tree (for commit's message), a write that
+  // changes nothing, or no journal to append to yet.
+  std::optional<AdminResponse> commit_site(const AdminRequest& request, TreeMethod op, const std::string& tree_path,
+                                           const nlohmann::json& value);
+  // The 412 an If-Match field earns against the current ETag, or status 0.
+  AdminResponse if_match_refusal(const AdminRequest& request) const;
 
   AdminHooks hooks_;
   std::string state_path_;
@@ -149,6 +166,9 @@ class AdminApi {
   mutable std::mutex mu_;      // guards current_ and etag_ for readers on other threads
   nlohmann::json current_;
   std::string etag_;
+  // The changes saved since the state file was last written whole (null
+  // without a state file).
+  std::unique_ptr<StateJournal> journal_;
 };
 
 }  // namespace heft::admin

@@ -1,6 +1,8 @@
 // AdminHooks over a Proxy (see proxy_admin.h).
 #include "admin/proxy_admin.h"
 
+#include <unordered_map>
+
 #include "config/heftfile.h"
 #include "proxy/proxy.h"
 
@@ -9,12 +11,12 @@ namespace heft::admin {
 using json = nlohmann::json;
 
 void ShareTracker::sample(proxy::Proxy& proxy) {
-  const size_t sites = proxy.snapshot_config().sites.size();
   std::vector<std::shared_ptr<const upstream::PoolSnapshot>> snapshots;
   std::unordered_map<const upstream::BackendState*, Ring> next;
-  for (size_t site = 0; site < sites; ++site) {
+  // Every site's pool (not a copy of the whole configuration once a second).
+  for (size_t site = 0;; ++site) {
     auto pool = proxy.pool(site);
-    if (!pool) continue;
+    if (!pool) break;
     snapshots.push_back(pool->snapshot());
     const upstream::PoolSnapshot& snapshot = *snapshots.back();
     for (uint32_t i = 0; i < snapshot.size(); ++i) {
@@ -159,6 +161,36 @@ std::unique_ptr<ProxyAdmin> ProxyAdmin::listen(proxy::Proxy& proxy, std::string 
       ok = proxy.reload(std::move(resolved), error);
     }
     return ok;  // counted by AdminApi::commit (a rollback after a failed save is no change)
+  };
+  hooks.apply_site = [&proxy](const config::SiteConfig& site, std::string& error) {
+    // Only the names that changed are resolved: a backend that stayed keeps
+    // the addresses it has (a whole reload resolves every name again).
+    config::SiteConfig resolved = site;
+    config::Config fresh;  // the backends new to the site, to resolve
+    fresh.sites.emplace_back().file = site.file;
+    const std::optional<config::SiteConfig> running = proxy.site_config(site.port, site.hosts);
+    std::unordered_map<std::string, const config::UpstreamConfig*> known;  // by dial
+    if (running)
+      for (const config::UpstreamConfig& old : running->proxy.upstreams)
+        if (!old.resolved.empty()) known.emplace(old.name, &old);
+    std::vector<size_t> unresolved;
+    for (size_t i = 0; i < resolved.proxy.upstreams.size(); ++i) {
+      config::UpstreamConfig& u = resolved.proxy.upstreams[i];
+      if (auto same = known.find(u.name); same != known.end()) {
+        u.resolved = same->second->resolved;
+        continue;
+      }
+      unresolved.push_back(i);
+      fresh.sites[0].proxy.upstreams.push_back(u);
+    }
+    if (!unresolved.empty()) {
+      std::vector<config::Diagnostic> problems = config::resolve(fresh);
+      for (const config::Diagnostic& d : problems) error += (error.empty() ? "" : "; ") + d.message;
+      if (!problems.empty()) return false;
+      for (size_t k = 0; k < unresolved.size(); ++k)
+        resolved.proxy.upstreams[unresolved[k]].resolved = fresh.sites[0].proxy.upstreams[k].resolved;
+    }
+    return proxy.reload_site(std::move(resolved), error);
   };
   hooks.upstreams = [&proxy, self] { return upstreams_json(proxy, self->shares_); };
   hooks.metrics = [&proxy] {

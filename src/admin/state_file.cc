@@ -16,7 +16,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "admin/state_journal.h"
 #include "config/json.h"
+#include "observe/log.h"
 
 namespace heft::admin {
 namespace {
@@ -147,6 +149,22 @@ std::optional<std::string> keep_state_aside(const std::string& state_path, std::
   std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &utc);
   const fs::path dir = directory_of(state_path);
   const std::string stem = path.stem().string(), extension = path.extension().string();
+  // The changes in its journal go with the state kept aside: folded into it
+  // first (a whole state file, which drops the journal) when they can be
+  // read, else the journal is kept aside beside it.
+  const std::string journal = journal_path(state_path);
+  std::error_code ec;
+  bool journal_left = fs::exists(journal, ec);
+  if (journal_left) {
+    std::ifstream in(state_path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string ignored;
+    nlohmann::json document = config::parse_json_text(text.str(), ignored, config::kJsonFileLimits);
+    if (in && !document.is_discarded() && replay_journal(state_path, text.str(), document).errors.empty() &&
+        write_state_file(state_path, document.dump(2) + "\n", ignored))
+      journal_left = false;
+  }
   for (int n = 1; n < 1000; ++n) {
     const std::string name = stem + "." + stamp + (n > 1 ? "-" + std::to_string(n) : "") + extension;
     const fs::path aside = dir / name;
@@ -160,6 +178,10 @@ std::optional<std::string> keep_state_aside(const std::string& state_path, std::
       error = errno_text("cannot remove " + state_path + " after keeping it as " + aside.string());
       return std::nullopt;
     }
+    if (journal_left && ::rename(journal.c_str(), journal_path(aside.string()).c_str()) != 0) {
+      error = errno_text("cannot keep " + journal + " aside as " + journal_path(aside.string()));
+      return std::nullopt;
+    }
     const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     const bool synced = dir_fd >= 0 && ::fsync(dir_fd) == 0;
     if (dir_fd >= 0) ::close(dir_fd);
@@ -171,6 +193,10 @@ std::optional<std::string> keep_state_aside(const std::string& state_path, std::
   }
   error = "cannot keep " + state_path + " aside: every name for this second is taken";
   return std::nullopt;
+}
+
+std::string state_temp_path(const std::string& state_path) {
+  return state_path + ".tmp." + std::to_string(::getpid());
 }
 
 StateFileWrite::~StateFileWrite() {
@@ -190,7 +216,7 @@ bool StateFileWrite::prepare(const std::string& text, std::string& error) {
     error = path_ + " is a directory";
     return false;
   }
-  std::string temp = path_ + ".tmp." + std::to_string(::getpid());
+  std::string temp = state_temp_path(path_);
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     error = errno_text("cannot create " + temp);
@@ -220,6 +246,10 @@ bool StateFileWrite::commit(std::string& error) {
     return false;  // the destructor removes the temporary file
   }
   temp_.clear();
+  // The journal followed the state file just replaced, which holds its
+  // changes: gone with it. (Should the removal be lost in a crash, its
+  // header names the old state file, and it is ignored.)
+  ::unlink(journal_path(path_).c_str());
   // The rename is durable only once the directory entry is.
   const std::filesystem::path dir = directory_of(path_);
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -255,6 +285,13 @@ config::Result<config::Config> load_state_file(const std::string& path) {
   nlohmann::json document = config::parse_json_text(text.str(), syntax, config::kJsonFileLimits);
   if (document.is_discarded()) {
     result.errors.push_back({path, 0, 0, "", syntax});
+    return result;
+  }
+  // Then the changes saved since, in its journal.
+  JournalReplay replay = replay_journal(path, text.str(), document);
+  for (const std::string& warning : replay.warnings) observe::warn("{}", warning);
+  if (!replay.errors.empty()) {
+    result.errors = std::move(replay.errors);
     return result;
   }
   result = config::from_json(document);

@@ -65,6 +65,9 @@ void remove_stale_temporary_files(const std::string& state_path);
 // and makes the rename durable. The new path, or nullopt with `error` set.
 std::optional<std::string> keep_state_aside(const std::string& state_path, std::string& error);
 
+// Where a whole write of `state_path` puts its text first: "STATE.tmp.PID".
+std::string state_temp_path(const std::string& state_path);
+
 // Replacing the state file in two steps, so that a change is saved exactly
 // when it is applied: prepare() writes and fsyncs the text to a temporary file
 // beside `path` (the old file untouched), commit() renames it over `path` and

@@ -232,6 +232,7 @@ json handlers_to_json(const SiteConfig& site, const std::vector<RouteHandler>& l
   }
   return out;
 }
+}  // namespace
 
 json route_to_json(const SiteConfig& site) {
   json route;
@@ -247,8 +248,6 @@ json route_to_json(const SiteConfig& site) {
   route["terminal"] = true;
   return route;
 }
-
-}  // namespace
 
 namespace {
 

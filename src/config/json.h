@@ -13,6 +13,9 @@
 // from_json(to_json(c)) == c.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "config/model.h"
@@ -28,6 +31,23 @@ nlohmann::json to_json(const Config& config);
 // the Heftfile's names, and each site keeps where it was written; without,
 // at its JSON pointer (Diagnostic::path; file and line empty).
 Result<Config> from_json(const nlohmann::json& document, const SourceMap* sources = nullptr);
+
+// The servers of `servers` (apps.http.servers) in the order from_json reads
+// them, and so the order of their sites in Config::sites: srv0, srv1, ... in
+// numeric order (JSON objects are unordered), then other names.
+std::vector<std::string> server_order(const nlohmann::json& servers);
+
+// One site's route, as to_json writes it in its server's "routes".
+nlohmann::json route_to_json(const SiteConfig& site);
+
+// One site read alone, by from_json's own code: route `index` of the server
+// at `server_pointer` (its "listen" gives the site's port and addresses).
+// For a change confined to one site's handler, the rest of the document
+// being as it was: each option is still checked once, in one place, and
+// errors name the full JSON pointer. What from_json checks across sites
+// (hosts unique on a port, the admin address) is not checked here.
+Result<SiteConfig> site_from_json(const nlohmann::json& listen, const nlohmann::json& route,
+                                  const std::string& server_pointer, size_t index);
 
 // The admin section alone, checked as from_json checks it: what the commands
 // that drive a running heft need of a configuration file.

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "config/json.h"
 #include "config/values.h"
 
 namespace heft::config::reading {
@@ -248,24 +249,6 @@ void Reader::logging(const json& document, LogFormat& format) {
 
 namespace {
 
-// srv0, srv1, ... in numeric order (JSON objects are unordered), then other names.
-std::vector<std::string> server_names(const json& servers) {
-  std::vector<std::pair<std::pair<int64_t, std::string>, std::string>> ranked;
-  for (const auto& [name, _] : servers.items()) {
-    const std::string_view digits = std::string_view(name).substr(std::min<size_t>(3, name.size()));
-    const bool numbered = name.starts_with("srv") && !digits.empty() && digits.size() <= 9 &&
-                          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-    ranked.push_back({numbered ? std::pair<int64_t, std::string>{std::stoll(std::string(digits)), ""}
-                               : std::pair<int64_t, std::string>{INT64_MAX, name},
-                      name});
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::string> names;
-  names.reserve(ranked.size());
-  for (auto& entry : ranked) names.push_back(std::move(entry.second));
-  return names;
-}
-
 std::string describe_bind(const std::vector<std::string>& bind) {
   if (bind.empty()) return "every address";
   std::string out;
@@ -308,7 +291,7 @@ Config Reader::config(const json& document) {
     return config;
   }
   std::map<uint16_t, std::string> ports;  // each port's first server
-  for (const std::string& name : server_names(*servers))
+  for (const std::string& name : server_order(*servers))
     server((*servers)[name], pointer_append("/apps/http/servers", name), config, ports);
   admin_listen_conflict(document, config, ports);
   return config;

@@ -82,13 +82,21 @@ uint64_t record(const std::string& kind, const entry_json& fields, LogLevel leve
 }  // namespace
 
 uint64_t audit_config_change(const ConfigChange& change) {
-  json before = change.before, after = change.after;
-  hide_token(before);
-  hide_token(after);
+  // The token is hidden in copies of whole documents; a part (`at`) holds none.
+  json hidden_before, hidden_after;
+  if (change.at.empty()) {
+    hidden_before = change.before;
+    hidden_after = change.after;
+    hide_token(hidden_before);
+    hide_token(hidden_after);
+  }
+  const json& before = change.at.empty() ? hidden_before : change.before;
+  const json& after = change.at.empty() ? hidden_after : change.after;
   std::vector<std::string> changes;
   size_t total = 0;
   if (!before.is_discarded()) {
-    for (const config::JsonChange& c : config::diff_json(before, after)) {
+    for (config::JsonChange& c : config::diff_json(before, after)) {
+      c.pointer.insert(0, change.at);
       if (++total <= kAuditChangesListed) changes.push_back(shortened(config::describe(c)));
     }
   }

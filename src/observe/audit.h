@@ -42,6 +42,10 @@ struct ConfigChange {
   // The JSON forms before and after (before discarded: the start).
   nlohmann::json before = nlohmann::json(nlohmann::json::value_t::discarded);
   nlohmann::json after;
+  // Where `before` and `after` are in the JSON form (RFC 6901): "" for the
+  // whole documents, else the one part a change was confined to (one site's
+  // route), so that it is not compared whole.
+  std::string at;
 };
 
 // Records `change` (the next revision) and writes its line; returns the revision.

@@ -504,7 +504,8 @@ std::shared_ptr<const RouteTable> Proxy::Impl::build(config::Config next, const 
       // Keep balancing state of backends that stayed (same name). A
       // site at another index gets its pool renamed ("site0"), or its
       // weight events would name the index it had, as health lines do not.
-      if (!(old.site.proxy == site.proxy) || old.index != i) route.pool->update(pool_config);
+      if (!(old.site.proxy == site.proxy) || old.index != i || weights_moved(*old.pool, site.proxy))
+        route.pool->update(pool_config);
     }
     if (!route.pool) route.pool = std::make_shared<upstream::Pool>(pool_config);
     compile_routes(route);
@@ -859,7 +860,7 @@ std::shared_ptr<upstream::Pool> Proxy::pool(std::size_t site) const {
   return site < table->sites.size() ? table->sites[site].pool : nullptr;
 }
 
-config::Config Proxy::snapshot_config() const { return impl_->current()->config; }
+config::Config Proxy::snapshot_config() const { return impl_->live_config(); }
 
 const config::Config& Proxy::config() const {
   std::lock_guard lock(impl_->mu);

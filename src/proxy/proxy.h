@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,15 @@ class Proxy {
   // On failure (e.g. a new port cannot be bound) returns false with `error`
   // set, and the old configuration stays in service.
   bool reload(config::Config next, std::string& error);
+  // A change to one site's reverse_proxy settings (a resolved `site`, named by
+  // its port and hosts, which stay as they are): its pool alone is updated,
+  // and every other site keeps its pool and snapshot objects. A change of
+  // weights alone is applied without rebuilding anything else (nothing is
+  // bound or retired); any other goes through reload(). False with `error`
+  // set when no site has that port and those hosts, or as reload().
+  bool reload_site(config::SiteConfig site, std::string& error);
+  // The site in service on `port` with `hosts` (a copy), if there is one.
+  std::optional<config::SiteConfig> site_config(uint16_t port, const std::vector<std::string>& hosts) const;
 
   // Stops accepting, closes idle connections, lets in-flight requests finish
   // for up to `grace`, then stops the workers. Returns at once; see wait().

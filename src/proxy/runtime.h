@@ -86,6 +86,9 @@ struct SiteRoute {
 // Which site answers a request: by listening port, then Host.
 struct RouteTable {
   uint64_t version = 0;
+  // As built: a change of weights alone (Proxy::reload_site) goes to the
+  // pool in place and not here, so a pool's own snapshot has the weights in
+  // service (Impl::live_config(), weights_moved()).
   config::Config config;
   std::vector<SiteRoute> sites;
   std::map<uint16_t, std::vector<std::size_t>> by_port;
@@ -226,10 +229,17 @@ struct Proxy::Impl {
   std::shared_ptr<const RouteTable> build(config::Config next, const RouteTable* previous,
                                           std::vector<std::shared_ptr<observe::AccessLog>> logs) const;
   void publish(std::shared_ptr<const RouteTable> table);
+  // The configuration in service with the weights each pool has now: the
+  // table's, but for weights changed in place since (reload_site.cc).
+  config::Config live_config() const;
   // Opens an SO_REUSEPORT listener on `endpoint` for `worker` (throws on failure;
   // `config` names the address in the message).
   std::unique_ptr<Acceptor> listen(Worker& worker, const tcp::endpoint& endpoint, const config::Config& config);
 };
+
+// Whether `pool` balances by other weights than `proxy`'s (changed in place
+// since the table holding `proxy` was built, or other backends).
+bool weights_moved(const upstream::Pool& pool, const config::ProxyConfig& proxy);
 
 // Where a configuration listens: each site's port on each of its `bind`
 // addresses (every IPv4 and, where the host has it, every IPv6 address when

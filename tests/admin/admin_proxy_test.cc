@@ -23,6 +23,7 @@
 #include "integration/process_util.h"
 #include "demo/demo_backend.h"
 #include "proxy/proxy.h"
+#include "admin/proxy_stack.h"
 
 namespace heft::admin {
 namespace {
@@ -34,71 +35,20 @@ using test::Response;
 const char* kUpstreams = "/config/apps/http/servers/srv0/routes/0/handle/0/routes/0/handle/0/upstreams";
 
 // Two demo backends ("v1", "v2"), a proxy on a free port and its admin API.
-struct Stack {
-  boost::asio::io_context backend_io{1};
-  std::vector<std::unique_ptr<demo::DemoBackend>> backends;
-  std::thread backend_thread;
-  uint16_t port = test::free_port();
-  uint16_t admin_port = test::free_port();
-  std::unique_ptr<proxy::Proxy> proxy;
-  std::unique_ptr<ProxyAdmin> admin;
-  std::string dir = test::make_temp_dir();
-
+struct Stack : test_stack::ProxyStack {
   explicit Stack(const std::string& weights = "weight 100|weight 0") {
-    for (const char* name : {"v1", "v2", "v3"}) {  // v3 is not configured: tests add it
-      demo::DemoBackendOptions o;
-      o.name = name;
-      o.body_bytes = 16;
-      backends.push_back(std::make_unique<demo::DemoBackend>(backend_io, o));
-      backends.back()->start();
-    }
-    backend_thread = std::thread([this] { backend_io.run(); });
-    auto bar = weights.find('|');
-    // free_port() only finds a port free a moment ago: a test running beside
-    // this one may take it first, and binding then throws (which, out of a
-    // constructor with a running thread, ended the test in std::terminate).
-    // So a few tries on fresh ports.
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      if (attempt > 0) {
-        port = test::free_port();
-        admin_port = test::free_port();
-      }
-      std::string heftfile = fmt::format(
-          "{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} {}\n"
-          "\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
-          admin_port, port, backends[0]->port(), weights.substr(0, bar), backends[1]->port(), weights.substr(bar + 1));
-      auto parsed = config::parse_heftfile(heftfile);
-      EXPECT_TRUE(parsed.ok()) << (parsed.errors.empty() ? "" : parsed.errors[0].to_string());
-      EXPECT_TRUE(config::resolve(*parsed).empty());
-      try {
-        proxy = std::make_unique<proxy::Proxy>(*parsed);
-        proxy->start();
+    start_backends({"v1", "v2", "v3"}, 16);  // v3 is not configured: tests add it
+    const auto bar = weights.find('|');
+    start(
+        [&](uint16_t port, uint16_t admin_port) {
+          return fmt::format(
+              "{{\n\tadmin 127.0.0.1:{}\n\tworkers 2\n}}\n:{} {{\n\treverse_proxy {{\n\t\tto 127.0.0.1:{} {}\n"
+              "\t\tto 127.0.0.1:{} {}\n\t}}\n}}\n",
+              admin_port, port, backends[0]->port(), weights.substr(0, bar), backends[1]->port(),
+              weights.substr(bar + 1));
+        },
         // As `heft run --config DIR/Heftfile` would report itself (the tests write that file).
-        admin = ProxyAdmin::start(*proxy, dir + "/autosave.json",
-                                  {{"config", dir + "/Heftfile"}, {"state", dir + "/autosave.json"}});
-        return;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "Stack: attempt %d: %s; trying other ports\n", attempt, e.what());
-        admin.reset();
-        if (proxy) {
-          proxy->shutdown(std::chrono::milliseconds(0));
-          proxy->wait();
-          proxy.reset();
-        }
-      }
-    }
-    ADD_FAILURE() << "no free ports for the proxy and its admin API after 5 tries";
-  }
-  ~Stack() {
-    admin.reset();
-    if (proxy) {
-      proxy->shutdown(std::chrono::milliseconds(100));
-      test::WaitingFor waiting("the proxy to stop after a 100 ms grace period");
-      proxy->wait();
-    }
-    for (auto& b : backends) b->stop();
-    test::WaitingFor waiting("the demo backends' thread to end after stop()");
-    backend_thread.join();
+        {{"config", dir + "/Heftfile"}, {"state", dir + "/autosave.json"}});
   }
   std::string dial(int i) const { return fmt::format("127.0.0.1:{}", backends[i]->port()); }
 
@@ -108,17 +58,6 @@ struct Stack {
     std::map<std::string, int> counts;
     for (int i = 0; i < n; ++i) counts[client.get("/").header("x-backend")]++;
     return counts;
-  }
-  Response admin_call(const std::string& method, const std::string& path, const std::string& body = "",
-                      const std::string& extra = "") {
-    HttpClient client(admin_port);
-    std::string raw = fmt::format("{} {} HTTP/1.1\r\nHost: localhost:{}\r\nConnection: close\r\n{}", method, path,
-                                  admin_port, extra);
-    if (!body.empty() || method != "GET") {
-      if (extra.find("Content-Type:") == std::string::npos) raw += "Content-Type: application/json\r\n";
-      raw += fmt::format("Content-Length: {}\r\n", body.size());
-    }
-    return client.request(raw + "\r\n" + body);
   }
 };
 
