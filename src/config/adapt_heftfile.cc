@@ -331,7 +331,9 @@ void Adapter::site(const Directive& head, const std::vector<const Directive*>& b
   std::vector<const Directive*> route_directives;
   for (const Directive* d : body) {
     const std::string& name = d->name.text;
-    if (routes && (name.starts_with('@') || (name != "log" && name != "default" && name != "bind"))) {
+    // The site's own settings stay here; everything else is a route's.
+    if (routes && (name.starts_with('@') || (name != "log" && name != "default" && name != "bind" &&
+                                             name != "protocols" && name != "tls"))) {
       route_directives.push_back(d);
       continue;
     }

@@ -1225,6 +1225,15 @@ TEST(HeftfileProtocols, H1AndH2cReachEverySiteOfThePortAndRoundTrip) {
   EXPECT_EQ(*back, config);
 }
 
+// `protocols` is the site's (its server's), not a route's, in a site with routes too.
+TEST(HeftfileProtocols, ASiteWithRoutesKeepsItsProtocols) {
+  const Config config = parse_ok(
+      ":8080 {\n\tprotocols h1 h2c\n\trespond /healthz \"ok\" 200\n\treverse_proxy 127.0.0.1:9000\n}\n");
+  ASSERT_EQ(config.sites.size(), 1u);
+  EXPECT_TRUE(config.sites[0].protocols.h2c);
+  EXPECT_FALSE(config.sites[0].handle.empty());
+}
+
 TEST(HeftfileProtocols, UnknownProtocolsAreErrorsAtTheirPlace) {
   EXPECT_EQ(only_error(":8080 {\n\tprotocols h1 h2cc\n\treverse_proxy 127.0.0.1:9000\n}\n"),
             "Heftfile:2:15: unknown protocol \"h2cc\" (did you mean \"h2c\"?) (use h1, h2 or h2c)");

@@ -93,10 +93,12 @@ https://x.w.test:{port} {{
                                  port, sni))
         .out;
   }
-  CommandRun curl(const std::string& name, const std::string& path = "/") const {
-    return run_shell(fmt::format("curl -sS --max-time 20 --cacert {0}/ca.pem --resolve {1}:{2}:127.0.0.1 "
-                                 "-o /dev/null -w '%{{http_code}} %{{ssl_verify_result}}' https://{1}:{2}{3}",
-                                 dir, name, port, path));
+  // `options`: more of curl's (its default over TLS is HTTP/2 where ALPN offers it).
+  CommandRun curl(const std::string& name, const std::string& path = "/", const std::string& options = "",
+                  const std::string& format = "%{http_code} %{ssl_verify_result}") const {
+    return run_shell(fmt::format("curl -sS --max-time 20 --cacert {0}/ca.pem --resolve {1}:{2}:127.0.0.1 {4} "
+                                 "-o /dev/null -w '{5}' https://{1}:{2}{3}",
+                                 dir, name, port, path, options, format));
   }
   CommandRun python(const std::string& mode, const std::string& name, const std::string& extra = "") const {
     return run_shell(fmt::format("python3 {} {} --port {} --ca {}/ca.pem --name {} {}", kClientScript, mode, port, dir,
@@ -218,7 +220,7 @@ TEST(Tls, BackendSeesHttpsAndTheAccessLogTheHandshake) {
   TlsFleet f;
   const std::string log_path = f.dir + "/access.log";
   f.start(fmt::format("\tlog {{\n\t\toutput file {}\n\t}}\n", log_path), fmt::format("\t\tto 127.0.0.1:{}\n", origin_port));
-  std::thread client([&] { EXPECT_EQ(f.curl("a.test").out, "200 0"); });
+  std::thread client([&] { EXPECT_EQ(f.curl("a.test", "/", "--http1.1").out, "200 0"); });
   const int origin = accept_scripted(listener);
   ASSERT_GE(origin, 0);
   std::string head;
@@ -236,6 +238,20 @@ TEST(Tls, BackendSeesHttpsAndTheAccessLogTheHandshake) {
   }
   EXPECT_NE(log.find(R"("tls":{"resumed":false,"version":"TLSv1.3","cipher_suite":"TLS_)"), std::string::npos) << log;
   EXPECT_NE(log.find(R"("proto":"http/1.1","server_name":"a.test"})"), std::string::npos) << log;
+}
+
+// ALPN: HTTP/2 where the client offers it (curl's default), HTTP/1.1 where
+// it asks for that alone; several requests on one HTTP/2 connection.
+TEST(Tls, AlpnChoosesHttp2OrHttp11) {
+  TlsFleet f;
+  f.start();
+  EXPECT_EQ(f.curl("a.test", "/", "--http2", "%{http_code} %{http_version}").out, "200 2");
+  EXPECT_EQ(f.curl("a.test", "/", "--http1.1", "%{http_code} %{http_version}").out, "200 1.1");
+  // One curl, ten URLs: one connection, ten streams.
+  std::string more = "--http2";
+  for (int i = 0; i < 9; ++i) more += fmt::format(" -o /dev/null https://a.test:{}/", f.port);
+  const CommandRun ten = f.curl("a.test", "/", more, "%{http_code} %{http_version} %{num_connects};");
+  EXPECT_EQ(ten.out, "200 2 1;200 2 0;200 2 0;200 2 0;200 2 0;200 2 0;200 2 0;200 2 0;200 2 0;200 2 0;");
 }
 
 TEST(Tls, ReloadSwapsTheCertificateAndKeepsOpenConnections) {
