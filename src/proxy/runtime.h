@@ -241,6 +241,15 @@ struct Proxy::Impl {
 // since the table holding `proxy` was built, or other backends).
 bool weights_moved(const upstream::Pool& pool, const config::ProxyConfig& proxy);
 
+// Claims `endpoint` with a plain bind before the workers' SO_REUSEPORT
+// listeners join it: throws, naming the address, when anything listens there
+// already (listeners.cc).
+void claim(const tcp::endpoint& endpoint, const config::Config& config);
+// Raises the descriptor limit toward what max_connections needs (listeners.cc).
+void raise_descriptor_limit(uint32_t max_connections);
+// Creates `count` sockets' states in Asio's free list up front (listeners.cc).
+void preallocate_socket_states(asio::io_context& io, std::size_t count);
+
 // Where a configuration listens: each site's port on each of its `bind`
 // addresses (every IPv4 and, where the host has it, every IPv6 address when
 // it has none).
