@@ -184,7 +184,10 @@ void Reader::matcher_set(const json& value, const std::string& pointer, MatcherS
     error(pointer, "must be an object of matchers, e.g. {\"path\": [\"/api/*\"]}");
     return;
   }
-  for (const auto& [key, matcher] : value.items()) {
+  for (const auto& item : value.items()) {
+    // Not a structured binding: the lambdas below use it (clang 15, the fuzz build, cannot capture one).
+    const std::string& key = item.key();
+    const json& matcher = item.value();
     const std::string at = pointer_append(pointer, key);
     const auto strings = [&](std::vector<std::string>& target) -> bool {
       if (!matcher.is_array() || matcher.empty() ||
